@@ -40,3 +40,24 @@ def test_the_library_refuses_it_and_accepts_t_e_equal_t():
 def test_megatron_takes_etp(capsys):
     assert main(["estimate", "mixtral-8x7b", "--etp", "2", "--tp", "2", "--world-size", "16",
                  "--seq-length", "256", "--sequence-parallel"]) == 0
+
+
+# --- one name for the experts' TP in text: t_e, as t, p, c, d, e are (JSON: etp, as tp, ep) --
+def test_the_search_table_and_the_no_fit_line_say_t_e(capsys):
+    # Mixtral on 2 GPUs: 2 x 46.7B parameters' Adam states do not fit any layout
+    assert main(["search", "mixtral-8x7b", "--gpus", "2", "--gpu", "h100-80gb"]) == 1  # no fit: 1
+    err = capsys.readouterr().err.splitlines()[0]
+    assert "no layout of 2 x h100-80gb fits" in err
+    layout = err.split(" GB (")[1]
+    assert ", e=" in layout and ", t_e=" in layout
+    assert main(["search", "mixtral-8x7b", "--gpus", "16", "--gpu", "h100-80gb", "--tp", "2",
+                 "--top", "1"]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines()
+                  if line.lstrip().startswith("#"))
+    assert header.split()[:9] == ["#", "t", "p", "c", "d", "e", "t_e", "v", "b"]
+
+
+def test_a_dense_no_fit_line_has_no_experts(capsys):
+    assert main(["search", "llama2-70b", "--gpus", "1", "--gpu", "h100-80gb"]) == 1  # no fit: 1
+    err = capsys.readouterr().err.splitlines()[0]
+    assert "(t=1, p=1, c=1, d=1, b=" in err and "t_e=" not in err

@@ -177,7 +177,9 @@ class SearchResult:
         return NoFitError(
             f"no layout of {self.gpus} x {self.space.gpu.name} fits: the least memory is "
             f"{r['memory'] / 1e9:.4g} GB > {self.space.capacity / 1e9:.4g} GB "
-            f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, b={r['b']}, {r['recompute']} "
+            f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, "
+            + (f"e={r['e']}, t_e={r.get('t_e') or r['t']}, " if self.space.arch.num_experts
+               else "") + f"b={r['b']}, {r['recompute']} "
             f"recompute, {r['sharding']}; binding term: {r['binding']})"
             + (f"; {tight} layout{'s' if tight > 1 else ''} would fit without the fragmentation "
                "margin (tight: the allocator's reserve decides; expandable segments keep it "
