@@ -235,6 +235,7 @@ def validate(x, layout: Layout, training: Training):
     _check_recompute_layers(x, layout, training)
     _check_recompute_modules(x, training)
     _check_overlaps(x, layout, training)
+    _check_expert_tp(layout, training.framework)
     offered = framework_record(training.framework).schemes
     if training.states.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
@@ -302,6 +303,16 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_
+
+
+def _check_expert_tp(layout: Layout, framework: str) -> None:
+    # an experts' TP size of their own (Framework.expert_tp): Megatron-LM's and torchtitan's;
+    # DeepSpeed splits the experts by the layers' TP size, so a t_e != t would go unpriced
+    if layout.t_e is not None and layout.t_e != layout.t and \
+            not framework_record(framework).expert_tp:
+        raise InvalidValueError(f"expert_tensor_parallel_size t_e={layout.t_e} (--etp) is not a "
+                                f"{framework} option: it splits the experts by the tensor-"
+                                f"parallel size (t_e = t = {layout.t})")
 
 
 def _check_dispatcher(x, layout: Layout, dispatcher: str, framework: str) -> None:

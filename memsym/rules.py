@@ -410,6 +410,13 @@ RULES: dict = {r.name: r for r in (
          Source("hf-transformers", "transformers 5.25 models/zamba2/configuration_zamba2.py:26 "
                 "and zamba/configuration_zamba.py:26 (no base_model_pp_plan, which "
                 "llama/configuration_llama.py:57 sets)"), InvalidValueError),
+    Rule("mamba1-tp", "Zamba's Mamba-1 mixers run on one tensor-parallel rank (t = 1)",
+         lambda x, k: (k["t"] > 1) if x.mamba_version == 1 and x.shared_blocks else False,
+         lambda x, k: ("tensor parallelism (t > 1) of Zamba's Mamba-1 mixers is not modelled "
+                       "(transformers does not shard them)"),
+         Source("hf-transformers", "transformers 5.25 models/zamba/configuration_zamba.py (no "
+                "base_model_tp_plan, which llama/configuration_llama.py:48 sets)"),
+         InvalidValueError),
     Rule("hybrid-cp", "a hybrid model's Mamba, shared-block, short-convolution, Gated DeltaNet "
          "and lightning-attention layers are priced at c = 1 only",
          lambda x, k: (k.get("c", 1) > 1) & bool(_cp_unmodelled_mixers(x)),

@@ -84,8 +84,10 @@ def test_moe_act_recompute_keeps_the_shared_experts_fp8_input():
     # DeepSeek-V3: 58 MoE layers and its MTP layer (MoE too), the first 3 dense (f = 18432),
     # one shared expert of f_sh = 2048.  Recomputing moe_act reruns the routed experts'
     # activation (nothing of it kept), but Megatron's shared experts check only
-    # "shared_experts" (shared_experts.py:156-160): their fused SwiGLU still keeps its
-    # 4096 x 2 x 2048 fc1 output in 1 byte instead of 2, as the dense layers' MLPs keep theirs
+    # "shared_experts" (Megatron-LM d98e8a64dd moe_layer.py:252-255, the checkpoint at
+    # :517-529; moe_act is read by the routed experts only, experts.py:271): their fused
+    # SwiGLU still keeps its 4096 x 2 x 2048 fc1 output in 1 byte instead of 2, as the dense
+    # layers' MLPs keep theirs
     lay = Layout(e=8, d=8)
     kw = dict(recompute="selective", recompute_modules=("core_attn", "moe_act"))
     saved = _acts("deepseek-v3", lay, **kw) - _acts("deepseek-v3", lay,

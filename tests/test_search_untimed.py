@@ -1,12 +1,15 @@
 """``memsym search`` on a model whose step time the timing layer refuses (Zamba2's shared
 transformer block, memsym.timing.gemm): the rows are ranked by memory headroom with one note,
-not refused; ``memsym time`` / ``estimate --gpu`` keep the refusal (they ask for a time).
+not refused; ``memsym estimate --gpu`` gives the memory and the fit with one note (so the
+read-back command an ``--emit`` prints works), and ``memsym time`` / ``estimate`` with a time
+option (``--efficiency``, the bandwidths, ``--gpus-per-node``) keep the refusal.
 
 The search's command line always has a global batch (memsym.cli.search assumes about 4M tokens
 per step), so before this it always priced the step time and stopped on the refusal.
 """
 
 import json
+import shlex
 
 import pytest
 
@@ -77,15 +80,44 @@ def test_the_library_search_says_so_and_other_refusals_still_stop(tmp_path):
     assert not isinstance(info.value, StepTimeNotModelledError)
 
 
-def test_time_and_estimate_with_a_gpu_keep_the_refusal(tmp_path, capsys):
+def test_time_and_estimate_with_a_time_option_keep_the_refusal(tmp_path, capsys):
     path = _write(tmp_path, SMALL["zamba2"])
     for cmd in (["time", str(path), "--gpu", "h100-80gb", "--tokens", "1024"],
-                ["estimate", str(path), "--gpu", "h100-80gb", "--global-batch-size", "8"]):
+                ["estimate", str(path), "--gpu", "h100-80gb", "--global-batch-size", "8",
+                 "--efficiency", "0.5"]):
         code = main([*cmd, "--seq-length", "64"])
         err = capsys.readouterr().err
         assert code == 2, cmd
         assert "step time of 'zamba2'" in err and "is not modelled" in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_estimate_with_a_gpu_gives_the_memory_and_fit_with_a_note(tmp_path, capsys):
+    # --gpu alone is the capacity too: the fit verdict of the same bytes as without it
+    path = str(_write(tmp_path, SMALL["zamba2"]))
+    job = [path, "--seq-length", "64", "--global-batch-size", "8", "--json"]
+    assert main(["estimate", *job]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["estimate", *job, "--gpu", "h100-80gb"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["bytes"] == plain["bytes"] and rep.get("step_time_s") is None
+    assert rep["fits"] is (rep["bytes"]["total"] <= rep["gpu_memory_bytes"])
+    assert "step time not modelled for zamba2: memory and fit only" in rep["notes"]
+
+
+def test_an_emitted_untimed_row_reads_back_to_the_same_bytes(tmp_path, capsys):
+    # the emitted read-back command carries --gpu: estimate answers it with the memory
+    path = str(_write(tmp_path, SMALL["zamba2"]))
+    code, out, err = _search(capsys, path, "--emit", "megatron", "--recompute-granularity",
+                             "full", "--top", 1)
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("# layout 1:"))
+    searched = int(header.split(": ")[-1].split(" bytes")[0])
+    back = next(line for line in out.splitlines() if line.startswith("# read back: "))
+    words = shlex.split(back[len("# read back: "):])
+    assert words[:2] == ["memsym", "estimate"] and "--gpu" in words
+    assert main(words[1:]) == 0
+    assert json.loads(capsys.readouterr().out)["bytes"]["total"] == searched
 
 
 def test_min_gpus_sizes_a_zamba2_by_memory_with_the_note(tmp_path, capsys):
@@ -121,3 +153,30 @@ def test_a_space_with_selective_asked_for_is_not_rewritten(tmp_path):
                        recompute=["selective", "full"])
     with pytest.raises(InvalidValueError, match="selective recompute of a shared"):
         search(str(path), "h100-80gb", 8, space=space)
+
+
+@pytest.mark.parametrize("cmd", [
+    ["min-gpus", "--gpu", "h100-80gb", "--seq-length", "64"],
+    ["search", "--gpus", "8", "--gpu", "h100-80gb", "--seq-length", "64", "--emit", "megatron"]])
+def test_min_gpus_and_emit_leave_out_the_default_selective_too(tmp_path, capsys, cmd):
+    # min-gpus and search --emit build their own Space (make_space): the default recompute
+    # choices leave out the shared block's selective there as well, so neither stops on it
+    path = _write(tmp_path, SMALL["zamba2"])
+    code = main([cmd[0], str(path), *cmd[1:]])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "--recompute-granularity selective" not in out
+    if cmd[0] == "min-gpus":
+        assert "note: selective recompute of a shared transformer block is not modelled" in out
+
+
+def test_make_space_of_a_shared_block_model_defaults_to_none_and_full(tmp_path):
+    from memsym.search.space import make_space
+
+    path = _write(tmp_path, SMALL["zamba2"])
+    space = make_space(str(path), "h100-80gb", seq_length=64)
+    assert set(space.recompute) == {"none", "full"}
+    assert space.unmodelled_recompute == ("selective",)
+    # asked for, it stays (and is refused by the memory terms when priced)
+    asked = make_space(str(path), "h100-80gb", seq_length=64, recompute=["selective", "full"])
+    assert asked.recompute == ("selective", "full") and asked.unmodelled_recompute == ()

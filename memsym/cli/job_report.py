@@ -5,6 +5,7 @@ from a validated :class:`memsym.job.Job`.
 
 from __future__ import annotations
 
+from ..errors import StepTimeNotModelledError
 from ..frameworks import FRAMEWORK
 from .options import number_out
 
@@ -28,9 +29,17 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
 
     def priced() -> dict:
         # the same block whatever the memory convention: communication does not depend on it
-        if cluster and cluster_known(args):
+        if not (cluster and cluster_known(args)):
+            return {}
+        try:
             return communication_report(args, j)
-        return {}
+        except StepTimeNotModelledError:
+            if any(getattr(args, dest, None) is not None for _, dest in PRICING):
+                raise      # a time asked for by its own options: refused, as memsym time does
+            # --gpu alone also gives the capacity: the memory and the fit, as search ranks
+            # such a model by headroom (memsym.search.results), with one note
+            return {"notes": [f"step time not modelled for {printable(arch.name)}: memory and "
+                              "fit only"]}
 
     common = {
         "model": printable(arch.name),
@@ -57,6 +66,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                 "params": int(parameter_count(arch)), **priced(), "_total": byt["total"]}
     est = job_memory(j)
     extra = priced()
+    untimed = extra.pop("notes", [])
     grouped = est.grouped()
     byt = {key: _num(val) for key, val in grouped.items()}
     byt["total"] = sum(v_ for k_, v_ in byt.items() if k_ != "total")
@@ -71,7 +81,8 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
                            if s_.name in ("M_ws", "M_nccl", "phi_frag")},
             "sources": _sources(est),
             "params": int(parameter_count(arch)),
-            "notes": list(est.notes) + [printable(n, 200) for n in arch.extra.get("notes", ())],
+            "notes": list(est.notes) + [printable(n, 200) for n in arch.extra.get("notes", ())]
+            + untimed,
             **extra, "_total": byt["total"]}
 
 

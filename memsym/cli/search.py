@@ -536,7 +536,7 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     wide = max([22] + [len(w) + 1 for w in said])     # the column widens for the longest
     moe = bool(sp_.arch.num_experts)     # the experts' TP column where there are experts
     lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} "
-                 + (f"{'te':>3} " if moe else "") + f"{'v':>3} {'b':>3} "
+                 + (f"{'t_e':>3} " if moe else "") + f"{'v':>3} {'b':>3} "
                  f"{'ends':>7} {'recompute':<10}{'sharding':<{wide}}{'SP':<4}{'GB':>9}"
                  f"{'free GB':>9}{'step s':>10}  binding")
     for n, ((row, exact), words) in enumerate(zip(rows, said), 1):

@@ -12,7 +12,8 @@ from ..job_record import FIELD_PARTS
 from ..text import short
 from ..training import Training
 from ..timing.userbuffers import ub_config
-from ..values import boolean
+from ..limits import EFFICIENCY_RANGE
+from ..values import boolean, exact
 from ..vocabulary import MEGATRON_FSDP_OPTIMIZERS, MEGATRON_FSDP_SCHEMES
 
 
@@ -286,3 +287,19 @@ def megatron_fsdp_rows(shard: tuple, optimizer: str, framework: str, given: bool
                                 f"the {optimizer} optimizer (Megatron-LM's validate_args: sgd "
                                 "or adam)")
     return tuple(row for row in shard if row not in MEGATRON_FSDP_STRATEGY)
+
+
+def checked_efficiency(efficiency):
+    """The explicit GEMM efficiency eta_gemm [1], exact and within its physical range.
+
+    >>> checked_efficiency(0.5)
+    1/2
+    """
+    eff = exact(efficiency, "efficiency")
+    # a physical range (memsym.limits): 1e-310 made every time inf and every column NaN
+    lo, hi = (exact(x, "efficiency") for x in EFFICIENCY_RANGE)
+    if not lo <= eff <= hi:
+        raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s of "
+                                f"the GEMMs: {float(lo):g} <= efficiency <= {float(hi):g}, "
+                                f"got {short(efficiency)}")
+    return eff

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import InvalidValueError, NoFitError, StepTimeNotModelledError, UnknownNameError
@@ -177,7 +177,9 @@ class SearchResult:
         return NoFitError(
             f"no layout of {self.gpus} x {self.space.gpu.name} fits: the least memory is "
             f"{r['memory'] / 1e9:.4g} GB > {self.space.capacity / 1e9:.4g} GB "
-            f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, b={r['b']}, {r['recompute']} "
+            f"(t={r['t']}, p={r['p']}, c={r['c']}, d={r['d']}, "
+            + (f"e={r['e']}, t_e={r.get('t_e') or r['t']}, " if self.space.arch.num_experts
+               else "") + f"b={r['b']}, {r['recompute']} "
             f"recompute, {r['sharding']}; binding term: {r['binding']})"
             + (f"; {tight} layout{'s' if tight > 1 else ''} would fit without the fragmentation "
                "margin (tight: the allocator's reserve decides; expandable segments keep it "
@@ -279,10 +281,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     start = time.perf_counter()
     G_ = positive_whole(gpus, "gpus")
     model, gpu = from_job(model, gpu, options)
-    given = options.pop("space", None)
-    space, dropped = _shared_block_choices(
-        given or make_space(model, gpu, **options),
-        defaulted=given is None and options.get("recompute") is None)
+    space = options.pop("space", None) or make_space(model, gpu, **options)
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
     raw = len(grid["t"])
@@ -314,26 +313,28 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     cols["binding"] = binding_columns(cols)
     res = SearchResult(space, G_, cols, excluded, raw, time.perf_counter() - start, valid=n_ok,
                        timed=timed)
-    if dropped:
-        res.notes.append("selective recompute of a shared transformer block is not modelled: "
-                         f"recompute {' and '.join(space.recompute)} searched")
-    if not timed:
-        res.notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
-    elif space.global_batch_size is None:
-        res.notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
+    res.notes += _search_notes(space, timed)
     return res
 
 
-def _shared_block_choices(space: Space, defaulted: bool) -> tuple:
-    """``(space, dropped)``: a shared-block model's default recompute choices (``defaulted``:
-    none asked for, no Space given) without the selective recompute its memory terms refuse
-    (memsym.terms.mamba); a selective asked for is priced, and refused, as asked."""
-    dropped = defaulted and bool(space.arch.shared_blocks) and "selective" in space.recompute
-    if dropped:
-        space = replace(space, recompute=tuple(r for r in space.recompute if r != "selective"))
-    return space, dropped
+def _search_notes(space: Space, timed: bool) -> list:
+    """What a search left out or could not rank by, each one line."""
+    notes = []
+    if space.unmodelled_recompute:
+        notes.append(f"{' and '.join(space.unmodelled_recompute)} recompute of a shared "
+                     f"transformer block is not modelled: recompute {' and '.join(space.recompute)}"
+                     " searched")
+    if not timed:
+        notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
+    elif space.global_batch_size is None:
+        notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
+    return notes
 
 
+    if space.unmodelled_recompute:
+        res.notes.append(f"{' and '.join(space.unmodelled_recompute)} recompute of a shared "
+                         "transformer block is not modelled: recompute "
+                         f"{' and '.join(space.recompute)} searched")
 def _timed(space: Space) -> bool:
     """Whether the timing layer prices ``space``'s model: False only on its own refusal
     (:class:`StepTimeNotModelledError`, e.g. a shared-block hybrid), where the search keeps

@@ -11,8 +11,6 @@ import re
 from dataclasses import dataclass, fields
 
 from ..errors import InvalidValueError, UnknownNameError, choose
-from ..limits import EFFICIENCY_RANGE
-from ..text import short
 from ..values import boolean, exact
 from ..vocabulary import MEGATRON_FSDP_SCHEMES, MOE_DISPATCHERS, SEARCH_SHARDING
 from .. import hardware, model as models, rules as _rules
@@ -28,7 +26,7 @@ from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 # re-exported: the search's callers import them here
 from .job_fields import (HELD_FIELDS, MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS,  # noqa: F401
                          SEARCHED_FIELDS, carried_ub_config, checked_held, checked_overlaps, row_overlaps,
-                         global_batch_of, held_of,
+                         global_batch_of, held_of, checked_efficiency,
                          megatron_fsdp_rows, recompute_choice, refuse_unsearched, states_scheme,
                          unsearched_fields)
 
@@ -266,6 +264,9 @@ class Space:
     #: a job's other settings, held fixed: (name, value) pairs of HELD_FIELDS (job_fields)
     held: tuple = ()
     etp: tuple | None = None    # the experts' TP sizes tried (None: grid.expert_tp_sizes')
+    #: the framework's default recompute modes the model's memory terms refuse, left out of
+    #: the searched choices (a shared block's selective: memsym.terms.mamba); said in a note
+    unmodelled_recompute: tuple = ()
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -423,8 +424,12 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     dropout, _ = resolve_dropout(framework, None if dropout is None
                                  else boolean(dropout, "dropout"), model, arch)
     prec = choose("precision", precision, PRECISIONS)
+    # a shared block's selective recompute (Zamba, Zamba2) is refused by its memory terms:
+    # left out of the default choices, one place for every caller (search, min-gpus, --emit)
+    unmodelled = ("selective",) if recompute is None and arch.shared_blocks else ()
     shard, recompute, modes = _framework_choices(framework, arch, sharding, recompute,
                                                  finetune, flash_attention, prec)
+    recompute = tuple(r for r in recompute if r not in unmodelled)
     shard = megatron_fsdp_rows(shard, choose("optimizer", optimizer, OPTIMIZERS), framework,
                                given=sharding is not None)
     for scheme in shard:   # a scheme the precision is not modelled under: refused before searching
@@ -436,7 +441,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
             raise UnknownNameError("allowance", key, ALLOWANCES)
     # None: the step time predicts GEMM efficiency (memsym.timing.efficiency); a number is
     # the explicit, named override (the achieved GEMM efficiency eta_gemm)
-    eff = None if efficiency is None else _efficiency(efficiency)
+    eff = None if efficiency is None else checked_efficiency(efficiency)
     for what, val in (("first_stage_layers", first_stage_layers),
                       ("last_stage_layers", last_stage_layers)):
         if val is not None:
@@ -481,7 +486,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
         tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap),
-        held=checked_held(held), etp=_int_list(etp, "etp"))
+        held=checked_held(held), etp=_int_list(etp, "etp"),
+        unmodelled_recompute=tuple(r for r in unmodelled if r in modes))
 
 
 def space_differences(tr, space, **choices) -> list:
@@ -587,14 +593,3 @@ def _framework_choices(framework, arch, sharding, recompute, finetune, flash_att
         shard = tuple(dict.fromkeys("zero3" if x == "zero3" else "ddp" for x in shard))
     return shard, recompute, modes
 
-
-def _efficiency(efficiency):
-    """The explicit GEMM efficiency eta_gemm [1], exact and within its physical range."""
-    eff = exact(efficiency, "efficiency")
-    # a physical range (memsym.limits): 1e-310 made every time inf and every column NaN
-    lo, hi = (exact(x, "efficiency") for x in EFFICIENCY_RANGE)
-    if not lo <= eff <= hi:
-        raise InvalidValueError(f"efficiency is the achieved fraction of peak FLOP/s of "
-                                f"the GEMMs: {float(lo):g} <= efficiency <= {float(hi):g}, "
-                                f"got {short(efficiency)}")
-    return eff

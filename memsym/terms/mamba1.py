@@ -74,7 +74,7 @@ def mamba1_mixer_activations() -> Total:
     r"""Activations one Zamba Mamba-1 mixer keeps on transformers' torch path [bytes].
 
     Per micro-batch on one GPU, :math:`\tau = sb`, :math:`[b, H > 1]` = 1 for b > 1 and
-    H > 1, else 0:
+    H > 1, else 0 (for integers b, H >= 1, :math:`\min(b - 1, 1)\,\min(H - 1, 1)`):
 
     .. math::
 
@@ -110,7 +110,10 @@ def mamba1_mixer_activations() -> Total:
     (9872, 4744)
     """
     tok, d = s * b, d_ssm
-    many = sp.Piecewise((0, sp.Eq(b, 1) | sp.Eq(H_ssm, 1)), (1, True))
+    # [b, H > 1] for integers b, H >= 1 as a product of Mins, not a Piecewise of Eq | Eq:
+    # numpy's printing of an Or stacks its conditions into one array, which fails where the
+    # search hands a scalar H and an array b; Min prints as numpy.minimum, which broadcasts
+    many = sp.Min(b - 1, 1) * sp.Min(H_ssm - 1, 1)
     scan = "376-481 (mamba_selective_scan, the torch fallback)"
     terms = [
         Term("in_proj_input", 2 * tok * h, "in_proj's input (the pre-norm's output)",

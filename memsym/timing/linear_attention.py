@@ -104,7 +104,7 @@ def priced_kinds(x) -> tuple:
         raise StepTimeNotModelledError(
             f"the step time of {x.name!r}, a hybrid {what}/attention model, is not modelled "
             f"(its {what} layers are not priced; Mamba-2 and Gated DeltaNet are); its memory "
-            "estimate is: leave out --gpu and the time options")
+            "estimate and fit are: leave out the time options (memsym estimate --gpu gives them)")
     out = []
     for kind in dict.fromkeys(pattern):
         parts = dict(hybrid_layer_parameters(x, kind))

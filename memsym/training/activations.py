@@ -295,7 +295,8 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str,
     glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + clamp[moe]
                 + fp8_glu_input(fp8_glu, moe=moe).expr for moe in (False, True)}
     # the kept shared expert's own FP8 saving: moe_act does not reach the shared experts
-    # (shared_experts.py:156-160 checks only "shared_experts"), so it stays outside kept[True]
+    # (d98e8a64dd moe_layer.py:252-255 and :517-529 checkpoint them on "shared_experts" only;
+    # moe_act is read by the routed experts, experts.py:271), so it stays outside kept[True]
     shared_fp8 = (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
                   - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
