@@ -17,7 +17,7 @@ from typing import Callable
 from ..errors import NoFitError
 from ..numeric import distinct
 from .space import CHOICE_KEYS, KNOBS, RULES, divisors_of
-from .grid import rule_masks, stage_splits
+from .grid import expert_tp_sizes, rule_masks, stage_splits
 from .evaluate import binding_columns, evaluate_grid
 from .exact import exact_row
 from .results import no_fit_hint
@@ -27,9 +27,11 @@ __all__ = ["candidate_knobs", "evaluate_rows", "smallest_d_by_divisors", "smalle
 
 
 def candidate_knobs(space, maxg: int) -> tuple:
-    """``(knobs, offer)``: the candidate (t, p, c, e, v, b) rows that pass the knob rules
+    """``(knobs, offer)``: the candidate (t, p, c, e, v, b, t_e) rows that pass the knob rules
     within ``maxg`` GPUs [GPUs] (every rule but the world size and the d-dependent ones), with
     their first/last stage sizes ``f``, ``l`` where ``offer`` (uneven end stages offered).
+    The experts' TP sizes t_e beside each t are those :func:`search` tries
+    (:func:`memsym.search.grid.expert_tp_sizes`).
 
     Examples
     --------
@@ -37,6 +39,9 @@ def candidate_knobs(space, maxg: int) -> tuple:
     >>> knobs, offer = candidate_knobs(make_space("llama2-7b", "a100-80gb"), 8)
     >>> int((knobs["t"] * knobs["p"] * knobs["c"]).max()) <= 8
     True
+    >>> knobs, _ = candidate_knobs(make_space("mixtral-8x7b", "h100-80gb"), 8)
+    >>> sorted({(int(t), int(te)) for t, te in zip(knobs["t"], knobs["t_e"])})
+    [(1, 1), (2, 1), (2, 2), (4, 1), (4, 4), (8, 1), (8, 8)]
     """
     import numpy as np
 
@@ -53,9 +58,12 @@ def candidate_knobs(space, maxg: int) -> tuple:
     cand_c = space.cp or (1,)
     cand_e = space.ep or (tuple(divisors_of(x.num_experts)) if x.num_experts else (1,))
     cand_v = space.vpp or (1,)   # interleaving never lowers memory (seed 001): v = 1 for sizing
-    prod = np.array(list(itertools.product(cand_t, cand_p, cand_c, cand_e, cand_v,
-                                           space.micro_batch_sizes)), dtype=np.int64)
-    grid = {k: prod[:, i] for i, k in enumerate(("t", "p", "c", "e", "v", "b"))}
+    # (t, t_e) pairs: the experts' TP sizes the search tries beside each t (one rule)
+    cand_tte = [(tt, te) for tt in cand_t for te in expert_tp_sizes(space, tt)]
+    prod = np.array([(tt, pp, cc, ee, vv, bb, te) for (tt, te), pp, cc, ee, vv, bb in
+                     itertools.product(cand_tte, cand_p, cand_c, cand_e, cand_v,
+                                       space.micro_batch_sizes)], dtype=np.int64)
+    grid = {k: prod[:, i] for i, k in enumerate(("t", "p", "c", "e", "v", "b", "t_e"))}
     if offer:
         grid = with_splits(x.num_layers, grid, cand_v)
     grid["d"] = np.ones(len(grid["t"]), dtype=np.int64)
@@ -68,7 +76,8 @@ def candidate_knobs(space, maxg: int) -> tuple:
     grid = {k: val[grid["t"] * grid["p"] * grid["c"] <= maxg] for k, val in grid.items()}
     if not len(grid["t"]):
         raise NoFitError(f"no layout passes the rules within {maxg} GPUs")
-    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b") + (("f", "l") if offer else ())}
+    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b", "t_e")
+             + (("f", "l") if offer else ())}
     return knobs, offer
 
 
@@ -98,8 +107,9 @@ def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
         report(done, len(dvs))
         ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
                                  & (knobs["t"] * knobs["p"] * knobs["c"] * dv <= maxg))
-        if x.num_experts:
-            ok_rows = ok_rows[(knobs["c"][ok_rows] * dv) % knobs["e"][ok_rows] == 0]
+        if x.num_experts:   # rule ep-group: e t_e divides t c d
+            ok_rows = ok_rows[(knobs["t"][ok_rows] * knobs["c"][ok_rows] * dv)
+                              % (knobs["e"][ok_rows] * knobs["t_e"][ok_rows]) == 0]
         if not len(ok_rows):
             continue
         cols = evaluate_rows(space, knobs, np.full(len(ok_rows), dv), rows=ok_rows)
@@ -161,9 +171,9 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
             "sequence_parallel": m1["sequence_parallel"], "offload": m1["offload"]}
     tpc0 = (knobs["t"] * knobs["p"] * knobs["c"])[rows["knob"]]
     step = np.ones(len(dstar), dtype=np.int64)
-    if x.num_experts:
-        ee, cc = knobs["e"][rows["knob"]], knobs["c"][rows["knob"]]
-        step = ee // np.gcd(ee, cc)
+    if x.num_experts:   # rule ep-group: e t_e divides t c d, so d steps by e t_e / gcd
+        ete = (knobs["e"] * knobs["t_e"])[rows["knob"]]
+        step = ete // np.gcd(ete, (knobs["t"] * knobs["c"])[rows["knob"]])
     kmax = maxg // (tpc0 * step)      # d = k step with t p c d <= max_gpus
     with np.errstate(invalid="ignore"):
         kstar = np.where(np.isfinite(dstar), np.ceil(dstar / step), 0)
