@@ -19,7 +19,7 @@ from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.model import Architecture
 from memsym.search import launch_overlaps, min_gpus
-from memsym.search.fewest_gpus import smallest_multiple
+from memsym.search.fewest_gpus import known_bounds, smallest_multiple
 from memsym.training import Layout, Training, training_memory
 
 GB = 10**9
@@ -169,3 +169,20 @@ def test_cli_min_gpus_says_the_experts_tp(capsys):
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert ("etp 1" in text) == (lay["tp"] > 1)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(rows=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 4), st.integers(1, 64),
+                               st.integers(1, 400), st.integers(1, 400)),
+                     min_size=1, max_size=12))
+def test_search_started_from_known_sizes_is_the_same(rows):
+    # each row: (the smallest fitting d, step, k_max, two sizes d already priced).  What the
+    # priced sizes say (fits where d >= need; counted only at multiples of step) must not
+    # change the answer: the smallest multiple of step at or above need within k_max step
+    need, step, kmax, pa, pb = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    exact = -(-need // step) * step
+    exact = np.where(exact <= kmax * step, exact, 0)
+    idx = np.arange(len(need))
+    lo, hi = known_bounds(step, kmax, [(idx, dv, dv >= need) for dv in (pa, pb)])
+    got = smallest_multiple(lambda r, dv: dv >= need[r], step, kmax, lo=lo, hi=hi)
+    assert got.tolist() == exact.tolist()

@@ -178,13 +178,17 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     with np.errstate(invalid="ignore"):
         kstar = np.where(np.isfinite(dstar), np.ceil(dstar / step), 0)
     dstar = np.where((kstar >= 1) & (kstar <= kmax), kstar * step, 0).astype(np.int64)
-    _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report)
+    everyone = np.arange(len(dstar))
+    probes = [(everyone, np.full(len(dstar), dv), part["memory"] <= cap)
+              for dv, part in ((1, m1), (2, m2), (4, m4))]
+    _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report, probes)
     return rows, dstar
 
 
-def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> None:
+def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report, probes) -> None:
     """Check each row's d* on the compiled totals (d* fits, d* - step does not), and search
-    in place the rows where that fails."""
+    in place the rows where that fails, from what ``probes`` (``(rows, d, fits)`` triples:
+    the d = 1, 2, 4 evaluations) and these checks already know of each."""
     import numpy as np
 
     cap = float(space.capacity)
@@ -209,6 +213,8 @@ def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> 
     both = fits_at(np.concatenate([live, below]),
                    np.concatenate([dstar[live], dstar[below] - step[below]]))
     top_ok = both[:len(live)]
+    probes = probes + [(live, dstar[live], top_ok),
+                       (below, dstar[below] - step[below], both[len(live):])]
     low = below[top_ok[has_low]]
     low_fits = both[len(live):][top_ok[has_low]]
     # np.union1d / np.setdiff1d, spelled with distinct (numpy's import numpy.ma at once)
@@ -223,9 +229,45 @@ def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> 
         redo = redo[tpc0[redo] * step[redo] <= g_known]
     if len(redo):
         report(3, 3)
-        # nor is a row once its smallest possible G exceeds one found fitting
+        # nor is a row once its smallest possible G exceeds one found fitting; the search
+        # starts from the d each row is already known to fit at or not (no d priced twice)
+        lo, hi = known_bounds(step, kmax, probes)
         dstar[redo] = smallest_multiple(lambda r, dv: fits_at(redo[r], dv), step[redo],
-                                        kmax[redo], weight=tpc0[redo], known=g_known)
+                                        kmax[redo], weight=tpc0[redo], known=g_known,
+                                        lo=lo[redo], hi=hi[redo])
+
+
+def known_bounds(step, kmax, probes) -> tuple:
+    """``(lo, hi)`` per row: the largest k known not to fit and the smallest k (at most
+    ``kmax``) known to fit (0: none), from ``probes`` of ``(rows, d, fits)`` at the d
+    [GPUs] that are multiples of the row's step (d = k step; memory is nonincreasing in d).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rows = np.array([0, 1, 2])
+    >>> lo, hi = known_bounds(np.array([1, 2, 1]), np.array([8, 8, 3]),
+    ...                       [(rows, np.array([2, 2, 4]), np.array([False, True, True])),
+    ...                        (rows, np.array([4, 3, 1]), np.array([True, True, False]))])
+    >>> lo.tolist(), hi.tolist()
+    ([2, 0, 1], [4, 1, 0])
+    """
+    import numpy as np
+
+    step = np.asarray(step, dtype=np.int64)
+    lo = np.zeros(len(step), dtype=np.int64)
+    hi = np.zeros(len(step), dtype=np.int64)
+    for sel, dvals, ok in probes:
+        dvals = np.asarray(dvals, dtype=np.int64)
+        on = dvals % step[sel] == 0          # a d the row may take (rule ep-group)
+        kk = dvals // step[sel]
+        fit = on & ok & (kk <= kmax[sel])
+        miss = on & ~ok
+        np.maximum.at(lo, sel[miss], kk[miss])
+        cur = hi[sel[fit]]
+        hi[sel[fit]] = np.where((cur == 0) | (kk[fit] < cur), kk[fit], cur)
+    # memory nonincreasing in d keeps lo below hi; a float tie at the boundary may not
+    return np.where((hi > 0) & (lo >= hi), hi - 1, lo), hi
 
 
 def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
@@ -251,10 +293,13 @@ def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
         floor=exact_row(space, least)["bytes"]["total"], hint=no_fit_hint(space))
 
 
-def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None):
+def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None, lo=None, hi=None):
     """For each row r the smallest d = k step[r] (1 <= k <= kmax[r]) with ``fits(rows, d)``
     true, 0 where none: galloping on k (1, 2, 4, ...), then bisection.  ``fits`` must be
     monotone in d (memory is nonincreasing in d); it is called on index arrays of rows.
+    ``lo`` / ``hi``: per row, a k already known not to fit / to fit (0: none, as
+    :func:`known_bounds` gives them); the gallop then starts at 2 lo, and a row with both
+    is only bisected.
 
     With ``weight`` (GPUs per unit of d [GPUs], t p c) only the rows that can reach the
     fewest GPUs are searched to the end: a row whose G = weight d is already known to exceed
@@ -272,15 +317,20 @@ def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None):
     >>> smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
     ...                    np.array([64, 64, 64, 32]), weight=np.array([8, 1, 1, 1])).tolist()
     [1, 5, 0, 0]
+    >>> smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
+    ...                    np.array([64, 64, 64, 32]), lo=np.array([0, 4, 2, 0]),
+    ...                    hi=np.array([1, 0, 0, 0])).tolist()
+    [1, 5, 12, 0]
     """
     import numpy as np
 
     known = np.inf if known is None else known
     step = np.asarray(step, dtype=np.int64)
     kmax = np.asarray(kmax, dtype=np.int64)
-    lo = np.zeros(len(step), dtype=np.int64)   # largest k known not to fit
-    hi = np.zeros(len(step), dtype=np.int64)   # smallest k known to fit (0: none)
-    k = np.ones(len(step), dtype=np.int64)
+    # largest k known not to fit; smallest k known to fit (0: none)
+    lo = np.zeros(len(step), dtype=np.int64) if lo is None else np.array(lo, dtype=np.int64)
+    hi = np.zeros(len(step), dtype=np.int64) if hi is None else np.array(hi, dtype=np.int64)
+    k = np.where(lo > 0, np.minimum(2 * lo, kmax), 1)
 
     def hopeful(rows):
         """The rows whose fewest possible GPUs, weight (lo + 1) step, is within the best
@@ -293,7 +343,7 @@ def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None):
             known = min(known, int((weight[found] * hi[found] * step[found]).min()))
         return rows[weight[rows] * (lo[rows] + 1) * step[rows] <= known]
 
-    todo = hopeful(np.flatnonzero(kmax >= 1))
+    todo = hopeful(np.flatnonzero((kmax >= 1) & (hi == 0) & (lo < kmax)))
     while len(todo):
         ok = np.asarray(fits(todo, k[todo] * step[todo]), dtype=bool)
         hi[todo[ok]] = k[todo[ok]]
