@@ -18,7 +18,7 @@ from ..errors import NoFitError
 from ..numeric import distinct
 from .space import CHOICE_KEYS, KNOBS, RULES, divisors_of
 from .grid import expert_tp_sizes, rule_masks, stage_splits
-from .evaluate import binding_columns, evaluate_grid
+from .evaluate import binding_columns, evaluate_grid, stage_slots
 from .exact import exact_row
 from .results import no_fit_hint
 
@@ -81,16 +81,19 @@ def candidate_knobs(space, maxg: int) -> tuple:
     return knobs, offer
 
 
-def evaluate_rows(space, knobs, dvals, only=None, rows=None, per_stage=False) -> dict:
+def evaluate_rows(space, knobs, dvals, only=None, rows=None, per_stage=False,
+                  slots=None) -> dict:
     """Memory of knob rows (``rows``, default all) at data-parallel sizes ``dvals`` [GPUs]
     under every discrete choice (or the row's own choice with ``only``): the columns of
-    :func:`memsym.search.evaluate.evaluate_grid`, without the step time."""
+    :func:`memsym.search.evaluate.evaluate_grid`, without the step time.  ``slots``: the
+    knobs' :func:`memsym.search.evaluate.stage_slots`, computed once for every call."""
     import numpy as np
 
     sel = np.arange(len(knobs["t"])) if rows is None else rows
     g2 = {k: knobs[k][sel] for k in knobs}
     g2["d"] = np.asarray(dvals, dtype=np.int64)
-    return evaluate_grid(space, g2, want_time=False, only=only, per_stage=per_stage)
+    return evaluate_grid(space, g2, want_time=False, only=only, per_stage=per_stage,
+                         slots=None if slots is None else slots.take(sel))
 
 
 def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
@@ -103,6 +106,7 @@ def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
     # micro-batches in flight, more sharding), so the first divisor that fits is the answer
     best = {}
     dvs = sorted({dv for bb in distinct(knobs["b"]) for dv in divisors_of(B // int(bb))})
+    slots = stage_slots(space, knobs)     # the same layouts at every d: their stages once
     for done, dv in enumerate(dvs, 1):
         report(done, len(dvs))
         ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
@@ -112,7 +116,8 @@ def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
                               % (knobs["e"][ok_rows] * knobs["t_e"][ok_rows]) == 0]
         if not len(ok_rows):
             continue
-        cols = evaluate_rows(space, knobs, np.full(len(ok_rows), dv), rows=ok_rows)
+        cols = evaluate_rows(space, knobs, np.full(len(ok_rows), dv), rows=ok_rows,
+                             slots=slots)
         fit = cols["memory"] <= cap
         for j in np.flatnonzero(fit):
             key = (int(ok_rows[cols["row"][j]]), cols["recompute"][j], cols["sharding"][j],
@@ -151,7 +156,9 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     report(1, 3)
     # the three probes in one evaluation (its cost is mostly per call), split back by row
     tiled = np.tile(np.arange(nk), 3)
-    m124 = evaluate_rows(space, knobs, np.repeat([1, 2, 4], nk), rows=tiled, per_stage=True)
+    slots = stage_slots(space, knobs)     # the same layouts at every d: their stages once
+    m124 = evaluate_rows(space, knobs, np.repeat([1, 2, 4], nk), rows=tiled, per_stage=True,
+                         slots=slots)
     m1, m2, m4 = ({k: val[(m124["row"] // nk) == i] for k, val in m124.items()}
                   for i in range(3))
     for part in (m2, m4):
@@ -181,24 +188,27 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     everyone = np.arange(len(dstar))
     probes = [(everyone, np.full(len(dstar), dv), part["memory"] <= cap)
               for dv, part in ((1, m1), (2, m2), (4, m4))]
-    _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report, probes)
+    _verify_fit(space, (knobs, slots), rows, dstar, step, kmax, tpc0, linear, report, probes)
     return rows, dstar
 
 
-def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report, probes) -> None:
+def _verify_fit(space, knobs_slots, rows, dstar, step, kmax, tpc0, linear, report,
+                probes) -> None:
     """Check each row's d* on the compiled totals (d* fits, d* - step does not), and search
     in place the rows where that fails, from what ``probes`` (``(rows, d, fits)`` triples:
-    the d = 1, 2, 4 evaluations) and these checks already know of each."""
+    the d = 1, 2, 4 evaluations) and these checks already know of each (``knobs_slots``:
+    the candidate knobs and their :func:`memsym.search.evaluate.stage_slots`)."""
     import numpy as np
 
     cap = float(space.capacity)
+    knobs, slots = knobs_slots
 
     def fits_at(sel, dvals):
         """Whether knob-and-choice rows ``sel`` fit at data-parallel sizes ``dvals``."""
         out = np.zeros(len(sel), dtype=bool)
         if len(sel):
             memd = evaluate_rows(space, knobs, dvals, rows=rows["knob"][sel],
-                                 only={k: rows[k][sel] for k in CHOICE_KEYS})
+                                 only={k: rows[k][sel] for k in CHOICE_KEYS}, slots=slots)
             out[memd["row"]] = memd["memory"] <= cap
         return out
 
