@@ -18,7 +18,8 @@ memsym's symbolic conventions against an independent implementation, to the byte
   tests/test_engine_sac.py, each with its version's save set; and
 
 * the saved-tensor measurement of transformers' code (:func:`saved_storage_bytes`), shared by
-  tests/test_zamba2_activations.py, tests/test_qwen3_next_gate.py and tests/test_hf_norms.py.
+  tests/test_zamba2_activations.py, tests/test_qwen3_next_gate.py and tests/test_hf_norms.py,
+  and storage by storage (:func:`saved_storages`) by tests/test_clamped_glu.py.
 
 The only departures from the published text, all made so that the arithmetic is exact:
 
@@ -969,10 +970,10 @@ def torchtitan_op_sac_context(save_ops):
 
 # --- the bytes autograd keeps while transformers' code runs ----------------------------------
 
-def saved_storage_bytes(run, own=()) -> int:
-    """Call ``run()`` and return the bytes of the distinct storages autograd saves meanwhile,
-    the storages of the tensors in ``own`` (the model's parameters, RoPE tables computed once
-    per model) left out [bytes].
+def saved_storages(run, own=()) -> dict:
+    """Call ``run()`` and return ``{storage address: bytes}`` of the distinct storages autograd
+    saves meanwhile, the storages of the tensors in ``own`` (the model's parameters, RoPE tables
+    computed once per model) left out.
 
     Every tensor saved through ``torch.autograd.graph.saved_tensors_hooks`` is traced to its
     storage; each storage is counted once and in full (a saved view keeps its whole base
@@ -991,4 +992,9 @@ def saved_storage_bytes(run, own=()) -> int:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         run()
-    return sum(kept.values())
+    return kept
+
+
+def saved_storage_bytes(run, own=()) -> int:
+    """The bytes of :func:`saved_storages`, summed [bytes]."""
+    return sum(saved_storages(run, own).values())

@@ -11,6 +11,17 @@ two fp32 Adam moments, 4 + 8 = 12 bytes, split over d c ranks by the distributed
 which Bridge's PEFT recipes run (``distributed_fused_adam_with_cosine_annealing``:
 ``use_distributed_optimizer=True``, synced onto the DDP config, training/config.py:1812-1833 at
 33655ef845).
+
+fp16_mixed sets ``params_dtype=torch.half`` and ``grad_reduce_in_fp32=False``
+(training/mixed_precision.py:201-213 at 067f987df0), so the gradient buffer takes the
+parameter's dtype (param_and_grad_buffer.py:924 at d98e8a64dd, ``grad_dtype = torch.float if
+grad_reduce_in_fp32 else param.dtype``): 2 bytes, and the optimizer steps on an fp32 copy of
+it (distrib_optimizer.py:2792 ``shard_model_grad.float()`` of the rank's shard; optimizer.py:1097
+``main_grad.float()`` whole under DDP): 4 bytes, made at the step.  fp32 parameters have no
+main copy (the ``torch.cuda.FloatTensor`` branch, distrib_optimizer.py:466) and ``.float()``
+of an fp32 gradient is the same tensor.  The FP8 and NVFP4 recipes start from bf16_mixed
+(mixed_precision.py:225, :411) and the adapters are Megatron-core linears (peft/utils.py:1033-1080,
+not Transformer Engine's), so they keep bf16's widths.
 """
 
 from __future__ import annotations
@@ -21,6 +32,9 @@ from memsym.symbols import N_a
 from memsym.training import Layout, Training, training_memory
 from memsym.training.model_states import stage_counts
 from memsym.job import job as make_job
+from memsym.symbols import b_g, b_m, b_mg, b_o, c, d
+from memsym.terms.adapters import megatron_adapter_widths
+from memsym.training.model_states import state_terms, state_training
 
 
 def _per_adapter(layout, training):
@@ -46,3 +60,46 @@ def test_bridge_adapters_bf16_gradient_buffer_and_ddp():
     # the main copy and the moments stay whole, 12
     assert _per_adapter(Layout(t=2, d=4), _lora(grad_dtype="bf16", sharding="ddp")) == (2, 2, 12)
 
+
+
+def _widths(precision, grad_dtype=None, scheme="distributed-optimizer", n=4):
+    w = megatron_adapter_widths(precision, grad_dtype, scheme=scheme, shards=n)
+    return (w["adapter_dtype"], w["base_dtype"], w[b_g], w[b_mg], w[b_m], w[b_o])
+
+
+def test_widths_every_precision_and_gradient_dtype():
+    # (adapter dtype, base dtype, grad, fp32 main grad / n, fp32 main param / n, Adam 8 / n),
+    # by hand from the rules in the module docstring, n = d c = 4
+    q = sp.Rational
+    assert _widths("bf16") == ("bf16", "bf16", 4, 0, 1, 2)            # grad_reduce_in_fp32
+    assert _widths("bf16", "bf16") == ("bf16", "bf16", 2, 1, 1, 2)    # --grad-reduce-in-bf16
+    assert _widths("fp16") == ("fp16", "fp16", 2, 1, 1, 2)            # fp16_mixed: fp16 grads
+    assert _widths("fp16", "fp32") == ("fp16", "fp16", 4, 0, 1, 2)    # fp16 + grad_reduce_in_fp32
+    assert _widths("fp8") == ("bf16", "bf16", 4, 0, 1, 2)             # bf16_mixed-based FP8
+    assert _widths("fp8", "bf16") == ("bf16", "bf16", 2, 1, 1, 2)
+    assert _widths("fp4") == ("bf16", "bf16", 4, 0, 1, 2)             # bf16_with_nvfp4_mixed
+    assert _widths("fp32") == ("fp32", "fp32", 4, 0, 0, 2)            # no main copies
+    # DDP (Float16OptimizerWithFloat16Params): the copies whole, n = 1
+    assert _widths("fp16", scheme="ddp", n=1) == ("fp16", "fp16", 2, 4, 4, 8)
+    assert _widths("bf16", n=3)[4:] == (q(4, 3), q(8, 3))
+
+
+def test_fp16_lora_job_states():
+    # the fp16 job per adapter parameter: 2 (fp16 weight) + 2 (fp16 grad) + (4 + 4 + 8)/(d c),
+    # the fp16 frozen base at 2 bytes; the fp32 main grad is a step state
+    tr = _lora(precision="fp16")
+    terms = {t.key: t.expr for t in state_terms(False, state_training(tr))}
+    per = {k: sp.simplify(terms[k].subs(N_a, 1).subs({d: 4, c: 1}))
+           for k in ("adapter_weights", "gradients", "main_gradients", "optimizer")}
+    assert per == {"adapter_weights": 2, "gradients": 2, "main_gradients": 1, "optimizer": 3}
+    assert _per_adapter(Layout(t=2, d=4), tr) == (2, 2, 3)
+
+
+def test_fp32_lora_job_keeps_an_fp32_base():
+    # params_dtype fp32: the frozen base 4 bytes a weight, twice the bf16 job's
+    lay = Layout(t=2, d=4)
+    grp32 = training_memory("qwen3-8b", lay, _lora(precision="fp32")).grouped()
+    grp16 = training_memory("qwen3-8b", lay, _lora()).grouped()
+    for key in ("weights", "weights_unquantized"):
+        assert sp.nsimplify(grp32[key] / grp16[key]) == 2
+    assert _per_adapter(lay, _lora(precision="fp32")) == (4, 4, 2)   # 8 / 4, no main copy

@@ -28,6 +28,8 @@ from memsym.terms.activations import clamped_glu_copy, unfused_glu_products
 from memsym.terms.eager_glu import eager_clamped_glu_input
 from memsym.training import Layout, Training, training_memory
 
+from framework_ports import saved_storage_bytes, saved_storages
+
 
 def test_copy_by_hand_small_config():
     # s = 16, b = 2, top-2, TP 2, ETP 1: a rank receives R = 2 x 16 x 2 / 2 = 32 routed rows;
@@ -58,29 +60,25 @@ def test_the_saved_width_replayed_in_torch():
     rows, f_e, clamp = 6, 5, 7.0
     fc1 = torch.randn(rows, 2 * f_e, dtype=torch.bfloat16, requires_grad=True)
     weights = torch.rand(rows, 1, dtype=torch.float32)
-    saved = {}
+    out = fc1 * 1                         # the fc1 GEMM's output
+    made = {}
 
-    def pack(x):
-        st = x.untyped_storage()
-        saved[st.data_ptr()] = st.nbytes()
-        return x
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-        out = fc1 * 1                     # the fc1 GEMM's output (no grad_fn saves it)
-        saved.clear()
+    def run():
         x_glu, x_linear = out.chunk(2, -1)
         inp = torch.cat((x_glu.clamp(min=None, max=clamp),
                          x_linear.clamp(min=-clamp, max=clamp)), -1)
-        inp = inp.view(-1, out.shape[-1])
-        offset = torch.tensor(1.0, dtype=inp.dtype)
-        SavesInput.apply(inp, weights, offset)
+        made["inp"] = inp = inp.view(-1, out.shape[-1])
+        made["offset"] = torch.tensor(1.0, dtype=inp.dtype)
+        SavesInput.apply(inp, weights, made["offset"])
+
+    saved = saved_storages(run)
     fc1_storage = out.untyped_storage().data_ptr()
     assert fc1_storage in saved                          # the clamps keep the fc1 output
     # beside it, the routing weights and the scalar offset, the function saves one new tensor
     others = {fc1_storage, weights.untyped_storage().data_ptr(),
-              offset.untyped_storage().data_ptr()}
+              made["offset"].untyped_storage().data_ptr()}
     new = {p: n for p, n in saved.items() if p not in others}
-    assert new == {inp.untyped_storage().data_ptr(): rows * 2 * f_e * 2}   # one 2f_e bf16 copy
+    assert new == {made["inp"].untyped_storage().data_ptr(): rows * 2 * f_e * 2}  # 2f_e bf16
 
 
 def _gpt_oss_activations(clamped: bool, **training) -> int:
@@ -186,26 +184,20 @@ def _eager_glu_saved(torch, quick_gelu, *, clamp, moe, rows=6, f=5):
     transformer/mlp.py:321-334) saves beyond the fc1 output and the routing weights."""
     fc1 = torch.randn(rows, 2 * f, dtype=torch.bfloat16, requires_grad=True)
     probs = torch.rand(rows, 1, dtype=torch.float32, requires_grad=True)
-    saved = {}
+    out = fc1 * 1                         # the fc1 GEMM's output
+    made = {}
 
-    def pack(x):
-        st = x.untyped_storage()
-        saved[st.data_ptr()] = st.nbytes()
-        return x
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-        out = fc1 * 1                     # the fc1 GEMM's output (no grad_fn saves it)
-        saved.clear()
+    def run():
         x_glu, x_linear = torch.chunk(out, 2, dim=-1)
         if clamp:
             x_glu = x_glu.clamp(min=None, max=7.0)
             x_linear = x_linear.clamp(min=-7.0, max=7.0)
         y = quick_gelu(x_glu) * (x_linear + 1.0)
-        if moe:
-            y = (y * probs).to(torch.bfloat16)
-    y.float().sum().backward()
-    others = {out.untyped_storage().data_ptr(), probs.untyped_storage().data_ptr()}
-    return sum(n for ptr, n in saved.items() if ptr not in others) // 2 // rows
+        made["y"] = (y * probs).to(torch.bfloat16) if moe else y
+
+    kept = saved_storage_bytes(run, own=(out, probs))
+    made["y"].float().sum().backward()
+    return kept // 2 // rows
 
 
 @pytest.mark.parametrize("moe", [True, False])
@@ -370,3 +362,38 @@ def test_memsyms_swiglu_fusion_option_is_megatrons(capsys):
     llama = ("llama2-7b", "--seq-length", "2048", "--world-size", "8")
     on, off = run(*llama)[0], run(*llama, "--no-bias-swiglu-fusion")
     assert off == (on + 32 * 2048 * 11008 * 2 * 2, [])
+
+
+def test_eager_silu_replayed_in_torch():
+    # --swiglu's activation is F.silu itself (not compiled): it saves its input, so the clamp
+    # adds the clamped gate half, one f per row, as under quick_gelu (measured, not assumed)
+    torch = pytest.importorskip("torch")
+    f = 5
+    for moe in (False, True):
+        plain = _eager_glu_saved(torch, torch.nn.functional.silu, clamp=False, moe=moe, f=f)
+        clamped = _eager_glu_saved(torch, torch.nn.functional.silu, clamp=True, moe=moe, f=f)
+        assert (plain, clamped) == ((3 if moe else 2) * f, (4 if moe else 3) * f)
+
+
+def test_megatron_eager_clamped_swiglu(capsys):
+    # --swiglu --no-bias-swiglu-fusion: bias_activation_fusion False (argument_utils.py:314-317),
+    # so the MLP and the experts run the eager glu with the clamp (mlp.py:327-329,
+    # moe/experts.py:1004-1006); F.silu saves the clamped gate half, a new bf16 tensor of f_e
+    # per routed row: 4 MoE layers x R = 4096 x 4 rows x 2880 x 2 bytes.  A dense first layer
+    # (--moe-layer-freq) keeps s b f = 4096 x 2880 elements more
+    def acts(*extra):
+        import json
+
+        from in_process import estimate
+
+        code, out, err = estimate(capsys, *_swiglu(), *extra)
+        assert code == 0, err
+        return json.loads(out)["bytes"]["activations"]
+
+    unfused = ("--no-bias-swiglu-fusion",)
+    assert acts(*unfused, *_CLAMP) - acts(*unfused) == _LAYERS * _ROWS * _FE * 2
+    dense = ("--moe-layer-freq", "[0]+[1]*3", *unfused)
+    assert acts(*dense, *_CLAMP) - acts(*dense) == 4096 * 2880 * 2 + 3 * _ROWS * _FE * 2
+    # fused: WeightedSwiGLUFunction clamps inside its forward and saves only its input
+    # (fused_bias_swiglu.py:266-276): no change
+    assert acts(*_CLAMP) == acts()

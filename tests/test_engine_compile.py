@@ -93,3 +93,51 @@ def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(tmp_path):
     saved = int(run.stdout.split()[-1])
     assert saved == _memsym_logits(True) == 2 * T * V + 8 * T, \
         f"saved {saved} bytes, expected {2 * T * V + 8 * T}"
+
+
+def _compiled_grad_buffer() -> tuple:
+    """(whether the compiled loss's backward wrote the logits' gradient into the logits' own
+    storage, that gradient's bytes): the logits come from a matmul as torchtitan's output
+    layer makes them, and only the loss keeps them once ``pred`` is dropped (train step)."""
+    import torch._inductor.config as inductor_config
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x = torch.randn(T, 32, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(V, 32, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, V, (1, T))
+    pred = (x @ w.t()).unsqueeze(0)
+    ptr, seen = pred.untyped_storage().data_ptr(), {}
+    pred.register_hook(lambda g: seen.update(ptr=g.untyped_storage().data_ptr(),
+                                             nbytes=g.untyped_storage().nbytes()) or None)
+    with inductor_config.patch({"cpp.vec_isa_ok": False}):
+        loss = torch.compile(_loss, backend="inductor")(pred, labels)
+    del pred
+    loss.backward()
+    return seen["ptr"] == ptr, seen["nbytes"]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="Inductor's CPU backend needs a C++ compiler")
+def test_compiled_loss_backward_makes_a_new_16bit_gradient(tmp_path):
+    """The saved 16-bit logits are the compiled graph's input, which AOTAutograd does not
+    donate to the backward: the logits' gradient is a new 2TV-byte buffer beside them (memsym's
+    ``logits_grad_16bit`` in the loss's backward), not written over them."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    from memsym.terms.transients import torch_cross_entropy_transient
+
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(here.parent), str(here),
+                                           os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", "import test_engine_compile as t; "
+                          "print(*t._compiled_grad_buffer())"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=here)
+    assert run.returncode == 0, run.stderr[-2000:]
+    same, nbytes = run.stdout.split()[-2:]
+    grad = torch_cross_entropy_transient()["logits_16bit"].evaluate(s=T, b=1, c=1, t=1, V=V)
+    assert same == "False" and int(nbytes) == grad == 2 * T * V == 128000

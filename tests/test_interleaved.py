@@ -19,9 +19,10 @@ import pytest
 
 from memsym.errors import InvalidValueError
 from memsym.model import preset
-from memsym.terms.pipeline_order import simulate
+from memsym.terms.pipeline_order import bubble_fraction, simulate
 from memsym.timing.interleaved import (MAX_PASSES, exact_interleaved, interleaved_makespan,
                                        schedule_levels)
+from memsym.timing.pipeline import bubble_in_stages, microbatch_group, simulated_pipeline
 from memsym.timing.records import Settings
 from memsym.timing.step import step_time_grid
 
@@ -102,3 +103,19 @@ def test_grid_prices_interleaved_rows_as_the_simulated_schedule(first, last):
     grid = step_time_grid(preset("llama3-8b"), "h100", **kw)
     exact = step_time_grid(preset("llama3-8b"), "h100", exact_schedule=True, **kw)
     np.testing.assert_allclose(grid["step"], exact["step"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("st", [Settings(torch_rounds=True), Settings(group_size=2)])
+def test_a_group_below_p_runs_megatrons_default_in_all_three_places(st):
+    # p = 4, m = 3, v = 2: torch's round is floor(3 / max(1, floor(3/4))) = 3 < p, and a set
+    # group of 2 is below p too; Megatron's order takes N >= p, so each place runs N = p = 4.
+    # Expected: the simulated order at N = 4 (stages forward 1, backward 2, v = 2 chunks).
+    p, m, v = 4, 3, 2
+    assert microbatch_group(st, p, m, v) == 4
+    want = simulate(p, m, v, 4, forward=[1.0] * p, backward=[2.0] * p).makespan
+    tau = {r: (1.0, 2.0) for r in ("first", "middle", "last")}
+    assert float(exact_interleaved(st, -1.0, tau, 0.0, p, m, v)) == want
+    arr = (np.array([float(p)]), np.array([float(m)]), np.array([float(v)]))
+    assert float(simulated_pipeline(st, np.array([-1.0]), tau, 0.0, *arr)[0]) == want
+    beta, _ = bubble_in_stages(st, *arr)
+    assert float(beta[0]) == float(bubble_fraction("interleaved", p, m, v, 4)) * m

@@ -134,9 +134,6 @@ def test_the_mixer_kernels_read_and_write_their_buffers():
     want_f, want_b = _kernel_bytes()
     assert {k: by for k, _, by in fwd} == pytest.approx(want_f)
     assert {k: by for k, _, by in bwd} == pytest.approx(want_b)
-    # the matmul kernels' FLOPs are ssd_kernel_flops', split kernel by kernel
-    f, b = ssd_kernel_flops((D, N, H, G, 4), 1, chunk=Q)
-    assert sum(fl for _, fl, _ in fwd) == float(f) and sum(fl for _, fl, _ in bwd) == float(b)
 
 
 def test_megatrons_layout_copies():

@@ -18,8 +18,10 @@ from hypothesis import given, settings, strategies as st
 from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.model import Architecture
-from memsym.search import launch_overlaps, min_gpus
-from memsym.search.fewest_gpus import known_bounds, smallest_multiple
+from memsym.search import launch_overlaps, make_space, min_gpus
+from memsym.search.fewest_gpus import (candidate_knobs, evaluate_rows, known_bounds,
+                                       smallest_d_by_fit, smallest_multiple)
+from memsym.search.space import CHOICE_KEYS
 from memsym.training import Layout, Training, training_memory
 
 GB = 10**9
@@ -186,3 +188,18 @@ def test_search_started_from_known_sizes_is_the_same(rows):
     lo, hi = known_bounds(step, kmax, [(idx, dv, dv >= need) for dv in (pa, pb)])
     got = smallest_multiple(lambda r, dv: dv >= need[r], step, kmax, lo=lo, hi=hi)
     assert got.tolist() == exact.tolist()
+
+
+def test_every_d_the_fit_search_returns_fits():
+    # smallest_d_by_fit returns per (layout, choice) 0 or a d; a d it returns must fit on the
+    # compiled totals, also for the rows it stops searching (their d only has to exceed the
+    # fewest GPUs).  Mixtral 8x7B on H100s has rows whose alpha + beta/d d* fails the check
+    # and that cannot win: they were once left with that unchecked d*.
+    space = make_space("mixtral-8x7b", "h100-80gb", micro_batch_sizes=(1,))
+    knobs, _ = candidate_knobs(space, 128)
+    rows, d = smallest_d_by_fit(space, knobs, 128, lambda *a: None)
+    live = np.flatnonzero(d > 0)
+    cols = evaluate_rows(space, knobs, d[live], rows=rows["knob"][live],
+                         only={k: rows[k][live] for k in CHOICE_KEYS})
+    assert len(cols["row"]) == len(live)
+    assert np.all(cols["memory"] <= float(space.capacity))

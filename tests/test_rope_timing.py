@@ -40,3 +40,24 @@ def test_gpt_oss_layer_moves_ten_more_passes_of_q_and_k():
     eager = float(memory_bytes(x, 4096, 4, **kw))
     fused = float(memory_bytes(dataclasses.replace(x, rope_unfused=False), 4096, 4, **kw))
     assert eager - fused == 10 * (4 * 4096) * (64 + 8) * 64 * 2
+
+
+def test_equal_yarn_mscales_keep_the_fused_kernel():
+    # _yarn_get_concentration_factor (yarn_rotary_pos_embedding.py:282-294) with yarn_mscale
+    # and yarn_mscale_all_dim set: (0.1 mu ln s + 1) / (0.1 mu_all ln s + 1).  DeepSeek-V3's
+    # rope_scaling (factor 40, mscale 1.0, mscale_all_dim 1.0): (0.1 ln 40 + 1) / itself = 1,
+    # so apply_rotary_pos_emb keeps TE's fused RoPE (rope_utils.py:351: only mscale != 1.0
+    # falls back).  Megatron's CLI defaults (--mscale 1.0, --mscale-all-dim 0.0,
+    # argument_utils.py:411-412): (0.1 ln 40 + 1) / (0 + 1) = 1.3689, the eager path.
+    def arch(**extra):
+        return Architecture(num_layers=2, hidden_size=64, num_attention_heads=8, extra=extra)
+
+    assert not shape_of(arch(yarn_rotary_scaling_factor=40.0, yarn_mscale=1.0,
+                             yarn_mscale_all_dim=1.0)).rope_unfused
+    assert not shape_of(arch(yarn_rotary_scaling_factor=40.0, yarn_mscale=0.707,
+                             yarn_mscale_all_dim=0.707)).rope_unfused
+    assert abs((0.1 * math.log(40.0) + 1) / 1 - 1.3689) < 1e-4
+    assert shape_of(arch(yarn_rotary_scaling_factor=40.0, yarn_mscale=1.0,
+                         yarn_mscale_all_dim=0.0)).rope_unfused
+    # one of the two unset: the factor alone, 0.1 ln 40 + 1 (yarn_rotary_pos_embedding.py:290)
+    assert shape_of(arch(yarn_rotary_scaling_factor=40.0, yarn_mscale=1.0)).rope_unfused

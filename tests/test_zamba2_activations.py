@@ -199,22 +199,6 @@ def test_the_cli_estimates_zamba2(tmp_path, capsys):
         assert "activations" in out
 
 
-def test_full_recompute_keeps_each_layer_input(tmp_path):
-    # Zamba2HybridLayer and Zamba2MambaDecoderLayer are GradientCheckpointingLayers: each keeps
-    # its 2sbh input (the embeddings it also reads are the model's one tensor)
-    path = _write(tmp_path, SMALL["zamba2"])
-    j = job(path, seq_length=64, micro_batch_size=1, global_batch_size=8,
-            framework="deepspeed", recompute="full")
-    assert job_memory(j).activations()["layer_activations"] == 8 * 2 * 64 * 64
-
-
-def test_zamba_outside_transformers_code_is_refused_in_one_line(tmp_path, capsys):
-    # Zamba's Mamba-1 mixers are priced as transformers runs them (tests/test_zamba_activations.py)
-    code, out, err = estimate(capsys, _write(tmp_path, SMALL["zamba"]), "--seq-length", 64,
-                              "--framework", "megatron")
-    assert code == 2 and out == "" and err.count("\n") == 1 and "Mamba-1" in err
-
-
 @pytest.mark.parametrize("kw,match", [
     (dict(shared_block=None), "without the block's sizes"),
     (dict(shared_block=dict(mamba1=True)), "Mamba-1"),

@@ -152,10 +152,13 @@ def test_the_estimate_holds_the_mamba1_layers(tmp_path):
     assert job_memory(j).activations()["layer_activations"] == _small_zamba_by_hand(64)
 
 
-def test_full_recompute_keeps_each_layer_input(tmp_path):
-    # ZambaHybridLayer and ZambaMambaDecoderLayer are GradientCheckpointingLayers (lines 749,
-    # 802): each keeps its 2sbh input
-    path = _write(tmp_path, SMALL["zamba"])
+@pytest.mark.parametrize("model", ["zamba", "zamba2"])
+def test_full_recompute_keeps_each_layer_input(tmp_path, model):
+    # ZambaHybridLayer and ZambaMambaDecoderLayer (modeling_zamba.py lines 749, 802), and
+    # Zamba2HybridLayer and Zamba2MambaDecoderLayer, are GradientCheckpointingLayers: each of
+    # the 8 layers keeps its 2sbh input, s = 64, h = 64 (Zamba2's embeddings it also reads are
+    # the model's one tensor)
+    path = _write(tmp_path, SMALL[model])
     j = job(path, seq_length=64, micro_batch_size=1, global_batch_size=8,
             framework="deepspeed", recompute="full")
     assert job_memory(j).activations()["layer_activations"] == 8 * 2 * 64 * 64
@@ -169,8 +172,8 @@ def test_the_cli_estimates_zamba(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,match", [
-    (("--framework", "megatron"), "transformers' own model code"),
-    (("--framework", "torchtitan"), "transformers' own model code"),
+    (("--framework", "megatron"), "Mamba-1 mixers are modelled as transformers' own model code"),
+    (("--framework", "torchtitan"), "Mamba-1 mixers are modelled as transformers' own model code"),
     (("--framework", "deepspeed", "--tensor-model-parallel-size", "2", "--world-size", "2"),
      "tensor parallelism"),
     (("--framework", "deepspeed", "--pipeline-model-parallel-size", "2", "--world-size", "2"),

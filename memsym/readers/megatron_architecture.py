@@ -193,9 +193,13 @@ def _glu_clamp(r: MegatronArguments, a: dict):
     activation.  Under ``--quick-geglu`` the experts' fused path clamps them eagerly and keeps
     the clamped copy (fused_bias_geglu.py:424-440, moe/experts.py:973-981): memsym's
     ``swiglu_limit`` (GPT-OSS's name for it); Megatron checks no value there.  Under
-    ``--swiglu`` the fused kernel clamps in place (fused_bias_swiglu.py:266-283) and
-    ``TransformerConfig`` takes it with MoE only and finite > 0 (transformer_config.py:2470-2485).
-    Beyond those, memsym reads magnitudes up to :data:`MAX_GLU_CLAMP` only (its own bound)."""
+    ``--swiglu`` the fused kernel clamps inside its autograd function, which saves only its
+    input (fused_bias_swiglu.py:163-190, :216-241, :266-276), and ``TransformerConfig`` takes
+    it with MoE only and finite > 0 (transformer_config.py:2470-2485); the eager ``glu``
+    (``--no-bias-swiglu-fusion``: mlp.py:321-334, moe/experts.py:995-1016) keeps the clamped gate
+    half ``F.silu`` saves (:func:`memsym.terms.eager_glu.eager_clamped_glu_input`): memsym's
+    ``swiglu_clamp``.  Beyond those, memsym reads magnitudes up to :data:`MAX_GLU_CLAMP` only
+    (its own bound)."""
     if not r.given("activation_func_clamp_value"):
         return
     name = r.name("activation_func_clamp_value")
@@ -215,8 +219,10 @@ def _glu_clamp(r: MegatronArguments, a: dict):
         if not a.get("num_experts"):
             raise InvalidValueError(f"{name} with --swiglu needs MoE (--num-experts): "
                                     "Megatron's TransformerConfig supports it only with MoE")
-        r.note(f"{name} with --swiglu: clamped inside the fused SwiGLU kernel, no memory "
-               "effect")
+        a["extra"] = {**a.get("extra", {}), "swiglu_clamp": float(value)}
+        if r.raw.get("bias_swiglu_fusion", True) is not False:
+            r.note(f"{name} with --swiglu: clamped inside the fused SwiGLU kernel, no memory "
+                   "effect (the eager glu of --no-bias-swiglu-fusion keeps the clamped gate)")
         return
     a["extra"] = {**a.get("extra", {}), "swiglu_limit": float(value)}
 

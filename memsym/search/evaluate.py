@@ -328,7 +328,8 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
 
 def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
                   time_cache: dict) -> dict:
-    """The step time and its parts of rows ``idx`` under one discrete choice."""
+    """The step time and its parts of rows ``idx`` under one discrete choice (``time_cache``:
+    ``"need"``, the rows of each time key (:func:`_time_rows`), and the times priced)."""
     import numpy as np
 
     n = len(grid["t"])
@@ -340,10 +341,10 @@ def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
     scheme = states_scheme(scheme)
     tkey = _time_key(rc, spf, scheme)
     if tkey not in time_cache:
-        rows_t = np.flatnonzero(time_cache["need"][tkey]) if "need" in time_cache else \
-            (np.flatnonzero(t_ > 1) if spf else np.arange(n))
-        full = _step_time(space, {k: grid.get(k, grid["t"])[rows_t] for k in KNOBS}, m_[rows_t],
-                          f_[rows_t], l_[rows_t], rc, spf, scheme)
+        rows_t = np.flatnonzero(time_cache["need"][tkey])
+        # the expert-TP size is t where the grid gives none; every other knob is in the grid
+        knobs = {k: (grid.get(k, t_) if k == "t_e" else grid[k])[rows_t] for k in KNOBS}
+        full = _step_time(space, knobs, m_[rows_t], f_[rows_t], l_[rows_t], rc, spf, scheme)
         pos = np.full(n, -1, dtype=np.int64)
         pos[rows_t] = np.arange(len(rows_t))
         time_cache[tkey] = (full, pos)

@@ -141,9 +141,12 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     .. math:: M(d) = \alpha + \beta / d, \qquad d^{*} = \max_{\text{stages}}
               \lceil \beta / (C - \alpha) \rceil
 
-    verified on the compiled totals and searched where it fails.  A row that cannot reach
-    the fewest GPUs t p c d found (nor tie it) is not searched to the end: its d is then only
-    known to give more GPUs than the fewest (0, or a d that fits but may not be the least)."""
+    verified on the compiled totals (d* fits, d* - step does not) and searched where it fails
+    or a stage is not of that form.  A verified row keeps its d*, the least.  A row searched is
+    searched to the end only while its smallest possible G = t p c d (from d = step on) can
+    reach or tie the fewest GPUs found, by a verified row or a searched one; past that its d
+    is 0 (nothing fitting found yet) or a d that fits but may not be the least: either way
+    more GPUs than the fewest."""
     import numpy as np
 
     x, cap = space.arch, float(space.capacity)
@@ -231,16 +234,14 @@ def _verify_fit(space, knobs_slots, rows, dstar, step, kmax, tpc0, linear, repor
     redo = distinct(np.concatenate([live[~top_ok], low[low_fits], np.flatnonzero(~linear)]))
     verified = distinct(live[top_ok])
     verified = verified[~np.isin(verified, redo, assume_unique=True)]
-    g_known = None
-    if len(verified):
-        # a row needs d >= step: one whose smallest G already exceeds a verified row's
-        # answer cannot win (or tie), so it is not searched
-        g_known = int((tpc0[verified] * dstar[verified]).min())
-        redo = redo[tpc0[redo] * step[redo] <= g_known]
+    # the fewest G a verified row fits at: a row to search whose smallest possible G
+    # (t p c step, then t p c (lo + 1) step as it goes) exceeds it, or one found fitting,
+    # cannot win (or tie), so smallest_multiple stops searching it
+    g_known = int((tpc0[verified] * dstar[verified]).min()) if len(verified) else None
     if len(redo):
         report(3, 3)
-        # nor is a row once its smallest possible G exceeds one found fitting; the search
-        # starts from the d each row is already known to fit at or not (no d priced twice)
+        # the search starts from the d each row is already known to fit at or not (no d
+        # priced twice)
         lo, hi = known_bounds(step, kmax, probes)
         dstar[redo] = smallest_multiple(lambda r, dv: fits_at(redo[r], dv), step[redo],
                                         kmax[redo], weight=tpc0[redo], known=g_known,

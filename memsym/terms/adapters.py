@@ -22,9 +22,10 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import UnknownNameError
-from ..symbols import L_lora, N, N_a, b_g, b_m, b_o, d, h, p, r_lora, t
+from ..symbols import L_lora, N, N_a, b_g, b_hp, b_m, b_mg, b_o, d, h, p, r_lora, t
 from ..term import Source, Term, Total
 from ..values import as_expr  # library arguments: text refused, never parsed
+from .widths import byte_widths
 
 __all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "megatron_adapter_widths", "quantization_bits", "quantization_bytes",
            "lora_parameters", "frozen_weights", "adapter_state",
@@ -35,6 +36,9 @@ _LORA = Source("lora", "§4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r)")
 _QLORA = Source("qlora", "§3, Double Quantization (0.127 bits per parameter)")
 # frozen weights at their storage width (bits / 8 bytes each), with no gradient or optimizer
 # state: LoRA's §4.2 (the rule of thumb "LoRA 2P GB" of seed 004 at bf16)
+# the optimizer's fp32 copy of a 16-bit gradient (Megatron-core: distributed optimizer and DDP)
+_MAIN_GRADS = Source("megatron-core", "optimizer/distrib_optimizer.py:2792 "
+                     "(shard_main_param.grad = shard_model_grad.float()); optimizer/optimizer.py:1097")
 _FROZEN = Source("lora", "§4.2, Practical Benefits (frozen W_0: no gradients or optimizer "
                  "states); storage width = the format's bits / 8 per weight")
 
@@ -195,10 +199,10 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
                 + (", sharded over data parallel" if sharded else ""), src, label="frozen weights")
 
 
-def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
+def adapter_state(adapter_dtype: str = "fp32", params=N_a, *, main_grads: bool = False) -> Total:
     r"""Weights, gradients and optimizer states of the trainable adapter parameters [bytes].
 
-    .. math:: M = N_a\,(b_a + b_g + b_m + b_o)
+    .. math:: M = N_a\,(b_a + b_g + b_m + b_o)\quad(+\,N_a\,b_{mg}\text{ with main\_grads})
 
     with :math:`b_a` the adapter weight bytes (fp32: 4, PEFT's default) and the byte widths
     :math:`b_g, b_m, b_o` of :func:`memsym.terms.model_state.byte_widths` (fp32 adapters need
@@ -210,6 +214,9 @@ def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
         Precision of the adapter weights.
     params : sympy.Expr
         Trainable adapter parameters [parameters] (default the symbol ``N_a``).
+    main_grads : bool
+        Add the optimizer's fp32 copy of 16-bit gradients, ``N_a b_mg`` (Megatron-core's:
+        :func:`megatron_adapter_widths`).
 
     Examples
     --------
@@ -222,18 +229,22 @@ def adapter_state(adapter_dtype: str = "fp32", params=N_a) -> Total:
     """
     width = ADAPTER_DTYPES[lower_choice("adapter dtype", adapter_dtype, ADAPTER_DTYPES)]
     psi = as_expr(params)
+    main = (Term("main_gradients", psi * b_mg, "fp32 copy of the adapters' 16-bit gradients the "
+                 "optimizer steps on", _MAIN_GRADS, label="fp32 main grads"),) if main_grads else ()
     return Total("trainable adapter states", (
         Term("adapter_weights", psi * width, f"LoRA adapter weights ({adapter_dtype})", _LORA,
              label="adapters"),
         Term("gradients", psi * b_g, "gradients of the adapter parameters only (the base is frozen)",
              _LORA, label="gradients"),
+    ) + main + (
         Term("optimizer", psi * (b_m + b_o), "optimizer states of the adapter parameters only",
              _LORA, label="optimizer"),
     ))
 
 
 def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None,
-         adapters=N_a, unquantized=None, sharded: bool = False) -> Total:
+         adapters=N_a, unquantized=None, sharded: bool = False, main_grads: bool = False,
+         unquantized_dtype: str = "bf16") -> Total:
     r"""Model memory of LoRA fine-tuning per GPU (activations are added separately) [bytes].
 
     .. math::
@@ -256,6 +267,10 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
         stay 16-bit), e.g. the symbol ``N_u``; default none.
     sharded : bool
         Frozen weights sharded over data parallel (FSDP / ZeRO-3 with QLoRA).
+    main_grads : bool
+        The adapters' fp32 main-gradient copy (:func:`adapter_state`).
+    unquantized_dtype : {"bf16", "fp16", "fp32"}
+        Storage of the ``unquantized`` parameters (Megatron: the model's ``params_dtype``).
 
     Examples
     --------
@@ -272,12 +287,12 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     """
     base = (frozen_weights(quantization, params, sharded=sharded),)
     if unquantized is not None:
-        keep = frozen_weights("bf16", unquantized, sharded=sharded)
+        keep = frozen_weights(unquantized_dtype, unquantized, sharded=sharded)
         base += (Term("weights_unquantized", keep.expr, "frozen embeddings, norms and output layer "
-                      "kept at bf16 (bitsandbytes quantizes linear layers only)", _QLORA,
-                      label="bf16 weights"),)
+                      f"kept at {unquantized_dtype} (bitsandbytes quantizes linear layers only)",
+                      _QLORA, label=f"{unquantized_dtype} weights"),)
     return Total(f"LoRA model memory ({quantization} base, {adapter_dtype} adapters)",
-                 base + adapter_state(adapter_dtype, adapters).terms)
+                 base + adapter_state(adapter_dtype, adapters, main_grads=main_grads).terms)
 
 
 def qlora(adapter_dtype: str = "fp32", *, double_quant: bool = True, params=None,
@@ -357,60 +372,88 @@ def frozen_linear_inputs(layer: Total, targets) -> sp.Expr:
 
 
 def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = None, *,
-                            optimizer_bytes: int = 8, shards=1) -> dict:
-    r"""Byte widths of a Megatron-Bridge LoRA adapter parameter: weight, gradient, optimizer.
+                            optimizer: str = "adam", scheme: str = "distributed-optimizer",
+                            shards=1, **optimizer_dtypes) -> dict:
+    r"""Byte widths of a Megatron-Bridge LoRA job: frozen base, adapter weight, gradient, optimizer.
 
-    .. math:: M = N_a\,\Bigl(b_a + b_g + \frac{b_m + b_o}{n}\Bigr)
+    .. math:: M = N_a\,\Bigl(b_a + b_g + \frac{b_{mg} + b_m + b_o}{n}\Bigr)
 
-    Megatron-Bridge creates the adapters in the base weight's dtype (``lora_dtype`` None:
-    the model's ``params_dtype``, bf16 under bf16 mixed precision), Megatron-core's DDP gives
-    every trainable parameter a slot in its gradient buffer (fp32 under
-    ``grad_reduce_in_fp32``, else the parameter's dtype), and its optimizer keeps an fp32 main
-    copy (none for fp32 parameters) and the Adam moments, split over the data-parallel ranks
-    by the distributed optimizer (``shards`` = d c), whole otherwise.  The frozen base has no
-    gradient slot (requires_grad False).  The result is the ``adapter_dtype`` of
-    :func:`adapter_state` and its ``b_g``, ``b_m``, ``b_o``.
+    The widths are :func:`memsym.terms.widths.byte_widths` of the framework for the adapters'
+    own dtype.  Megatron-Bridge builds the adapters as Megatron-core linear layers on the
+    model's config (not Transformer Engine's, so no FP8 or NVFP4 copy): their dtype is the
+    model's ``params_dtype`` (fp32, fp16 under fp16_mixed, bf16 under bf16_mixed and every
+    FP8 or NVFP4 recipe built on it).  Megatron-core's DDP gives every trainable parameter a
+    slot in its gradient buffer, fp32 under ``grad_reduce_in_fp32`` (bf16_mixed's), else the
+    parameter's dtype (fp16_mixed sets it False); its optimizer keeps an fp32 main copy of a
+    16-bit parameter, an fp32 ``.float()`` copy of a 16-bit gradient and the moments, split over
+    the data-parallel ranks by the distributed optimizer (``shards`` = d c), whole otherwise.
+    The frozen base has no gradient slot (requires_grad False) and stays at the parameters'
+    width, ``b_hp``.  Each width is per adapter parameter except ``"base_dtype"``, the frozen
+    base's storage (a key of :data:`QUANTIZATIONS`).
 
     Parameters
     ----------
     precision : str
-        The model's parameter precision [1] ("fp32", "fp16"; anything else trains bf16
-        parameters, FP8 included).
+        The job's precision [1] (a key of :data:`memsym.terms.widths.PRECISIONS`; fp8 and fp4
+        train bf16 adapters).
     grad_dtype : {"fp32", "bf16", "fp16"}, optional
-        The gradient buffer's dtype [1]; None: fp32 (``grad_reduce_in_fp32``, bf16_mixed's).
-    optimizer_bytes : int
-        The optimizer's state bytes per parameter [bytes] (Adam: 8).
+        The gradient buffer's dtype [1]; None: the framework's
+        (:func:`memsym.terms.widths.default_grad_dtype`: fp32 under bf16, fp16 under fp16).
+    optimizer : str
+        A key of :data:`memsym.terms.widths.OPTIMIZERS` [1].
+    scheme : {"distributed-optimizer", "ddp"}
+        Megatron-core's data parallelism [1].
     shards : sympy.Expr or int
-        Ranks that split the main copy and the moments [1] (d c under the distributed
+        Ranks that split the main copies and the moments [1] (d c under the distributed
         optimizer, 1 otherwise).
+    **optimizer_dtypes
+        ``precision_aware`` and the precision-aware optimizer's dtypes, passed to
+        :func:`memsym.terms.widths.byte_widths`.
+
+    Returns
+    -------
+    dict
+        ``"adapter_dtype"``, ``"base_dtype"`` and ``{b_g, b_mg, b_m, b_o}``
+        [bytes/parameter].
 
     Examples
     --------
     Qwen3-8B's LoRA (bf16, fp32 gradient buffer, Adam, distributed optimizer over d = 4):
-    2 + 4 + (4 + 8)/4 = 9 bytes per adapter parameter:
+    2 + 4 + (0 + 4 + 8)/4 = 9 bytes per adapter parameter; under fp16 the gradient is fp16 and
+    its fp32 copy a shard: 2 + 2 + (4 + 4 + 8)/4 = 8:
 
     >>> w = megatron_adapter_widths(shards=4)
-    >>> w["adapter_dtype"], w[b_g] + (w[b_m] + w[b_o])
-    ('bf16', 7)
-    >>> adapter_state(w["adapter_dtype"]).subs({k: v for k, v in w.items()
-    ...                                        if k != "adapter_dtype"}).evaluate(N_a=1)
+    >>> w["adapter_dtype"], w["base_dtype"], w[b_g] + (w[b_mg] + w[b_m] + w[b_o])
+    ('bf16', 'bf16', 7)
+    >>> widths = {k: v for k, v in w.items() if not isinstance(k, str)}
+    >>> adapter_state(w["adapter_dtype"], main_grads=True).subs(widths).evaluate(N_a=1)
     9
+    >>> w = megatron_adapter_widths("fp16", shards=4)
+    >>> w[b_g], w[b_mg], w[b_g] + w[b_mg] + w[b_m] + w[b_o]
+    (2, 1, 6)
 
     References
     ----------
-    .. [megatron-bridge] src/megatron/bridge/peft/lora.py:154 and lora_layers.py:413-435 at
-       067f987df0 (``dtype = lora_dtype or base_dtype``); training/mixed_precision.py:185-197
-       (bf16_mixed: ``grad_reduce_in_fp32=True``) and :113-135 (``setup`` writes it into the
-       DDP config) at 33655ef845, training/config.py:1812-1833 there (the distributed optimizer
-       enabled on the DDP config when the optimizer config asks for it).
+    .. [megatron-bridge] src/megatron/bridge/peft/lora.py:236 (``model_parallel_config=
+       module.config``) and peft/utils.py:1033-1080 (the adapters' ColumnParallelLinear /
+       RowParallelLinear on that config), training/mixed_precision.py:185-197 (bf16_mixed:
+       ``params_dtype=torch.bfloat16``, ``grad_reduce_in_fp32=True``), :201-213 (fp16_mixed:
+       ``params_dtype=torch.half``, ``grad_reduce_in_fp32=False``), :217-415 (the FP8 and
+       NVFP4 recipes start from bf16_mixed or fp16_mixed), :138-160 (``setup`` writes the
+       fields into the model, optimizer and DDP configs) at 067f987df0.
     .. [megatron-core] megatron/core/distributed/distributed_data_parallel.py:180 (frozen
-       parameters skipped) and :192 (buffers grouped by ``grad_reduce_in_fp32``),
-       megatron/core/optimizer/distrib_optimizer.py:445 (``shard_model_param.clone().float()``,
-       the fp32 main shard of a 16-bit parameter) at d98e8a64dd.
+       parameters skipped) and :192, param_and_grad_buffer.py:924 (``grad_dtype = torch.float
+       if grad_reduce_in_fp32 else param.dtype``), optimizer/distrib_optimizer.py:445
+       (``shard_model_param.clone().float()``, the fp32 main shard) and :2792
+       (``shard_main_param.grad = shard_model_grad.float()``), optimizer/optimizer.py:1097
+       (the DDP optimizer's whole ``main_grad.float()``) at d98e8a64dd.
     """
+    # Bridge's adapters are plain Megatron-core linears in params_dtype: bf16 under the FP8
+    # and NVFP4 recipes (no quantized copy, no FP8 parameters)
     dtype = precision if precision in ("fp32", "fp16") else "bf16"
-    grad = {"fp32": 4, "bf16": 2, "fp16": 2}[grad_dtype or "fp32"]
-    main = 0 if dtype == "fp32" else 4
+    adapter = byte_widths(scheme, dtype, optimizer, grad_dtype=grad_dtype, **optimizer_dtypes)
+    base = byte_widths(scheme, dtype, "none")[b_hp]
     n = as_expr(shards)
-    return {"adapter_dtype": dtype, b_g: sp.Integer(grad), b_m: sp.Integer(main) / n,
-            b_o: sp.Integer(optimizer_bytes) / n}
+    return {"adapter_dtype": dtype, "base_dtype": "fp32" if base == 4 else dtype,
+            b_g: adapter[b_g], b_mg: adapter[b_mg] / n, b_m: adapter[b_m] / n,
+            b_o: adapter[b_o] / n}

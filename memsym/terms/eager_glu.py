@@ -1,6 +1,6 @@
 r"""The clamped gate half an eager clamped GLU keeps: Megatron-core's ``glu`` without
 ``bias_activation_fusion`` (GPT-OSS's quick-GeGLU under ``--no-bias-gelu-fusion`` or
-``--disable-bias-linear``), beside :func:`memsym.terms.activations.unfused_glu_products` (its
+``--disable-bias-linear``; a clamped ``--swiglu`` under ``--no-bias-swiglu-fusion``), beside :func:`memsym.terms.activations.unfused_glu_products` (its
 unclamped products) and :func:`memsym.terms.activations.clamped_glu_copy` (the fused path's).
 """
 
@@ -33,7 +33,7 @@ def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False) -> Term:
     The activation keeps its input, now the clamped gate half, a new 16-bit tensor :math:`f/t`
     (:math:`f_e/t_e`) wide: Megatron's ``quick_gelu`` is ``jit_fuser``-compiled
     (``torch.compile``), whose partitioner saves the input and recomputes the sigmoid, as
-    ``silu`` saves its input.  The clamped linear half only feeds ``+ glu_linear_offset``,
+    ``F.silu``, ``--swiglu``'s activation, saves its input (``SiluBackward0``).  The clamped linear half only feeds ``+ glu_linear_offset``,
     which keeps no operand.  The unclamped products are
     :func:`memsym.terms.activations.unfused_glu_products` (the same for both activations);
     the fused kernel's copy is :func:`memsym.terms.activations.clamped_glu_copy`.
@@ -65,7 +65,7 @@ def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False) -> Term:
        :33 (``jit_fuser = torch.compile`` from torch 2.2); training/arguments.py:1604-1606 and
        argument_utils.py:314-319 (``bias_gelu_fusion``).
     .. [pytorch] ``tests/test_clamped_glu.py`` replays the eager code under saved-tensor hooks
-       with ``quick_gelu`` compiled by a min-cut partitioning backend.
+       with ``quick_gelu`` compiled by a min-cut partitioning backend, and with ``F.silu``.
     """
     tok, _ = token_split(False)
     if not clamped:

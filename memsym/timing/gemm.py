@@ -25,7 +25,7 @@ from ..errors import InvalidValueError, StepTimeNotModelledError
 from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
 from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern, mtp_layer_kinds
 from ..text import shared_doc
-from .rope import rope_passes
+from .rope import rope_passes, yarn_concentration
 from .ssm import ssd_flops
 
 __all__ = ["Gemm", "Shape", "shape_of", "layer_gemms", "attention_flops", "memory_bytes",
@@ -77,7 +77,7 @@ class Shape:
     untied : bool
         Output layer untied from the input embedding.
     rope, rope_unfused : bool
-        RoPE (its memory-bound work counted); run eager (:mod:`memsym.timing.rope`).
+        RoPE (memory-bound work counted); run eager (YaRN mscale != 1: :mod:`memsym.timing.rope`).
     expert_bias : bool
         The routed experts' linear layers carry biases (``add_bias_linear`` on a MoE model):
         Megatron-core adds the fc2 bias outside the grouped GEMM, scaled by the routing
@@ -201,7 +201,7 @@ def shape_of(arch, t: int = 1) -> Shape:
                  f_sh=(x.moe_shared_expert_intermediate_size or 0) if E else 0,
                  L_moe=sum(pattern), mla=mla, untied=bool(x.untie_embeddings_and_output_weights),
                  rope=x.position_embedding_type == "rope",
-                 rope_unfused=float((x.extra or {}).get("yarn_rotary_scaling_factor", 1)) > 1,
+                 rope_unfused=yarn_concentration(x.extra or {}) != 1.0,
                  expert_bias=bool(E and x.add_bias_linear),
                  expert_clamp=bool(E and x.swiglu)     # a swiglu_limit (0 too: quick-GeGLU)
                  and (x.extra or {}).get("swiglu_limit") is not None,

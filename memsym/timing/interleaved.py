@@ -226,7 +226,7 @@ def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
     uniq, inv = np.unique(keys, axis=1, return_inverse=True)
     flat = out.reshape(-1)
     for j, (pp_, mm_, vv_) in enumerate(uniq.T.tolist()):
-        N = _group(st, pp_, mm_, vv_)
+        N = microbatch_group(st, pp_, mm_, vv_)
         if schedule_levels(pp_, mm_, vv_, N) is None:
             continue         # deadlocks: the closed form stands (Megatron refuses it)
         sel = rows[inv.ravel() == j]
@@ -254,9 +254,3 @@ def _remembered(p: int, m: int, v: int, group: int, fwd: list, bwd: list):
         _SEEN_SIZE[0] += np.size(_SEEN[key])
     return _SEEN[key]
 
-
-def _group(st, p: int, m: int, v: int) -> int:
-    # the group size the simulated schedule runs (memsym.timing.pipeline.simulated_pipeline):
-    # torch's round size or the set one, Megatron's default p below p
-    N = microbatch_group(st, p, m, v)
-    return p if N is None or N < p else N

@@ -111,13 +111,18 @@ def heaviest_middle(chunks, middle):
     return max(sum(row) for row in chunks[1:-1])
 
 
-def microbatch_group(st: Settings, p: int, m: int, v: int):
-    r"""The micro-batch group size N of one layout's warm-up (None: the schedule's default).
+def microbatch_group(st: Settings, p: int, m: int, v: int) -> int:
+    r"""The micro-batch group size N the simulated schedule runs for one layout [1].
 
-    .. math:: N = \left\lfloor \frac{m}{\max(1, \lfloor m/p \rfloor)} \right\rfloor
+    .. math:: N = \max\Bigl(p,\ \left\lfloor \frac{m}{\max(1, \lfloor m/p \rfloor)}
+        \right\rfloor\Bigr)
 
     under ``torch_rounds`` (interleaved, v > 1, no group size set: torch's round size), else
-    Megatron's ``microbatch_group_size_per_vp_stage`` as set (``st.group_size``).
+    Megatron's ``microbatch_group_size_per_vp_stage`` as set (``st.group_size``), else
+    Megatron's default p.  A group below p (torch's round of m < p micro-batches, or a set
+    size Megatron refuses) runs as p: the simulated order is Megatron's, which takes
+    N >= p.  The one place of that rule for the bubble, the exact simulation and the
+    interleaved makespan.
 
     Parameters
     ----------
@@ -130,22 +135,30 @@ def microbatch_group(st: Settings, p: int, m: int, v: int):
     v : int
         Virtual stages per rank [1].
 
+    Returns
+    -------
+    int
+        The group size N [1].
+
     Examples
     --------
-    >>> # hand: m = 8, p = 4: floor(8 / max(1, floor(8/4))) = 4
+    >>> # hand: m = 8, p = 4: floor(8 / max(1, floor(8/4))) = 4; m = 3 < p = 4: 3, below p
     >>> microbatch_group(Settings(torch_rounds=True), 4, 8, 2)
     4
-    >>> microbatch_group(Settings(), 4, 8, 2) is None
-    True
+    >>> microbatch_group(Settings(torch_rounds=True), 4, 3, 2), microbatch_group(Settings(), 4, 8, 2)
+    (4, 4)
+    >>> microbatch_group(Settings(group_size=8), 4, 8, 2)
+    8
 
     References
     ----------
     .. [pytorch-pipelining] schedules.py ScheduleInterleaved1F1B (number_of_rounds).
     .. [megatron-schedules] forward_backward_pipelining_with_interleaving (N).
     """
+    N = st.group_size
     if st.torch_rounds and v > 1 and st.group_size is None:
-        return int(torch_round_size(m, p))
-    return st.group_size
+        N = int(torch_round_size(m, p))
+    return p if N is None or N < p else N
 
 
 def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None) -> tuple:
@@ -348,8 +361,6 @@ def bubble_in_stages(st: Settings, p, m, v) -> tuple:
         ratio = float(ratios.ravel()[first_of[i]])
         N = microbatch_group(st, int(pp_), int(mm_), int(vv_))
         sched = "gpipe" if st.schedule == "gpipe" else ("1f1b" if vv_ == 1 else "interleaved")
-        if vv_ > 1 and N is not None and N < pp_:
-            N = None
         vals[i], ok[i] = _bubble_entry(sched, int(pp_), int(mm_), int(vv_), N, ratio)
     beta = vals[inv.ravel()].reshape(p.shape)
     launchable = ok[inv.ravel()].reshape(p.shape)
@@ -498,10 +509,9 @@ def simulated_pipeline(st: Settings, pipeline, tau: dict, p2p_exposed, p, m, v, 
             bw = [float(bwd["middle"][idx])] * pp_
             fw[0], bw[0] = float(fwd["first"][idx]), float(bwd["first"][idx])
             fw[-1], bw[-1] = float(fwd["last"][idx]), float(bwd["last"][idx])
-        N = microbatch_group(st, pp_, int(m[idx]), int(v[idx]))
-        N = N if (N is None or N >= pp_) else None
-        sim = simulate(pp_, int(m[idx]), int(v[idx]), N, forward=fw, backward=bw,
-                       gpipe=st.schedule == "gpipe")
+        mm_, vv_ = int(m[idx]), int(v[idx])
+        sim = simulate(pp_, mm_, vv_, microbatch_group(st, pp_, mm_, vv_), forward=fw,
+                       backward=bw, gpipe=st.schedule == "gpipe")
         pipeline[idx] = sim.makespan
     return pipeline
 

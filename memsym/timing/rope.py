@@ -5,8 +5,9 @@ Megatron-core applies rotary embeddings through TE's fused kernel under ``apply_
 unless the embedding carries a scale: ``apply_rotary_pos_emb`` falls back to the unfused
 ``_apply_rotary_pos_emb_bshd`` when ``mscale != 1.0`` (rope_utils.py:351-356 at Megatron-LM
 d98e8a64dd), and attention passes YaRN's concentration factor as that ``mscale``
-(attention.py:1508-1533), :math:`0.1 \ln(\text{factor}) + 1` when ``yarn_mscale`` is None
-(yarn_rotary_pos_embedding.py:275-294): 1.347 for GPT-OSS, whose Bridge sets
+(attention.py:1508-1533), :math:`0.1 \ln(\text{factor}) + 1` when ``yarn_mscale`` is None,
+1 when ``yarn_mscale`` equals ``yarn_mscale_all_dim`` (yarn_rotary_pos_embedding.py:275-304;
+:func:`yarn_concentration`): 1.347 for GPT-OSS, whose Bridge sets
 ``position_embedding_type = "yarn"`` and ``yarn_rotary_scaling_factor = 32.0`` with
 ``yarn_mscale = None`` (Megatron-Bridge 067f987df0 gpt_oss_bridge.py:65, 94, 99).
 
@@ -19,7 +20,9 @@ References
 
 from __future__ import annotations
 
-__all__ = ["ROPE_FUSED_PASSES", "ROPE_UNFUSED_PASSES", "rope_passes"]
+import math
+
+__all__ = ["ROPE_FUSED_PASSES", "ROPE_UNFUSED_PASSES", "rope_passes", "yarn_concentration"]
 
 #: Element passes of TE's fused RoPE over q or k, forward: read and write each element once.
 ROPE_FUSED_PASSES = 2
@@ -66,3 +69,59 @@ def rope_passes(unfused: bool) -> int:
     .. [megatron-rope] Megatron-LM d98e8a64dd rope_utils.py:316-390.
     """
     return ROPE_UNFUSED_PASSES if unfused else ROPE_FUSED_PASSES
+
+
+def yarn_concentration(extra: dict) -> float:
+    r"""YaRN's concentration factor, the ``mscale`` attention hands to RoPE [1].
+
+    .. math::
+
+        m(s, \mu) = \begin{cases} 0.1\,\mu \ln s + 1 & s > 1 \\ 1 & s \le 1 \end{cases},
+        \qquad \text{mscale} = \begin{cases} m(s, 1) & \mu \text{ or } \mu_{all}
+        \text{ unset} \\ m(s, \mu) / m(s, \mu_{all}) & \text{else} \end{cases}
+
+    with the factor :math:`s` = ``yarn_rotary_scaling_factor`` (1 when unset: no YaRN),
+    :math:`\mu` = ``yarn_mscale`` and :math:`\mu_{all}` = ``yarn_mscale_all_dim``, in floats
+    as Megatron-core computes it (``_yarn_get_concentration_factor_from_config``).  TE's
+    fused RoPE runs only where it is exactly 1: with :math:`\mu = \mu_{all}` (DeepSeek-V3's
+    1.0 and 1.0), or no factor above 1.
+
+    Parameters
+    ----------
+    extra : dict
+        The architecture's ``extra`` fields, by Megatron's TransformerConfig names:
+        ``yarn_rotary_scaling_factor`` [1], ``yarn_mscale`` [1], ``yarn_mscale_all_dim`` [1].
+
+    Returns
+    -------
+    float
+        The factor the cos and sin tables are scaled by [1].
+
+    Examples
+    --------
+    GPT-OSS (factor 32, ``yarn_mscale`` None): 0.1 ln 32 + 1 = 1.3466; equal mscales: 1.
+
+    >>> round(yarn_concentration({"yarn_rotary_scaling_factor": 32.0}), 4)
+    1.3466
+    >>> yarn_concentration({"yarn_rotary_scaling_factor": 40.0, "yarn_mscale": 1.0,
+    ...                     "yarn_mscale_all_dim": 1.0})
+    1.0
+
+    References
+    ----------
+    .. [megatron-rope] Megatron-LM d98e8a64dd yarn_rotary_pos_embedding.py:275-304
+       (``_yarn_get_mscale``, ``_yarn_get_concentration_factor``, ``..._from_config``);
+       attention.py:326 (passed as ``mscale``), rope_utils.py:351-356 (fused only at 1.0).
+    """
+    if extra.get("yarn_rotary_scaling_factor") is None:
+        return 1.0
+    scale = float(extra["yarn_rotary_scaling_factor"])
+    mu, mu_all = extra.get("yarn_mscale"), extra.get("yarn_mscale_all_dim")
+    if mu is None or mu_all is None:
+        return _yarn_mscale(scale)
+    return _yarn_mscale(scale, float(mu)) / _yarn_mscale(scale, float(mu_all))
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    # Megatron-core's _yarn_get_mscale (yarn_rotary_pos_embedding.py:275-278), in floats
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0

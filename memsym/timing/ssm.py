@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..text import shared_doc
+
 __all__ = ["MAMBA_CHUNK", "SSD_TRITON_H800", "H800_BF16_PEAK", "SSD_FRACTION", "ssd_flops",
            "ssd_kernel_flops", "ssd_kernels", "layout_copy_bytes"]
 
@@ -68,20 +70,7 @@ H800_BF16_PEAK = 989.4e12
 #: every GPU class (an assumption).
 SSD_FRACTION = SSD_TRITON_H800 / H800_BF16_PEAK
 
-
-def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
-    r"""Matmul FLOPs of one Mamba-2 layer's SSD scan on one GPU, forward and backward.
-
-    .. math::
-
-        F_{\text{fwd}} = \frac{T}{t}\bigl(2Q\,(GN + d_{ssm}) + 4N d_{ssm}\bigr),\qquad
-        F_{\text{bwd}} = 2F_{\text{fwd}} + \frac{T}{t}\bigl(2QGN + 2Nd_{ssm}\bigr)
-
-    The backward takes both operands' gradients of each forward matmul (twice its FLOPs) and
-    first recomputes :math:`CB^\top` and the chunk states, which the fused kernel does not
-    keep.  The intra-chunk blocks are counted whole (the masked half included, as the paper's
-    block matmuls).
-
+_doc = shared_doc(flops_params="""
     Parameters
     ----------
     ssm : tuple
@@ -98,6 +87,24 @@ def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     -------
     tuple of numpy.ndarray
         Forward and backward FLOPs [FLOP].
+    """)
+
+
+@_doc
+def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
+    r"""Matmul FLOPs of one Mamba-2 layer's SSD scan on one GPU, forward and backward.
+
+    .. math::
+
+        F_{\text{fwd}} = \frac{T}{t}\bigl(2Q\,(GN + d_{ssm}) + 4N d_{ssm}\bigr),\qquad
+        F_{\text{bwd}} = 2F_{\text{fwd}} + \frac{T}{t}\bigl(2QGN + 2Nd_{ssm}\bigr)
+
+    The backward takes both operands' gradients of each forward matmul (twice its FLOPs) and
+    first recomputes :math:`CB^\top` and the chunk states, which the fused kernel does not
+    keep.  The intra-chunk blocks are counted whole (the masked half included, as the paper's
+    block matmuls).
+
+    {flops_params}
 
     Examples
     --------
@@ -119,6 +126,7 @@ def ssd_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     return fwd, 2 * fwd + per * (2 * chunk * G * N + 2 * N * d)
 
 
+@_doc
 def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     r"""FLOPs of the SSD matmul kernels mamba_ssm launches for one Mamba-2 layer on one GPU.
 
@@ -127,7 +135,8 @@ def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
         F_{\text{fwd}} = \frac{T}{t}\bigl(2QGN + Qd_{ssm} + 4Nd_{ssm}\bigr),\qquad
         F_{\text{bwd}} = \frac{T}{t}\bigl(6QGN + 3Qd_{ssm} + 10Nd_{ssm}\bigr)
 
-    As the kernels run them (mamba_ssm ``ssd_combined.py``): forward ``_bmm_chunk_fwd``
+    The sum over :func:`ssd_kernels`' matmul kernels, as the kernels run them (mamba_ssm
+    ``ssd_combined.py``): forward ``_bmm_chunk_fwd``
     (:math:`CB^\top`, whole, ``causal=False``), ``_chunk_state_fwd`` (:math:`B^\top X`) and
     ``_chunk_scan_fwd`` (causal: its K loop stops at the diagonal, :math:`Qd` and :math:`CS`);
     backward the recomputed ``_bmm_chunk_fwd`` and ``_chunk_state_fwd``, then
@@ -135,21 +144,7 @@ def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     :math:`B\,dS`), ``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``, ``_chunk_scan_bwd_dcb``
     (causal half), two ``_bmm_chunk_bwd`` and ``_chunk_scan_bwd_ddAcs_stable`` (causal half).
 
-    Parameters
-    ----------
-    ssm : tuple
-        ``(d_ssm, N, H, G, conv kernel)`` [1].
-    T : array_like
-        Tokens of one micro-batch on the CP rank [tokens].
-    t : array_like
-        Tensor-parallel size [GPUs].
-    chunk : int
-        Chunk length Q [tokens].
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        Forward and backward FLOPs [FLOP].
+    {flops_params}
 
     Examples
     --------
@@ -165,10 +160,9 @@ def ssd_kernel_flops(ssm: tuple, T, t=1, chunk: int = MAMBA_CHUNK) -> tuple:
     .. [mamba-ssm] mamba_ssm/ops/triton/ssd_combined.py, ssd_chunk_scan.py, ssd_chunk_state.py,
        ssd_bmm.py (state-spaces/mamba e9594ce).
     """
-    d, N, _, G, _ = ssm
+    # one list of kernels: the FLOPs summed here are the ones the step prices kernel by kernel
     per = np.asarray(T, float) / np.asarray(t, float)
-    qgn, qd, nd = chunk * G * N, chunk * d, N * d
-    return per * (2 * qgn + qd + 4 * nd), per * (6 * qgn + 3 * qd + 10 * nd)
+    return tuple(per * sum(fl for _, fl, _ in ks) for ks in ssd_kernels(ssm, chunk))
 
 
 def ssd_kernels(ssm: tuple, chunk: int = MAMBA_CHUNK, width: int = 2) -> tuple:
@@ -178,7 +172,7 @@ def ssd_kernels(ssm: tuple, chunk: int = MAMBA_CHUNK, width: int = 2) -> tuple:
     Megatron-core's ``ExtendedRMSNorm`` run them on one GPU.  With :math:`w` bytes per 16-bit element, fp32 (4-byte) chunk states of
     :math:`S = d_{ssm}N/Q` values per token, ``CB`` and ``dCB`` in fp32 (:math:`GQ` per
     token) and ``dB``, ``dC`` accumulated in fp32, the kernels read and write (bytes per
-    token; FLOPs as :func:`ssd_kernel_flops` splits them):
+    token; the matmul kernels' FLOPs sum to :func:`ssd_kernel_flops`):
 
     .. math::
 
@@ -219,13 +213,13 @@ def ssd_kernels(ssm: tuple, chunk: int = MAMBA_CHUNK, width: int = 2) -> tuple:
     --------
     d_ssm = 64, N = 16, G = 1, Q = 4 (S = 256): the forward chunk scan moves
     2 (256 + 16) + 16 + 2 * 256 = 1072 bytes per token for 4 * 64 + 2 * 16 * 64 FLOPs; the
-    backward's kernels FLOPs sum to :func:`ssd_kernel_flops`'s.
+    backward's kernels take 6 * 4 * 16 + 3 * 4 * 64 + 10 * 16 * 64 = 11392 FLOPs per token.
 
     >>> f, b = ssd_kernels((64, 16, 2, 1, 4), chunk=4)
     >>> dict((k, (fl, by)) for k, fl, by in f)["chunk_scan"]
     (2304, 1072.0)
-    >>> sum(fl for _, fl, _ in b) == float(ssd_kernel_flops((64, 16, 2, 1, 4), 1, chunk=4)[1])
-    True
+    >>> sum(fl for _, fl, _ in b)
+    11392
 
     References
     ----------

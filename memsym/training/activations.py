@@ -221,14 +221,17 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     return _StageLayers(pattern, kinds, hybrid, uniform, shared_block)
 
 
-def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple:
+def _layer_model(x, layout: Layout, training: Training, recompute: str,
+                 nvfp4: bool = True) -> tuple:
     """(per_layer, common, mods, shared): ``per_layer(moe, mode)``, one decoder layer's
-    activations of one micro-batch [bytes] under the job's settings; the keyword arguments of
+    activations of one micro-batch [bytes] under the job's settings (``nvfp4`` False: an FP4
+    job's layer run in bf16, as its MTP layers are); the keyword arguments of
     :func:`memsym.terms.activations.layer_activations` it passes; the modules selective
     recompute recomputes; whether MoE layers have a shared expert."""
     sp_on = sequence_parallel_on(layout)
     # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
-    fp8_in = training.states.precision in ("fp8", "fp4") and training.states.convention == "framework"
+    quantized = ("fp8", "fp4") if nvfp4 else ("fp8",)
+    fp8_in = training.states.precision in quantized and training.states.convention == "framework"
     common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
                   dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
                   **({"fp8_inputs": "nvfp4" if training.states.precision == "fp4" else
@@ -273,11 +276,17 @@ def _layer_model(x, layout: Layout, training: Training, recompute: str) -> tuple
     fused = training.memory.bias_activation_fusion or not x.swiglu
     # and Megatron-core's clamped GLU (GPT-OSS's swiglu_limit, the Bridge's
     # activation_func_clamp_value): the fused quick-GeGLU keeps a clamped copy of the experts'
-    # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE
-    limit = bool(x.swiglu and (x.extra or {}).get("swiglu_limit") is not None   # 0 clamps too
-                 and framework_record(training.framework).moe_glu_clamp_copy)
+    # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE;
+    # a clamped --swiglu (swiglu_clamp) clamps inside its fused kernel (nothing kept), and its
+    # eager glu (--no-bias-swiglu-fusion) keeps the clamped gate half as quick-GeGLU's does
+    extra = x.extra or {}
+    megatron_clamp = x.swiglu and framework_record(training.framework).moe_glu_clamp_copy
+    limit = bool(megatron_clamp and extra.get("swiglu_limit") is not None)   # 0 clamps too
+    eager_limit = bool(megatron_clamp and (extra.get("swiglu_limit") is not None
+                                           or extra.get("swiglu_clamp") is not None))
     clamp = {moe: (clamped_glu_copy(limit and moe) if fused
-                   else eager_clamped_glu_input(limit, moe=moe)).expr for moe in (False, True)}
+                   else eager_clamped_glu_input(eager_limit, moe=moe)).expr
+             for moe in (False, True)}
     # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
     # refuses it for another activation, which memsym.job_checks mirrors)
     fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
@@ -416,19 +425,24 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
         mtp_out = out - sum((out_total[k].expr for k in ("final_norm_input",
                                                          "final_norm_statistics")
                              if k in out_total.keys), sp.Integer(0)) if checkpointed else out
+        # the MTP layer ignores FP4: it enters an FP8 context only under config.fp8 ("TODO:
+        # currently ignoring FP4 in MTP layers", multi_token_prediction.py:1386-1394 at
+        # d98e8a64dd) and runs after the decoder block, whose FP4 contexts are per layer
+        # (transformer_block.py:631-634, :692-695; gpt_model.py:712): a bf16 layer
+        mtp_model = layer_model if layer_model[1].get("fp8_inputs") != "nvfp4" \
+            else _layer_model(x, layout, training, recompute, nvfp4=False)
         # one set per pass, a repeated layer's too (mtp_use_repeated_layer runs layers[0] on
         # each pass's own inputs, multi_token_prediction.py:2048-2115 at d98e8a64dd)
         terms.append(Term("mtp_activations",
                           n_out * x.mtp_num_layers * (_mtp_block(x, layout, training,
-                                                                 layer_model, layers,
+                                                                 mtp_model, layers,
                                                                  recompute) + mtp_out),
                           "multi-token-prediction layers: one layer and one more logits each",
                           _DERIVED, label="MTP"))
-        fp8_in = layer_model[1].get("fp8_inputs", False)   # the MTP layer ignores FP4
         inputs = mtp_input_activations(
             sequence_parallel=sequence_parallel_on(layout), norm=x.normalization.lower(),
             dropout=dropout_kept(training), checkpointed=checkpointed,
-            fp8_inputs=False if fp8_in == "nvfp4" else fp8_in)
+            fp8_inputs=mtp_model[1].get("fp8_inputs", False))
         terms.append(Term("mtp_input_activations", n_out * x.mtp_num_layers * inputs.expr,
                           "each MTP pass's embedding, enorm/hnorm inputs and statistics and "
                           "eh_proj's 2h-wide input", Source(

@@ -153,21 +153,26 @@ def state_terms(experts: bool, training: Training) -> tuple:
         # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
         # frozen base over data parallel, every other scheme keeps it whole on each GPU
         widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
-        dtype = "fp32"
-        if framework_record(training.framework).megatron_options \
-                and training.adapters.finetune == "lora":
-            # Megatron-Bridge: adapters in the model's dtype, Megatron-core's gradient buffer
-            # and (distributed) optimizer with an fp32 main copy.  QLoRA keeps PEFT's widths:
-            # Bridge (067f987df0) has no 4-bit base (no NF4 or bitsandbytes in src/), so a
-            # QLoRA job is the bitsandbytes + PEFT one whatever the framework named
+        dtype, base = "fp32", "bf16"
+        megatron = framework_record(training.framework).megatron_options \
+            and training.adapters.finetune == "lora"
+        if megatron:
+            # Megatron-Bridge: frozen base and adapters in the model's dtype, Megatron-core's
+            # gradient buffer and (distributed) optimizer with their fp32 copies (byte_widths).
+            # QLoRA keeps PEFT's widths: Bridge (067f987df0) has no 4-bit base (no NF4 or
+            # bitsandbytes in src/), so a QLoRA job is the bitsandbytes + PEFT one whatever
+            # the framework named
+            st = training.states
             widths = megatron_adapter_widths(
-                training.states.precision, training.states.grad_dtype,
-                optimizer_bytes=OPTIMIZERS[training.states.optimizer],
-                shards=d * c if training.states.sharding == "distributed-optimizer" else 1)
-            dtype = widths.pop("adapter_dtype")
-        quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else "bf16")
+                st.precision, st.grad_dtype, optimizer=st.optimizer, scheme=st.sharding,
+                shards=d * c if st.sharding == "distributed-optimizer" else 1,
+                precision_aware=st.precision_aware,
+                **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+            dtype, base = widths.pop("adapter_dtype"), widths.pop("base_dtype")
+        quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else base)
         tot = lora(quant, dtype, params=N_q, adapters=N_a, unquantized=N_u,
-                   sharded=training.states.sharding in ("zero3", "fsdp")).subs(widths)
+                   sharded=training.states.sharding in ("zero3", "fsdp"),
+                   main_grads=megatron, unquantized_dtype=base).subs(widths)
         return tuple(tot.terms)
     conv = choose("convention", training.states.convention, CONVENTIONS)
     if training.states.megatron_fsdp and training.states.precision not in ("fp8", "fp4") \

@@ -71,7 +71,8 @@ def _loss_transients(kind: str) -> tuple:
         return tuple(fwd.terms), (grad,)
     if kind == "compiled":
         # Inductor fuses the cast: nothing beyond the saved 16-bit logits in forward, their
-        # 16-bit gradient in backward (tests/test_transients.py measures both)
+        # 16-bit gradient in backward, a new buffer: the logits are the compiled graph's input,
+        # not donated to it (tests/test_engine_compile.py runs both)
         grad = replace(tr.torch_cross_entropy_transient()["logits_16bit"], key="logits_grad_16bit",
                        label="bf16 logits grad", description="16-bit gradient of the logits "
                        "(one fused backward kernel)")
