@@ -454,10 +454,13 @@ def test_min_gpus_deepseek_v3_without_a_batch():
     def total(dd):
         row = dict(lay, d=dd)
         lay_, tr = _training_of(row, 4096, None)
+        lay_ = replace(lay_, t_e=lay["t_e"])     # the experts' TP min-gpus chose
         return training_memory("deepseek-v3", lay_, tr).bytes_total
 
     assert r.bytes["total"] == total(lay["d"]) <= cap
-    smaller = [dd for dd in range(1, lay["d"]) if (lay["c"] * dd) % lay["e"] == 0]  # ep-group
+    # ep-group: e t_e divides t c d (Megatron-LM parallel_state.py:874-884 at d98e8a64dd)
+    smaller = [dd for dd in range(1, lay["d"])
+               if (lay["t"] * lay["c"] * dd) % (lay["e"] * lay["t_e"]) == 0]
     if smaller:
         assert total(smaller[-1]) > cap
     assert main(["min-gpus", "deepseek-v3", "--gpu", "h200-141gb"]) == 0

@@ -29,13 +29,14 @@ from ..job_record import recompute_modules_of
 
 
 def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
-                  only: dict | None = None, per_stage: bool = False) -> dict:
+                  only: dict | None = None, per_stage: bool = False, slots=None) -> dict:
     """Memory (and step time) of every row of ``grid`` under every discrete choice.
 
     ``grid`` holds rule-valid numeric knobs.  Every stage of :func:`check_stages` is
     evaluated (slot j of a row holds its j-th such stage) and the largest is kept.  Returns
     concatenated columns; ``per_stage`` adds ``stage_memory`` (rows x slots, NaN where a row
-    has fewer stages) for sizing questions that need each stage's own curve."""
+    has fewer stages) for sizing questions that need each stage's own curve.  ``slots``: the
+    grid's :func:`stage_slots`, where a caller pricing the same layouts again has them."""
     import numpy as np
 
     x = space.arch
@@ -58,7 +59,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     Vpad = {int(tt): float(arch_values(x, int(tt))[V]) for tt in distinct(t_)}
     V_row = np.array([Vpad[int(tt)] for tt in t_])
     f_, l_ = splits_of(space, grid)
-    slots = _stage_slots(space, grid, f_, l_)
+    slots = _stage_slots(space, grid, f_, l_) if slots is None else slots
     base_kw = dict(scal)
     base_kw.update(allow)
     base_kw.update({"s": float(space.seq_length), "c_f": float(space.capacity_factor),
@@ -150,6 +151,18 @@ class _Slots:
     @property
     def count(self) -> int:
         return len(self.stage)
+
+    def take(self, rows) -> "_Slots":
+        """The slots of grid rows ``rows`` (an index array), in that order."""
+        return _Slots(self.stage[:, rows], {k: v[:, rows] for k, v in self.counts.items()},
+                      self.template[:, rows], self.scale[:, rows], self.templates)
+
+
+def stage_slots(space: Space, grid: dict) -> _Slots:
+    """The stages each row of ``grid`` evaluates, with their parameter counts and templates
+    (independent of d, b and the discrete choices): computed once, and taken by row
+    (``.take(rows)``) for each :func:`evaluate_grid` of the same layouts."""
+    return _stage_slots(space, grid, *splits_of(space, grid))
 
 
 def _stage_slots(space: Space, grid: dict, f_, l_) -> _Slots:

@@ -17,8 +17,8 @@ from typing import Callable
 from ..errors import NoFitError
 from ..numeric import distinct
 from .space import CHOICE_KEYS, KNOBS, RULES, divisors_of
-from .grid import rule_masks, stage_splits
-from .evaluate import binding_columns, evaluate_grid
+from .grid import expert_tp_sizes, rule_masks, stage_splits
+from .evaluate import binding_columns, evaluate_grid, stage_slots
 from .exact import exact_row
 from .results import no_fit_hint
 
@@ -27,9 +27,11 @@ __all__ = ["candidate_knobs", "evaluate_rows", "smallest_d_by_divisors", "smalle
 
 
 def candidate_knobs(space, maxg: int) -> tuple:
-    """``(knobs, offer)``: the candidate (t, p, c, e, v, b) rows that pass the knob rules
+    """``(knobs, offer)``: the candidate (t, p, c, e, v, b, t_e) rows that pass the knob rules
     within ``maxg`` GPUs [GPUs] (every rule but the world size and the d-dependent ones), with
     their first/last stage sizes ``f``, ``l`` where ``offer`` (uneven end stages offered).
+    The experts' TP sizes t_e beside each t are those :func:`search` tries
+    (:func:`memsym.search.grid.expert_tp_sizes`).
 
     Examples
     --------
@@ -37,6 +39,9 @@ def candidate_knobs(space, maxg: int) -> tuple:
     >>> knobs, offer = candidate_knobs(make_space("llama2-7b", "a100-80gb"), 8)
     >>> int((knobs["t"] * knobs["p"] * knobs["c"]).max()) <= 8
     True
+    >>> knobs, _ = candidate_knobs(make_space("mixtral-8x7b", "h100-80gb"), 8)
+    >>> sorted({(int(t), int(te)) for t, te in zip(knobs["t"], knobs["t_e"])})
+    [(1, 1), (2, 1), (2, 2), (4, 1), (4, 4), (8, 1), (8, 8)]
     """
     import numpy as np
 
@@ -53,9 +58,12 @@ def candidate_knobs(space, maxg: int) -> tuple:
     cand_c = space.cp or (1,)
     cand_e = space.ep or (tuple(divisors_of(x.num_experts)) if x.num_experts else (1,))
     cand_v = space.vpp or (1,)   # interleaving never lowers memory (seed 001): v = 1 for sizing
-    prod = np.array(list(itertools.product(cand_t, cand_p, cand_c, cand_e, cand_v,
-                                           space.micro_batch_sizes)), dtype=np.int64)
-    grid = {k: prod[:, i] for i, k in enumerate(("t", "p", "c", "e", "v", "b"))}
+    # (t, t_e) pairs: the experts' TP sizes the search tries beside each t (one rule)
+    cand_tte = [(tt, te) for tt in cand_t for te in expert_tp_sizes(space, tt)]
+    prod = np.array([(tt, pp, cc, ee, vv, bb, te) for (tt, te), pp, cc, ee, vv, bb in
+                     itertools.product(cand_tte, cand_p, cand_c, cand_e, cand_v,
+                                       space.micro_batch_sizes)], dtype=np.int64)
+    grid = {k: prod[:, i] for i, k in enumerate(("t", "p", "c", "e", "v", "b", "t_e"))}
     if offer:
         grid = with_splits(x.num_layers, grid, cand_v)
     grid["d"] = np.ones(len(grid["t"]), dtype=np.int64)
@@ -68,20 +76,24 @@ def candidate_knobs(space, maxg: int) -> tuple:
     grid = {k: val[grid["t"] * grid["p"] * grid["c"] <= maxg] for k, val in grid.items()}
     if not len(grid["t"]):
         raise NoFitError(f"no layout passes the rules within {maxg} GPUs")
-    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b") + (("f", "l") if offer else ())}
+    knobs = {k: grid[k] for k in ("t", "p", "c", "e", "v", "b", "t_e")
+             + (("f", "l") if offer else ())}
     return knobs, offer
 
 
-def evaluate_rows(space, knobs, dvals, only=None, rows=None, per_stage=False) -> dict:
+def evaluate_rows(space, knobs, dvals, only=None, rows=None, per_stage=False,
+                  slots=None) -> dict:
     """Memory of knob rows (``rows``, default all) at data-parallel sizes ``dvals`` [GPUs]
     under every discrete choice (or the row's own choice with ``only``): the columns of
-    :func:`memsym.search.evaluate.evaluate_grid`, without the step time."""
+    :func:`memsym.search.evaluate.evaluate_grid`, without the step time.  ``slots``: the
+    knobs' :func:`memsym.search.evaluate.stage_slots`, computed once for every call."""
     import numpy as np
 
     sel = np.arange(len(knobs["t"])) if rows is None else rows
     g2 = {k: knobs[k][sel] for k in knobs}
     g2["d"] = np.asarray(dvals, dtype=np.int64)
-    return evaluate_grid(space, g2, want_time=False, only=only, per_stage=per_stage)
+    return evaluate_grid(space, g2, want_time=False, only=only, per_stage=per_stage,
+                         slots=None if slots is None else slots.take(sel))
 
 
 def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
@@ -94,15 +106,18 @@ def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
     # micro-batches in flight, more sharding), so the first divisor that fits is the answer
     best = {}
     dvs = sorted({dv for bb in distinct(knobs["b"]) for dv in divisors_of(B // int(bb))})
+    slots = stage_slots(space, knobs)     # the same layouts at every d: their stages once
     for done, dv in enumerate(dvs, 1):
         report(done, len(dvs))
         ok_rows = np.flatnonzero((B % (knobs["b"] * dv) == 0)
                                  & (knobs["t"] * knobs["p"] * knobs["c"] * dv <= maxg))
-        if x.num_experts:
-            ok_rows = ok_rows[(knobs["c"][ok_rows] * dv) % knobs["e"][ok_rows] == 0]
+        if x.num_experts:   # rule ep-group: e t_e divides t c d
+            ok_rows = ok_rows[(knobs["t"][ok_rows] * knobs["c"][ok_rows] * dv)
+                              % (knobs["e"][ok_rows] * knobs["t_e"][ok_rows]) == 0]
         if not len(ok_rows):
             continue
-        cols = evaluate_rows(space, knobs, np.full(len(ok_rows), dv), rows=ok_rows)
+        cols = evaluate_rows(space, knobs, np.full(len(ok_rows), dv), rows=ok_rows,
+                             slots=slots)
         fit = cols["memory"] <= cap
         for j in np.flatnonzero(fit):
             key = (int(ok_rows[cols["row"][j]]), cols["recompute"][j], cols["sharding"][j],
@@ -144,7 +159,9 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     report(1, 3)
     # the three probes in one evaluation (its cost is mostly per call), split back by row
     tiled = np.tile(np.arange(nk), 3)
-    m124 = evaluate_rows(space, knobs, np.repeat([1, 2, 4], nk), rows=tiled, per_stage=True)
+    slots = stage_slots(space, knobs)     # the same layouts at every d: their stages once
+    m124 = evaluate_rows(space, knobs, np.repeat([1, 2, 4], nk), rows=tiled, per_stage=True,
+                         slots=slots)
     m1, m2, m4 = ({k: val[(m124["row"] // nk) == i] for k, val in m124.items()}
                   for i in range(3))
     for part in (m2, m4):
@@ -164,30 +181,37 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
             "sequence_parallel": m1["sequence_parallel"], "offload": m1["offload"]}
     tpc0 = (knobs["t"] * knobs["p"] * knobs["c"])[rows["knob"]]
     step = np.ones(len(dstar), dtype=np.int64)
-    if x.num_experts:
-        ee, cc = knobs["e"][rows["knob"]], knobs["c"][rows["knob"]]
-        step = ee // np.gcd(ee, cc)
+    if x.num_experts:   # rule ep-group: e t_e divides t c d, so d steps by e t_e / gcd
+        ete = (knobs["e"] * knobs["t_e"])[rows["knob"]]
+        step = ete // np.gcd(ete, (knobs["t"] * knobs["c"])[rows["knob"]])
     kmax = maxg // (tpc0 * step)      # d = k step with t p c d <= max_gpus
     with np.errstate(invalid="ignore"):
         kstar = np.where(np.isfinite(dstar), np.ceil(dstar / step), 0)
     dstar = np.where((kstar >= 1) & (kstar <= kmax), kstar * step, 0).astype(np.int64)
-    _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report)
+    everyone = np.arange(len(dstar))
+    probes = [(everyone, np.full(len(dstar), dv), part["memory"] <= cap)
+              for dv, part in ((1, m1), (2, m2), (4, m4))]
+    _verify_fit(space, (knobs, slots), rows, dstar, step, kmax, tpc0, linear, report, probes)
     return rows, dstar
 
 
-def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> None:
+def _verify_fit(space, knobs_slots, rows, dstar, step, kmax, tpc0, linear, report,
+                probes) -> None:
     """Check each row's d* on the compiled totals (d* fits, d* - step does not), and search
-    in place the rows where that fails."""
+    in place the rows where that fails, from what ``probes`` (``(rows, d, fits)`` triples:
+    the d = 1, 2, 4 evaluations) and these checks already know of each (``knobs_slots``:
+    the candidate knobs and their :func:`memsym.search.evaluate.stage_slots`)."""
     import numpy as np
 
     cap = float(space.capacity)
+    knobs, slots = knobs_slots
 
     def fits_at(sel, dvals):
         """Whether knob-and-choice rows ``sel`` fit at data-parallel sizes ``dvals``."""
         out = np.zeros(len(sel), dtype=bool)
         if len(sel):
             memd = evaluate_rows(space, knobs, dvals, rows=rows["knob"][sel],
-                                 only={k: rows[k][sel] for k in CHOICE_KEYS})
+                                 only={k: rows[k][sel] for k in CHOICE_KEYS}, slots=slots)
             out[memd["row"]] = memd["memory"] <= cap
         return out
 
@@ -202,6 +226,8 @@ def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> 
     both = fits_at(np.concatenate([live, below]),
                    np.concatenate([dstar[live], dstar[below] - step[below]]))
     top_ok = both[:len(live)]
+    probes = probes + [(live, dstar[live], top_ok),
+                       (below, dstar[below] - step[below], both[len(live):])]
     low = below[top_ok[has_low]]
     low_fits = both[len(live):][top_ok[has_low]]
     # np.union1d / np.setdiff1d, spelled with distinct (numpy's import numpy.ma at once)
@@ -214,8 +240,45 @@ def _verify_fit(space, knobs, rows, dstar, step, kmax, tpc0, linear, report) -> 
     g_known = int((tpc0[verified] * dstar[verified]).min()) if len(verified) else None
     if len(redo):
         report(3, 3)
+        # the search starts from the d each row is already known to fit at or not (no d
+        # priced twice)
+        lo, hi = known_bounds(step, kmax, probes)
         dstar[redo] = smallest_multiple(lambda r, dv: fits_at(redo[r], dv), step[redo],
-                                        kmax[redo], weight=tpc0[redo], known=g_known)
+                                        kmax[redo], weight=tpc0[redo], known=g_known,
+                                        lo=lo[redo], hi=hi[redo])
+
+
+def known_bounds(step, kmax, probes) -> tuple:
+    """``(lo, hi)`` per row: the largest k known not to fit and the smallest k (at most
+    ``kmax``) known to fit (0: none), from ``probes`` of ``(rows, d, fits)`` at the d
+    [GPUs] that are multiples of the row's step (d = k step; memory is nonincreasing in d).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rows = np.array([0, 1, 2])
+    >>> lo, hi = known_bounds(np.array([1, 2, 1]), np.array([8, 8, 3]),
+    ...                       [(rows, np.array([2, 2, 4]), np.array([False, True, True])),
+    ...                        (rows, np.array([4, 3, 1]), np.array([True, True, False]))])
+    >>> lo.tolist(), hi.tolist()
+    ([2, 0, 1], [4, 1, 0])
+    """
+    import numpy as np
+
+    step = np.asarray(step, dtype=np.int64)
+    lo = np.zeros(len(step), dtype=np.int64)
+    hi = np.zeros(len(step), dtype=np.int64)
+    for sel, dvals, ok in probes:
+        dvals = np.asarray(dvals, dtype=np.int64)
+        on = dvals % step[sel] == 0          # a d the row may take (rule ep-group)
+        kk = dvals // step[sel]
+        fit = on & ok & (kk <= kmax[sel])
+        miss = on & ~ok
+        np.maximum.at(lo, sel[miss], kk[miss])
+        cur = hi[sel[fit]]
+        hi[sel[fit]] = np.where((cur == 0) | (kk[fit] < cur), kk[fit], cur)
+    # memory nonincreasing in d keeps lo below hi; a float tie at the boundary may not
+    return np.where((hi > 0) & (lo >= hi), hi - 1, lo), hi
 
 
 def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
@@ -241,10 +304,13 @@ def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
         floor=exact_row(space, least)["bytes"]["total"], hint=no_fit_hint(space))
 
 
-def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None):
+def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None, lo=None, hi=None):
     """For each row r the smallest d = k step[r] (1 <= k <= kmax[r]) with ``fits(rows, d)``
     true, 0 where none: galloping on k (1, 2, 4, ...), then bisection.  ``fits`` must be
     monotone in d (memory is nonincreasing in d); it is called on index arrays of rows.
+    ``lo`` / ``hi``: per row, a k already known not to fit / to fit (0: none, as
+    :func:`known_bounds` gives them); the gallop then starts at 2 lo, and a row with both
+    is only bisected.
 
     With ``weight`` (GPUs per unit of d [GPUs], t p c) only the rows that can reach the
     fewest GPUs are searched to the end: a row whose G = weight d is already known to exceed
@@ -262,15 +328,20 @@ def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None):
     >>> smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
     ...                    np.array([64, 64, 64, 32]), weight=np.array([8, 1, 1, 1])).tolist()
     [1, 5, 0, 0]
+    >>> smallest_multiple(lambda r, dv: dv >= need[r], np.array([1, 1, 4, 1]),
+    ...                    np.array([64, 64, 64, 32]), lo=np.array([0, 4, 2, 0]),
+    ...                    hi=np.array([1, 0, 0, 0])).tolist()
+    [1, 5, 12, 0]
     """
     import numpy as np
 
     known = np.inf if known is None else known
     step = np.asarray(step, dtype=np.int64)
     kmax = np.asarray(kmax, dtype=np.int64)
-    lo = np.zeros(len(step), dtype=np.int64)   # largest k known not to fit
-    hi = np.zeros(len(step), dtype=np.int64)   # smallest k known to fit (0: none)
-    k = np.ones(len(step), dtype=np.int64)
+    # largest k known not to fit; smallest k known to fit (0: none)
+    lo = np.zeros(len(step), dtype=np.int64) if lo is None else np.array(lo, dtype=np.int64)
+    hi = np.zeros(len(step), dtype=np.int64) if hi is None else np.array(hi, dtype=np.int64)
+    k = np.where(lo > 0, np.minimum(2 * lo, kmax), 1)
 
     def hopeful(rows):
         """The rows whose fewest possible GPUs, weight (lo + 1) step, is within the best
@@ -283,7 +354,7 @@ def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None):
             known = min(known, int((weight[found] * hi[found] * step[found]).min()))
         return rows[weight[rows] * (lo[rows] + 1) * step[rows] <= known]
 
-    todo = hopeful(np.flatnonzero(kmax >= 1))
+    todo = hopeful(np.flatnonzero((kmax >= 1) & (hi == 0) & (lo < kmax)))
     while len(todo):
         ok = np.asarray(fits(todo, k[todo] * step[todo]), dtype=bool)
         hi[todo[ok]] = k[todo[ok]]

@@ -83,7 +83,7 @@ class MinGpus:
 def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 1, b: int = 1,
                v: int = 1, recompute: str = "full", sharding: str = "distributed-optimizer",
                sequence_parallel: bool = False, offload: str = "none", hint: int | None = None,
-               **options):
+               t_e: int | None = None, **options):
     """The smallest data-parallel size d for one layout, solved exactly.
 
     The most-loaded stage's total is solved for d with :func:`memsym.analysis.smallest`
@@ -107,6 +107,9 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
         Micro-batch size [sequences].
     v : int
         Virtual pipeline stages (model chunks) per pipeline rank [1].
+    t_e : int or None
+        Expert tensor-parallel size [GPUs] (None: t, Megatron-LM's default,
+        arguments.py:587-588 at d98e8a64dd).
 
     Returns
     -------
@@ -123,9 +126,10 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
     _megatron_split_only(space)
-    row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "recompute": recompute,
-           "sharding": scheme_row(sharding), "sequence_parallel": sequence_parallel,
-           "offload": offload}
+    t_e = t if t_e is None else t_e
+    row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "t_e": t_e,
+           "recompute": recompute, "sharding": scheme_row(sharding),
+           "sequence_parallel": sequence_parallel, "offload": offload}
     broken = [r for r in explain(space, row) if r not in ("batch", "ep-group")]
     if broken:
         raise InvalidValueError("layout breaks " + ", ".join(f"{r} ({RULES[r]})" for r in broken))
@@ -147,12 +151,9 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
         totals = {k_: tot.map(lambda x_: x_.xreplace(vals)) for k_, tot in full.items()}
 
     def valid(n: int) -> bool:
-        ok = True
-        if Bv is not None:
-            ok &= Bv % (b * n) == 0
-        if space.arch.num_experts:
-            ok &= (t * c * n) % (e * t) == 0
-        return bool(ok)
+        # rules batch (b d divides B) and ep-group (e t_e divides t c d)
+        return ((Bv is None or Bv % (b * n) == 0)
+                and (not space.arch.num_experts or (t * c * n) % (e * t_e) == 0))
 
     upper = None if Bv is None else Bv // b
     best = None
@@ -183,7 +184,8 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
              **options) -> MinGpus:
     r"""The fewest GPUs on which the training fits, over every layout the rules allow.
 
-    For each rule-valid (t, p, c, e, v, b), with the first/last stage sizes :func:`search`
+    For each rule-valid (t, p, c, e, v, b, t_e) (t_e: the experts' TP sizes :func:`search`
+    tries beside t), with the first/last stage sizes :func:`search`
     offers (uneven ones unless ``uneven=False``), and each discrete choice the memory is
     nonincreasing in d, so the smallest fitting d is found for all of them at once (vectorized exponential
     search and bisection on the compiled totals), moved up to the next d the batch rule
@@ -251,7 +253,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     sol, method, closed, bound = None, "searched", None, None
     try:
         sol = smallest_d(model, gpu, space=with_split(space, f_c, l_c), hint=lay["d"], **{
-            k: lay[k] for k in ("t", "p", "c", "e", "b", "v", "recompute", "sharding",
+            k: lay[k] for k in ("t", "p", "c", "e", "b", "v", "t_e", "recompute", "sharding",
                                 "sequence_parallel", "offload")})
         closed, bound = sol.closed_form, sol.bound
         if closed is not None:
@@ -266,8 +268,8 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
                    time.perf_counter() - start, res.notes)
 
 
-_LAYOUT_KEYS = ("t", "p", "c", "d", "e", "v", "b", "recompute", "sharding", "sequence_parallel",
-                "offload")
+_LAYOUT_KEYS = ("t", "p", "c", "d", "e", "v", "b", "t_e", "recompute", "sharding",
+                "sequence_parallel", "offload")
 
 
 def _tied_rows(rows, best_d, tie, offer) -> list:
@@ -276,7 +278,8 @@ def _tied_rows(rows, best_d, tie, offer) -> list:
     for i in tie:
         cand.append({"t": int(rows["t"][i]), "p": int(rows["p"][i]), "c": int(rows["c"][i]),
                      "d": int(best_d[i]), "e": int(rows["e"][i]), "v": int(rows["v"][i]),
-                     "b": int(rows["b"][i]), "recompute": str(rows["recompute"][i]),
+                     "b": int(rows["b"][i]), "t_e": int(rows["t_e"][i]),
+                     "recompute": str(rows["recompute"][i]),
                      "sharding": str(rows["sharding"][i]),
                      "sequence_parallel": bool(rows["sequence_parallel"][i]),
                      "offload": str(rows["offload"][i]),
@@ -287,7 +290,9 @@ def _tied_rows(rows, best_d, tie, offer) -> list:
 
 def _chosen_layout(model, gpu, space, gbest, cand) -> tuple:
     """``(result, layout, f, l)``: the tied layouts ranked exactly as :func:`search` ranks
-    them at G = ``gbest``, the best of them, and its first/last stage sizes (0: even)."""
+    them at G = ``gbest``, the best of them, and its first/last stage sizes (0: even).  The
+    search at ``gbest`` keeps the space's experts' TP sizes: the candidates' t_e came from the
+    same :func:`memsym.search.grid.expert_tp_sizes`."""
     tied = replace(space, tp=tuple(sorted({r["t"] for r in cand})),
                    pp=tuple(sorted({r["p"] for r in cand})), cp=tuple(sorted({r["c"] for r in cand})),
                    vpp=tuple(sorted({r["v"] for r in cand})),
@@ -307,7 +312,7 @@ def _chosen_layout(model, gpu, space, gbest, cand) -> tuple:
     keyset = {key_of(r) for r in cand}
     for i in order:
         r = res.row(int(i))
-        if key_of(r) in keyset and r["t_e"] == r["t"]:   # the fewest-GPU rows keep t_e = t
+        if key_of(r) in keyset:
             chosen = r
             break
     if chosen is None:
