@@ -59,3 +59,27 @@ def test_the_architecture_carries_the_swiglu_clamp():
     arch = preset("deepseek-v3")
     arch = dataclasses.replace(arch, extra={**(arch.extra or {}), "swiglu_clamp": 7.0})
     assert shape_of(arch).swiglu_clamp and not shape_of(arch).expert_clamp
+
+
+def test_recomputed_mlp_reruns_the_clamps():
+    # --recompute-modules mlp / moe_act / shared_experts rerun the eager glu, clamps included:
+    # the backward gains their forward bytes (4 x 2 x f R) once more at HBM rate
+    plain = shape_of(preset("deepseek-v3"))
+    clamped = dataclasses.replace(plain, swiglu_clamp=True)
+    dev, one = gpu("h100"), np.array(1.0)
+
+    def bwd_memory(x, moe, mods):
+        st = Settings(seq_length=4096, micro_batch_size=1, sequence_parallel=False,
+                      moe_host_sync=False, bias_activation_fusion=False,
+                      recompute="selective", recompute_modules=mods)
+        _, b = layer_time(x, st, dev, cluster_for(dev.name), one, one, one, one, one, moe=moe,
+                          eta_gemm=0.5, overlap=Overlap(), dp=one)
+        return float(b["memory"])
+
+    dense_fwd = 4 * 2 * 18432 * 4096 / HBM
+    dense = bwd_memory(clamped, False, ("mlp",)) - bwd_memory(plain, False, ("mlp",))
+    assert dense == pytest.approx(6 * 2 * 18432 * 4096 / HBM + dense_fwd, rel=1e-9)
+    mods = ("moe_act", "shared_experts")
+    moe = bwd_memory(clamped, True, mods) - bwd_memory(plain, True, mods)
+    elems = 2048 * 32768 + 2048 * 4096
+    assert moe == pytest.approx((6 + 4) * 2 * elems / HBM, rel=1e-9)
