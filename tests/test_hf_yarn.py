@@ -51,7 +51,6 @@ def test_mla_keeps_megatron_defaults_for_left_out_keys(tmp_path):
                                                   rope_scaling=yarn), "mla"))
     assert arch.extra["yarn_mscale_all_dim"] == 0.0
     assert yarn_concentration(arch.extra) == pytest.approx(0.1 * 0.707 * math.log(40) + 1)
-    assert shape_of(arch).rope_unfused
 
 
 def test_gpt_oss_keeps_its_bridge_reading(tmp_path):
