@@ -21,6 +21,9 @@ import sys
 import time
 import tracemalloc
 
+import numpy as np
+import sympy as sp
+
 from .errors import InvalidValueError
 from .symbols import L, lookup
 from .term import Term, Total
@@ -81,8 +84,6 @@ hand_python = hand_numpy
 
 
 def _configs(n: int, seed: int = 0) -> dict:
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     pick = lambda xs: rng.choice(np.asarray(xs, dtype=float), n)  # noqa: E731
     return {
@@ -104,8 +105,6 @@ def _best(fn, repeat: int) -> float:
 
 
 def bench_p1(n: int, python_sample: int, evalf_sample: int, repeat: int) -> dict:
-    import numpy as np
-
     total = p1_total()
     cfg = _configs(n)
     compiled = total.compile()
@@ -227,8 +226,6 @@ def bench_p2(quick: bool = False) -> dict:
     SymPy templates built and compiled) and warm (compiled templates cached, as a planner
     re-querying gets it), against evaluating the same layouts one by one (timed on a sample of
     the result's rows in the same run, extrapolated to all of them)."""
-    import numpy as np
-
     out = {"p2_cases": {}}
     worst_warm, worst_ratio = 0.0, float("inf")
     for label, model, gpus, seq, batch, quick_gpus in P2_CASES:
@@ -338,11 +335,8 @@ def bench_p5() -> dict:
 
 
 def _environment() -> dict:
-    import numpy
-    import sympy
-
-    return {"python": platform.python_version(), "sympy": sympy.__version__,
-            "numpy": numpy.__version__, "platform": platform.platform(),
+    return {"python": platform.python_version(), "sympy": sp.__version__,
+            "numpy": np.__version__, "platform": platform.platform(),
             "machine": platform.machine(), "processor": platform.processor(),
             "cpus": os.cpu_count()}
 

@@ -35,6 +35,8 @@ import os
 import pathlib
 import stat
 
+import sympy as sp
+
 from .version import __version__
 
 __all__ = ["cache_dir", "load", "store", "key", "input_key", "package_stamp", "MAX_FILES",
@@ -71,16 +73,15 @@ def cache_dir() -> pathlib.Path | None:
 def _code_version() -> str:
     # what the generated source depends on besides the expressions: SymPy's printers,
     # numpy (the namespace), memsym's printer and CSE (memsym/numeric.py, read as bytes);
-    # hashlib and tempfile are imported where used: `import memsym` reaches this module
-    # (Term.compile) without compiling anything
+    # hashlib, tempfile and numpy are imported where used: `import memsym` reaches this
+    # module (Term.compile) without compiling anything, and the memory path never needs numpy
     import hashlib
 
     import numpy
-    import sympy
 
     here = pathlib.Path(__file__).resolve().parent
     digest = hashlib.sha256((here / "numeric.py").read_bytes()).hexdigest()
-    return f"sympy {sympy.__version__} numpy {numpy.__version__} numeric {digest}"
+    return f"sympy {sp.__version__} numpy {numpy.__version__} numeric {digest}"
 
 
 def key(exprs: tuple, names: tuple, backend: str) -> str:
@@ -95,8 +96,6 @@ def key(exprs: tuple, names: tuple, backend: str) -> str:
     False
     """
     import hashlib
-
-    import sympy as sp
 
     text = "\n".join((_code_version(), backend, ",".join(names),
                       *(sp.srepr(e) for e in exprs)))

@@ -14,6 +14,8 @@ from fractions import Fraction
 from typing import Mapping
 
 import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.pycode import PythonCodePrinter
 
 from .errors import InvalidValueError
 from .symbols import lookup, registry
@@ -140,9 +142,6 @@ def _cse(exprs):
 
 
 def _lambdify_options(backend: str) -> dict:
-    from sympy.printing.numpy import NumPyPrinter
-    from sympy.printing.pycode import PythonCodePrinter
-
     printer = _fast_printer(NumPyPrinter if backend == "numpy" else PythonCodePrinter)
     # the printer writes Min/Max of several arguments as functools.reduce(...): lambdify
     # imports what its own printers need, not what a printer class passed in needs

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
+
 from .errors import InvalidValueError
 from .plot_base import (CAPACITY_COLOR, GB, OKABE_ITO, PALETTE, color, figure, legend_outside,
                         plot_text)
@@ -64,8 +66,6 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
     >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     ['capacity 80 GB', 'model states', 'activations', 'allowances']
     """
-    import numpy as np
-
     if hasattr(items, "breakdown") and hasattr(items, "total"):
         items = {"most-loaded GPU": items}
     labels = [plot_text(x) for x in items]
@@ -114,8 +114,6 @@ def breakdown_bars(breakdowns: Mapping[str, Mapping], *, capacity=None, title: s
     >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     ['capacity', 'weights', 'optimizer']
     """
-    import numpy as np
-
     fig, ax = figure(ax)
     labels = list(breakdowns)
     shown = [plot_text(lab) for lab in labels]
@@ -241,8 +239,6 @@ def phase_breakdown(phases: Mapping[str, Mapping], *, capacity=None, margin=None
 def _stacked(bars: Mapping[str, Mapping], capacity, margin, what: str, title: str,
              xlabel: str, ax, peak=None):
     """The stacked, labelled bars of :func:`stage_breakdown` and :func:`phase_breakdown`."""
-    import numpy as np
-
     labels = [plot_text(x) for x in bars]
     if len(set(labels)) != len(labels):
         raise InvalidValueError(f"{what} labels must differ (after escaping for the plot)")

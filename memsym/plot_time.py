@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
+
 from .errors import InvalidValueError
 from .plot_base import (CAPACITY_COLOR, GB, OKABE_ITO, figure, legend_outside, plot_text,
                         text_color)
@@ -158,8 +160,6 @@ def phase_timeline(phases: Mapping[str, float], *, capacity=None, margin=None, p
     >>> [float(p.get_height()) for p in fig.axes[0].patches]
     [60.0, 50.0]
     """
-    import numpy as np
-
     if not phases:
         raise InvalidValueError("phase_timeline needs at least one phase")
     names = list(phases)

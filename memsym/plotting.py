@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+import sympy as sp
+
 from .analysis import largest, smallest
 from .errors import InvalidValueError, NoFitError, UnknownNameError
 from .plot_base import (CAPACITY_COLOR, DIVERGING_CMAP, FITS_COLOR, FORMATS, GB, MAX_TEXT,
@@ -154,8 +157,6 @@ def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None,
 
 def _floor(fixed, x, grows):
     """The memory no amount of ``x`` removes (None where there is no finite limit)."""
-    import sympy as sp
-
     floor = None
     if fixed is not None:
         try:
@@ -194,8 +195,6 @@ def _drawn_candidates(x, candidates, centre) -> list:
 
 def _curve(cands, evaluate, fixed, x) -> tuple:
     """``(xs, ys, skipped)``: the candidates drawn, their memory [GB], those the rules refuse."""
-    import sympy as sp
-
     xs, ys, skipped = [], [], []
     for n in cands:
         try:
@@ -298,8 +297,6 @@ def _cells(result, xk, yk, value):
     """``(xs, ys, grid, binding)``: the knobs' values, each cell's value (NaN blank), and
     (i, j) -> the binding term (the largest) of the cell's shown layout: the fastest that fits
     on a step-time map, else the one with the most headroom."""
-    import numpy as np
-
     col = result.columns
     xs = sorted({int(v) for v in col[xk]}) if len(result) else [1]
     ys = sorted({int(v) for v in col[yk]}) if len(result) else [1]
@@ -413,7 +410,6 @@ def feasibility(result, x: str = "p", y: str = "t", *, value: str | None = None,
 def _step_time_cells(fig, ax, grid, best_cell) -> list:
     """The step-time map: each fitting cell's best time [s], the others marked; the legend's
     handles."""
-    import numpy as np
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -438,8 +434,6 @@ def _step_time_cells(fig, ax, grid, best_cell) -> list:
 
 def _headroom_cells(fig, ax, grid, best_cell) -> list:
     """The headroom map: each cell's best headroom [GB]; the legend's handles (none)."""
-    import numpy as np
-
     lim = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
     img = ax.imshow(grid, cmap=DIVERGING_CMAP, vmin=-lim, vmax=lim, origin="lower", aspect="auto")
     fig.colorbar(img, ax=ax, label="best headroom [GB]")
@@ -467,8 +461,6 @@ def _binding_labels(ax, binding, handles) -> None:
 
 def _blank_note(result, xs, ys, grid, x, y) -> str:
     """Why cells are blank: the pair cannot split the GPUs, or the rules refuse every layout."""
-    import numpy as np
-
     split = {"t", "p", "c", "d"}
     cannot, refused = 0, 0
     for i, yy in enumerate(ys):
@@ -509,8 +501,6 @@ def feasibility_map(result, *, ax=None):
     >>> fig.axes[0].get_xlabel()
     'pipeline-parallel size p'
     """
-    import numpy as np
-
     col = result.columns
     ts = sorted({int(x) for x in col["t"]}) or [1]
     ps = sorted({int(x) for x in col["p"]}) or [1]

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import sympy as sp
+from sympy import ZZ
+from sympy.polys.matrices import DomainMatrix
 
 from .errors import InvalidValueError, MemsymError
 from .symbols import lookup
@@ -364,9 +366,6 @@ class _Measurements:
 
 def _solve_exact(monos, syms, points, measured) -> tuple:
     """``(groups, parts, total)``: the square system through ``points`` solved exactly."""
-    from sympy import ZZ
-    from sympy.polys.matrices import DomainMatrix
-
     groups = sorted({grp for got in measured for grp in got})
     n = len(monos)
     A = DomainMatrix([[ZZ(v) for v in _row(monos, syms, pt)] for pt in points], (n, n), ZZ)

@@ -103,3 +103,18 @@ def test_fp32_lora_job_keeps_an_fp32_base():
     for key in ("weights", "weights_unquantized"):
         assert sp.nsimplify(grp32[key] / grp16[key]) == 2
     assert _per_adapter(lay, _lora(precision="fp32")) == (4, 4, 2)   # 8 / 4, no main copy
+
+
+def test_megatron_lora_frozen_base_cites_the_bridge_not_bitsandbytes():
+    # Megatron-Bridge's LoRA freezes the base as built (peft/base.py:176-193 at 067f987df0:
+    # requires_grad = False, no cast, no bitsandbytes in src/): the embeddings, norms and output
+    # layer stay in params_dtype like the linear layers, so their Term cites the Bridge's PEFT
+    terms = {t.key: t for t in state_terms(False, state_training(_lora()))}
+    keep = terms["weights_unquantized"]
+    assert keep.source.key == "megatron-bridge-peft" and "base.py:176-193" in keep.source.locator
+    assert "bitsandbytes" not in keep.description and "params_dtype" in keep.description
+    # QLoRA (bitsandbytes + PEFT whatever the framework) keeps the QLoRA attribution
+    q = {t.key: t for t in state_terms(False, state_training(
+        Training(seq_length=2048, micro_batch_size=1, global_batch_size=8, finetune="qlora",
+                 lora_rank=32)))}["weights_unquantized"]
+    assert q.source.key == "qlora" and "bitsandbytes" in q.description

@@ -494,6 +494,34 @@ def test_interleaved_ep_overlap_warm_up_and_cool_down_run_alone():
     assert float(ep_alone_passes(x, Overlap(), 8, 2, 128, 8, 1.0)) == 0.0
 
 
+def test_ep_edges_take_the_group_the_simulated_schedule_runs():
+    # the warm-up's group is memsym.timing.pipeline.microbatch_group's: Megatron's
+    # schedules.py (d98e8a64dd) refuses microbatch_group_size_per_vp_stage < p (l. 1161-1162),
+    # the simulated order runs it as p; torch's rounds run floor(m / max(1, floor(m / p))).
+    # By hand, p = 4, v = 2, each pass 1 ms alone on L_moe / (p v) MoE layers:
+    #   group 2 < p runs as 4: 2 (4 - 1) + (2 - 1) 4 + 1 = 11 passes (not 2*3 + 2 + 1 = 9);
+    #   torch, m = 10: N = 10 // max(1, 10 // 4) = 5: 2*3 + 5 + 1 = 12 passes (not 11)
+    from memsym.hardware import cluster_for, gpu
+    from memsym.timing.makespan import pipeline_parts
+    from memsym.timing.mean_layer import mean_layer
+    from memsym.timing.records import Overlap, Settings
+    x, dev, one = shape_of(preset("deepseek-v3")), gpu("h100"), np.array(1.0)
+    on = Overlap(ep_a2a=True)
+
+    def edges(st, m):
+        lf, lb, _, _, mtp = mean_layer(x, st, dev, cluster_for(dev.name), one, one, one, one,
+                                       one, one, eta_gemm=0.5, overlap=on)
+        knobs = (one, np.array(4.0), one, one, np.array(2.0), one, np.array(float(m)))
+        out = pipeline_parts(x, st, dev, cluster_for(dev.name), on, knobs,
+                             (lf, lb, np.array(1e-3), mtp), eta_gemm=0.5)
+        return float(out["edges"])
+
+    per_pass = x.L_moe / (4 * 2) * 1e-3
+    assert edges(Settings(seq_length=4096, group_size=2), 64) == pytest.approx(11 * per_pass)
+    assert edges(Settings(seq_length=4096, torch_rounds=True), 10) == pytest.approx(
+        12 * per_pass)
+
+
 def test_moe_layer_forward_takes_at_least_the_host_time(monkeypatch):
     # memsym.timing.moe_host: with the dispatcher's host sync an MoE layer's forward takes
     # max(G, H); the backward, which waits on nothing (its split sizes come from the forward's

@@ -15,7 +15,7 @@ from ..errors import UnknownNameError
 from .architecture import Architecture, printable, resolve
 from .hf_classic import CLASSIC_READERS
 from .hf_decoders import DECODER_DEFAULTS, read_llama4, read_llama_like
-from .hf_fields import ConfigFields, read_config_json
+from .hf_fields import ConfigFields, read_config_json, yarn_fields
 from .hf_hybrid import HYBRID_READERS, HYBRID_TYPES
 from .hf_moe import MOE_READERS
 from .hf_ssm import SSM_READERS, SSM_TYPES
@@ -210,9 +210,19 @@ def from_hf_config(path) -> Architecture:
         kw = _READERS.get(mtype, read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
-              extra={**kw.get("extra", {}), "hf_model_type": file_type, "hf_dropout": dropout,
+              extra={**_with_yarn(c, kw), "hf_model_type": file_type, "hf_dropout": dropout,
                      "notes": tuple(notes)})
     return resolve(Architecture(**kw))
+
+
+def _with_yarn(c: ConfigFields, kw: dict) -> dict:
+    """The reader's ``extra`` with the file's YaRN fields (:func:`yarn_fields`), unless the
+    reader sets YaRN itself: GPT-OSS's bridge overrides the file's rope_scaling (factor 32,
+    yarn_mscale None: gpt_oss_bridge.py:94-100)."""
+    extra = dict(kw.get("extra", {}))
+    if "yarn_rotary_scaling_factor" not in extra:
+        extra.update(yarn_fields(c, bool(kw.get("multi_latent_attention"))))
+    return extra
 
 
 def _model_type(c: ConfigFields) -> str:

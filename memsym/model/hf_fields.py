@@ -17,7 +17,7 @@ from ..limits import MAX_NUMBER_CHARS, check_text
 from ..errors import InvalidValueError
 from .architecture import check_limit, printable
 
-__all__ = ["ConfigFields", "read_config_json", "FIELD_LIMITS"]
+__all__ = ["ConfigFields", "read_config_json", "FIELD_LIMITS", "yarn_fields"]
 # a config.json is a few KB; refuse anything far larger (memsym.limits, documented there)
 from ..limits import MAX_CONFIG_JSON_BYTES as _MAX_CONFIG_BYTES  # noqa: E402
 
@@ -36,6 +36,7 @@ FIELD_LIMITS = {
     "shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
     "vocab_size": "vocab_size",
     "max_position_embeddings": "max_position_embeddings", "n_positions": "max_position_embeddings",
+    "original_max_position_embeddings": "max_position_embeddings",
     "num_local_experts": "num_experts", "num_experts": "num_experts",
     "n_routed_experts": "num_experts", "n_shared_experts": "num_experts",
     "num_experts_per_tok": "moe_router_topk", "experts_per_token": "moe_router_topk",
@@ -204,6 +205,71 @@ class ConfigFields:
         step = self.int("decoder_sparse_step", 1)
         dense_only = set(self.int_list("mlp_only_layers"))
         return tuple(int(i not in dense_only and (i + 1) % step == 0) for i in range(n_layers))
+
+
+#: Megatron-core's MLATransformerConfig defaults of the YaRN fields a DeepSeek-style
+#: (multi-latent attention) config's ``rope_scaling`` leaves out (transformer_config.py:3315,
+#: 3327, 3330 at Megatron-LM d98e8a64dd): the Bridge sets only the keys the file gives.
+_MLA_YARN_DEFAULTS = {"factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.0}
+
+
+def yarn_fields(fields: ConfigFields, mla: bool) -> dict:
+    """A config's YaRN ``rope_scaling`` as Megatron-core's ``yarn_*`` fields of ``extra`` [1].
+
+    Megatron-Bridge maps a ``rope_scaling`` (or transformers 5's ``rope_parameters``) whose
+    ``type`` / ``rope_type`` is ``"yarn"`` onto the provider key by key
+    (``YARN_ROPE_SCALING_MAPPING``: factor, original_max_position_embeddings, mscale,
+    mscale_all_dim to ``yarn_rotary_scaling_factor``, ... ``yarn_mscale_all_dim``; a key the
+    file leaves out stays None, GPTModelProvider's default), and a multi-latent-attention
+    model's onto MLATransformerConfig's ``rotary_scaling_factor``, ``mscale``,
+    ``mscale_all_dim`` (``MLA_ROPE_SCALING_MAPPING``; a key left out keeps that config's
+    default 40, 1.0, 0.0).  Both reach RoPE as the same concentration factor
+    (:func:`memsym.timing.rope.yarn_concentration`, which reads the ``yarn_*`` names).  Any
+    other rope type: nothing.
+
+    Parameters
+    ----------
+    fields : ConfigFields
+        The config (its ``rope_scaling`` or ``rope_parameters`` object).
+    mla : bool
+        The model has multi-latent attention (the Bridge's MLA provider).
+
+    Returns
+    -------
+    dict
+        ``yarn_rotary_scaling_factor`` [1], ``yarn_mscale`` [1], ``yarn_mscale_all_dim`` [1],
+        ``yarn_original_max_position_embeddings`` [tokens], where set.
+
+    Examples
+    --------
+    DeepSeek-V3's config.json (factor 40, mscale 1.0, mscale_all_dim 1.0):
+
+    >>> c = ConfigFields({"rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0,
+    ...     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}, "config.json")
+    >>> sorted(yarn_fields(c, True).items())  # doctest: +NORMALIZE_WHITESPACE
+    [('yarn_mscale', 1.0), ('yarn_mscale_all_dim', 1.0),
+     ('yarn_original_max_position_embeddings', 4096), ('yarn_rotary_scaling_factor', 40.0)]
+
+    References
+    ----------
+    .. [megatron-bridge] Megatron-Bridge 067f987df0 models/conversion/model_bridge.py:501-523,
+       590-632 (the mappings, rope_type "yarn" only).
+    """
+    scaling = fields.data.get("rope_scaling") or fields.data.get("rope_parameters")
+    if not isinstance(scaling, dict) or (scaling.get("type")
+                                         or scaling.get("rope_type")) != "yarn":
+        return {}
+    rs = ConfigFields(scaling, f"{fields.where} rope_scaling")
+    dflt = _MLA_YARN_DEFAULTS if mla else {}
+
+    def number(key):  # mscale 0 is Megatron's mscale_all_dim default: >= 0
+        return rs._value(key, dflt.get(key), lambda v: _real(v) and 0 <= v < 1e30,
+                         "a number >= 0", float)
+    out = {"yarn_rotary_scaling_factor": rs.positive("factor", dflt.get("factor")),
+           "yarn_mscale": number("mscale"), "yarn_mscale_all_dim": number("mscale_all_dim"),
+           "yarn_original_max_position_embeddings": rs.int("original_max_position_embeddings",
+                                                           None)}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def read_config_json(path) -> dict:

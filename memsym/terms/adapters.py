@@ -39,6 +39,12 @@ _QLORA = Source("qlora", "§3, Double Quantization (0.127 bits per parameter)")
 # the optimizer's fp32 copy of a 16-bit gradient (Megatron-core: distributed optimizer and DDP)
 _MAIN_GRADS = Source("megatron-core", "optimizer/distrib_optimizer.py:2792 "
                      "(shard_main_param.grad = shard_model_grad.float()); optimizer/optimizer.py:1097")
+# Megatron-Bridge's LoRA freezes the base as built: requires_grad False, no cast, no
+# quantization, so every frozen weight (embeddings, norms and output layer as the linear
+# layers) stays in the model's params_dtype; the adapters default to that dtype too
+_BRIDGE_FROZEN = Source("megatron-bridge-peft", "peft/base.py:176-193 at 067f987df0 (freeze_model: "
+                        "requires_grad = False, nothing cast: the frozen base stays in "
+                        "params_dtype); peft/lora.py:128, 154 (lora_dtype None: the model's dtype)")
 _FROZEN = Source("lora", "§4.2, Practical Benefits (frozen W_0: no gradients or optimizer "
                  "states); storage width = the format's bits / 8 per weight")
 
@@ -244,7 +250,7 @@ def adapter_state(adapter_dtype: str = "fp32", params=N_a, *, main_grads: bool =
 
 def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None,
          adapters=N_a, unquantized=None, sharded: bool = False, main_grads: bool = False,
-         unquantized_dtype: str = "bf16") -> Total:
+         unquantized_dtype: str = "bf16", params_dtype_base: bool = False) -> Total:
     r"""Model memory of LoRA fine-tuning per GPU (activations are added separately) [bytes].
 
     .. math::
@@ -271,6 +277,9 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
         The adapters' fp32 main-gradient copy (:func:`adapter_state`).
     unquantized_dtype : {"bf16", "fp16", "fp32"}
         Storage of the ``unquantized`` parameters (Megatron: the model's ``params_dtype``).
+    params_dtype_base : bool
+        The whole frozen base stays in the model's ``params_dtype`` (Megatron-Bridge's LoRA:
+        frozen as built, no bitsandbytes): the ``unquantized`` Term cites that, not QLoRA.
 
     Examples
     --------
@@ -279,6 +288,8 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     >>> M = lora().subs(b_g=4, b_m=0, b_o=8)
     >>> float(M.evaluate(N=7e9, p=1, t=1, N_a=4e6)) / 1e9
     14.064
+    >>> lora(unquantized=N_a, params_dtype_base=True).terms[1].source.key
+    'megatron-bridge-peft'
 
     References
     ----------
@@ -288,9 +299,12 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     base = (frozen_weights(quantization, params, sharded=sharded),)
     if unquantized is not None:
         keep = frozen_weights(unquantized_dtype, unquantized, sharded=sharded)
+        why = (("in the model's params_dtype, as the frozen linear layers (frozen as built, "
+                "not quantized)", _BRIDGE_FROZEN) if params_dtype_base
+               else ("(bitsandbytes quantizes linear layers only)", _QLORA))
         base += (Term("weights_unquantized", keep.expr, "frozen embeddings, norms and output layer "
-                      f"kept at {unquantized_dtype} (bitsandbytes quantizes linear layers only)",
-                      _QLORA, label=f"{unquantized_dtype} weights"),)
+                      f"kept at {unquantized_dtype} {why[0]}", why[1],
+                      label=f"{unquantized_dtype} weights"),)
     return Total(f"LoRA model memory ({quantization} base, {adapter_dtype} adapters)",
                  base + adapter_state(adapter_dtype, adapters, main_grads=main_grads).terms)
 

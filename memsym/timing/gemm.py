@@ -83,10 +83,11 @@ class Shape:
         The routed experts' linear layers carry biases (``add_bias_linear`` on a MoE model):
         Megatron-core adds the fc2 bias outside the grouped GEMM, scaled by the routing
         probability (:func:`memsym.timing.moe.expert_bias_bytes`).
-    expert_clamp : bool
+    expert_clamp, swiglu_clamp : bool
         The routed experts' GLU input is clamped first (Megatron's
         ``activation_func_clamp_value``; GPT-OSS's ``swiglu_limit``), in eager PyTorch
-        (:func:`memsym.timing.moe.glu_clamp_bytes`).
+        (:func:`memsym.timing.moe.glu_clamp_bytes`); a clamped ``--swiglu``, clamped eagerly
+        under ``--no-bias-swiglu-fusion`` (:func:`memsym.timing.moe_eager.swiglu_clamp_bytes`).
     kinds : tuple
         A hybrid model's layers by kind: ``((mixer, ffn), count, dense, expert)`` with
         ``mixer`` ``"attention"``, ``"mamba"``, ``"gdn"`` or ``"none"``, ``ffn`` None (no
@@ -129,6 +130,7 @@ class Shape:
     rope_unfused: bool = False
     expert_bias: bool = False
     expert_clamp: bool = False
+    swiglu_clamp: bool = False
     kinds: tuple = ()
     ssm: tuple = ()
     last_moe: bool = False
@@ -170,8 +172,7 @@ def shape_of(arch, t: int = 1) -> Shape:
     ssm = ((x.mamba_inner_size, x.mamba_state_dim, x.mamba_num_heads, x.mamba_num_groups,
             x.mamba_conv_kernel)
            if ("mamba", None) in mtp_kinds or any(k[0][0] == "mamba" for k in kinds) else ())
-    mla = ()
-    d_qk = d_v = x.kv_channels
+    mla, d_qk, d_v = (), x.kv_channels, x.kv_channels
     if x.multi_latent_attention:
         mla = (x.q_lora_rank or 0, x.kv_lora_rank, x.qk_pos_emb_head_dim)
         d_qk, d_v = x.qk_head_dim + x.qk_pos_emb_head_dim, x.v_head_dim
@@ -189,6 +190,7 @@ def shape_of(arch, t: int = 1) -> Shape:
                  expert_bias=bool(E and x.add_bias_linear),
                  expert_clamp=bool(E and x.swiglu)     # a swiglu_limit (0 too: quick-GeGLU)
                  and (x.extra or {}).get("swiglu_limit") is not None,
+                 swiglu_clamp=bool(x.swiglu) and (x.extra or {}).get("swiglu_clamp") is not None,
                  kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]),
                  h_lat=(x.moe_latent_size or 0) if E else 0, mtp_kinds=mtp_kinds,
                  gdn=gdn_shape(x) if any(k[0][0] == "gdn" for k in kinds) else (),
@@ -285,9 +287,7 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
     ----------
     .. [narayanan] arXiv:2104.04473 Appendix (a layer's GEMMs and their FLOPs).
     """
-    t = np.asarray(t, float)
-    c = np.asarray(c, float)
-    e = np.asarray(e, float)
+    t, c, e = (np.asarray(v, float) for v in (t, c, e))
     t_e = t if t_e is None else np.asarray(t_e, float)
     T = np.asarray(b, float) * s / c
     out = []

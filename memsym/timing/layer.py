@@ -25,6 +25,7 @@ from .gemm import attention_flops, layer_gemms, memory_bytes
 from .linear_attention import gdn_copy_bytes, gdn_kernels, projection_widths
 from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
 from .moe import gemm_seconds, moe_layer_extras
+from .moe_eager import eager_seconds
 from .moe_host import host_exposed
 from .quantize import cast_bytes
 from .records import Overlap, Settings
@@ -130,9 +131,13 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
     gemms = layer_gemms(x, st.seq_length, b, t, c, e, t_e, moe=moe, mixer=mixer, mlp=mlp)
     if not st.bias_activation_fusion:
         # unfused, the clamped quick-GeGLU's experts run the eager glu (moe/experts.py:995-1016
-        # at d98e8a64dd), not the fused path's clamp-and-concatenate (memsym.timing.moe_eager)
+        # at d98e8a64dd), not the fused path's clamp-and-concatenate (memsym.timing.moe_eager),
+        # and a clamped SwiGLU's eager glu clamps in torch (mlp.py:327-329, experts.py:1004-1006)
         gemms = [dataclasses.replace(q, eager=tuple("glu" if op == "clamp" else op
-                                                     for op in q.eager)) for q in gemms]
+                                                     for op in q.eager)
+                                     + (("swiglu_clamp",) if x.swiglu_clamp and q.name in
+                                        ("fc1", "shared_fc1", "expert_fc1") else ()))
+                 for q in gemms]
     f_gemm, b_gemm, f_att, b_att, f_mem, b_mem = _compute(x, st, dev, gemms, (t, c, e, t_e, b),
                                                           eta_gemm, moe=moe, mixer=mixer, mlp=mlp)
     T = as_array(b) * st.seq_length / as_array(c)     # tokens of one micro-batch on one CP rank
@@ -200,6 +205,9 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
     # residual pass the gradient through): about 1.5 x the forward bytes (memsym's count)
     # a Mamba or GDN mixer's memory-bound kernels are counted kernel by kernel, backward included
     f_mem, b_mem = mem + f_ssm, BACKWARD_MEMORY * mem + b_ssm
+    # the dense or shared MLP's eager passes (the routed experts': memsym.timing.moe)
+    f_eager, b_eager = eager_seconds(gemms, dev, experts=False)
+    f_mem, b_mem = f_mem + f_eager, b_mem + b_eager
     if prec in ("fp8", "fp4"):
         # Transformer Engine's casts of each quantized GEMM's input and output gradient
         # (memsym.timing.quantize)

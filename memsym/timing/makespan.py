@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InvalidValueError
 from .collectives import collective_time, group_bandwidth
 from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
-                       simulated_pipeline, stage_layers, stage_times)
+                       microbatch_group, simulated_pipeline, stage_layers, stage_times)
 from .mtp import mtp_depth
 from .interleaved import exact_interleaved
 from .one_f_one_b import exact_one_f_one_b
@@ -123,14 +123,24 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
                                               (emb, out_f, out_b), p2p_exposed, mtp_layers)
     pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
                                              exact_schedule, chunk_tau)
-    group = p if st.group_size is None else st.group_size
-    edges = ep_alone_passes(x, overlap, p, v, m, group, ep_alone)
+    edges = ep_alone_passes(x, overlap, p, v, m, _groups(st, p, m, v), ep_alone)
     # the output stage (the last; the first under the V placement) holds the MTP layers
     out_stage = stages[0] if st.output_first else stages[2]
     busiest = np.maximum(np.maximum(stages[0], stages[2]), stages[3])
     return {"pipeline": pipeline, "bubble": bubble, "edges": edges, "launchable": launchable,
             "stages": stages, "tau": tau, "msg": msg, "p2p": p2p, "p2p_exposed": p2p_exposed,
             "mtp_busy": np.where(out_stage == busiest, mtp_layers, 0)}
+
+
+def _groups(st: Settings, p, m, v) -> np.ndarray:
+    """:func:`memsym.timing.pipeline.microbatch_group` of each layout (p, m, v) of a grid [1]:
+    the group the simulated schedule runs (torch's rounds, a set size, p; never below p), so
+    that the EP edges count the warm-up that order has."""
+    P, M, V = np.broadcast_arrays(*(np.asarray(a).astype(np.int64) for a in (p, m, v)))
+    keys, inv = np.unique(np.stack([P.ravel(), M.ravel(), V.ravel()]), axis=1,
+                          return_inverse=True)
+    groups = np.array([microbatch_group(st, *k) for k in keys.T.tolist()], dtype=float)
+    return groups[inv.ravel()].reshape(P.shape)
 
 
 def _output_ends(x, st, dev, clu, overlap, knobs, eta_gemm, mtp_layers, layer) -> tuple:

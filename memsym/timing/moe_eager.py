@@ -21,7 +21,8 @@ import numpy as np
 
 from .efficiency import memory_time
 
-__all__ = ["expert_bias_bytes", "glu_clamp_bytes", "eager_glu_bytes", "eager_seconds"]
+__all__ = ["expert_bias_bytes", "glu_clamp_bytes", "eager_glu_bytes", "swiglu_clamp_bytes",
+           "eager_seconds"]
 
 
 def _arr(x):
@@ -206,7 +207,53 @@ def eager_glu_bytes(rows, f, *, clamp: bool = True, width: int = 2):
             ((29 + 12 * c) * _arr(f) / 2 + 2) * elems * width)
 
 
-def eager_seconds(gemms, device):
+def swiglu_clamp_bytes(rows, f, *, width: int = 2):
+    r"""HBM bytes (forward, backward) of the eager SwiGLU's two clamps [bytes].
+
+    .. math:: \bigl(4 f R\,w,\; 6 f R\,w\bigr)
+
+    A clamped ``--swiglu`` (``activation_func_clamp_value``, memsym's ``swiglu_clamp``) under
+    ``--no-bias-swiglu-fusion`` runs the eager ``glu`` (mlp.py:321-334, moe/experts.py:995-1016
+    at Megatron-LM d98e8a64dd), whose clamps are eager torch ops (mlp.py:327-329,
+    experts.py:1004-1006): ``x_glu.clamp(max=c)`` and ``x_linear.clamp(-c, c)`` each read and
+    write their half of the :math:`[R, 2f]` fc1 output (:math:`2f` per row each, forward),
+    and each backward reads the gradient and the input and writes a gradient (:math:`3f`
+    each).  The rest of the eager SwiGLU (chunk, ``F.silu``, the product) is the fused
+    kernel's count in :func:`memsym.timing.gemm.memory_bytes`; the clamps are the passes the
+    quick-GeGLU's :func:`eager_glu_bytes` counts with :math:`c` = 1.
+
+    Parameters
+    ----------
+    rows : array_like
+        Rows of the fc1 output, R [rows] (tokens, or the experts' routed rows).
+    f : array_like
+        Half of fc1's output width on this GPU (f / t, or f_e / t_e) [1].
+    width : int
+        Bytes per element [bytes] (bf16: 2).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Forward and backward HBM bytes [bytes].
+
+    Examples
+    --------
+    By hand, 4,096 rows of f = 2,048 in bf16: 4 x 4096 x 2048 x 2 and 6 x 4096 x 2048 x 2:
+
+    >>> f, b = swiglu_clamp_bytes(4096, 2048)
+    >>> int(f), int(b)
+    (67108864, 100663296)
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd megatron/core/transformer/mlp.py:327-329,
+    megatron/core/transformer/moe/experts.py:1004-1006.
+    """
+    elems = _arr(rows) * _arr(f)
+    return 4 * width * elems, 6 * width * elems
+
+
+def eager_seconds(gemms, device, *, experts: bool = True):
     r"""(forward, backward) seconds of the eager passes on a MoE layer's expert GEMM outputs [s].
 
     .. math:: t_{fwd} = \frac{\sum_q B^{fwd}_{eager}(q)}{B_{HBM}}, \quad
@@ -215,8 +262,10 @@ def eager_seconds(gemms, device):
     For each routed-expert GEMM record (``expert_fc1``, ``expert_fc2``) its ``eager`` passes,
     over the rows its local experts produce (``M`` times ``count``): ``"clamp"`` on fc1's
     output (``N`` = 2f wide, :func:`glu_clamp_bytes`), ``"glu"`` the eager clamped GLU in its
-    place (:func:`eager_glu_bytes`), ``"bias"`` on fc2's (``N`` = h,
-    :func:`expert_bias_bytes`), at HBM bandwidth.
+    place (:func:`eager_glu_bytes`), ``"swiglu_clamp"`` the eager SwiGLU's clamps
+    (:func:`swiglu_clamp_bytes`), ``"bias"`` on fc2's (``N`` = h,
+    :func:`expert_bias_bytes`), at HBM bandwidth.  With ``experts`` False, the other GEMMs'
+    passes instead (a dense or shared MLP's fc1: the eager SwiGLU's clamps).
 
     Parameters
     ----------
@@ -224,6 +273,8 @@ def eager_seconds(gemms, device):
         The layer's forward GEMMs.
     device : str or GPU
         The GPU.
+    experts : bool
+        Price the routed experts' GEMMs (else every other GEMM's).
 
     Returns
     -------
@@ -247,12 +298,13 @@ def eager_seconds(gemms, device):
     """
     fwd = bwd = 0.0
     for q in gemms:
-        if not q.name.startswith("expert_"):
+        if q.name.startswith("expert_") != experts:
             continue
         rows = _arr(q.M) * q.count
         for op in q.eager:
             nb = (glu_clamp_bytes(rows, _arr(q.N) / 2) if op == "clamp"
                   else eager_glu_bytes(rows, _arr(q.N) / 2) if op == "glu"
+                  else swiglu_clamp_bytes(rows, _arr(q.N) / 2) if op == "swiglu_clamp"
                   else expert_bias_bytes(rows, _arr(q.N)))
             fwd = fwd + memory_time(nb[0], device)
             bwd = bwd + memory_time(nb[1], device)

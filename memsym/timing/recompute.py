@@ -44,7 +44,7 @@ import numpy as np
 
 from .efficiency import memory_time
 from .moe import gemm_seconds
-from .moe_eager import eager_glu_bytes, glu_clamp_bytes
+from .moe_eager import eager_glu_bytes, glu_clamp_bytes, swiglu_clamp_bytes
 
 __all__ = ["MODULE_GEMMS", "norms_recomputed", "module_recompute"]
 
@@ -182,7 +182,8 @@ def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequ
     by_name = {q.name: q for q in gemms}
     if not moe and "mlp" in mods and "fc1" in by_name:
         q = by_name["fc1"]
-        nbytes = nbytes + _activation_bytes(q.M, q.N / (2 if x.gated else 1), x.gated)
+        nbytes = nbytes + _activation_bytes(q.M, q.N / (2 if x.gated else 1), x.gated) \
+            + _swiglu_clamps(q, q.M)
     rerun_dispatch = moe and "moe" in mods
     if moe and (rerun_dispatch or "moe_act" in mods) and "expert_fc1" in by_name:
         q = by_name["expert_fc1"]     # moe subsumes moe_act: the activation reruns once
@@ -192,7 +193,16 @@ def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequ
             nbytes = nbytes + glu_clamp_bytes(rows, f)[0]
         if "glu" in q.eager and not rerun_dispatch:     # unfused: the eager glu reruns
             nbytes = nbytes + eager_glu_bytes(rows, f)[0]
+        if not rerun_dispatch:                          # moe: in the dispatcher's seconds
+            nbytes = nbytes + _swiglu_clamps(q, rows)
     if moe and (rerun_dispatch or "shared_experts" in mods) and "shared_fc1" in by_name:
         q = by_name["shared_fc1"]
-        nbytes = nbytes + _activation_bytes(q.M, q.N / (2 if x.gated else 1), x.gated)
+        nbytes = nbytes + _activation_bytes(q.M, q.N / (2 if x.gated else 1), x.gated) \
+            + _swiglu_clamps(q, q.M)
     return gemm, memory_time(nbytes, dev), rerun_dispatch
+
+
+def _swiglu_clamps(q, rows):
+    """Forward bytes of the eager clamped SwiGLU's clamps on ``q``'s output, which rerun with
+    its activation (:func:`memsym.timing.moe_eager.swiglu_clamp_bytes`; 0 without them)."""
+    return swiglu_clamp_bytes(rows, q.N / 2)[0] if "swiglu_clamp" in q.eager else 0.0

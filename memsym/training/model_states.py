@@ -172,7 +172,8 @@ def state_terms(experts: bool, training: Training) -> tuple:
         quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else base)
         tot = lora(quant, dtype, params=N_q, adapters=N_a, unquantized=N_u,
                    sharded=training.states.sharding in ("zero3", "fsdp"),
-                   main_grads=megatron, unquantized_dtype=base).subs(widths)
+                   main_grads=megatron, unquantized_dtype=base,
+                   params_dtype_base=megatron).subs(widths)
         return tuple(tot.terms)
     conv = choose("convention", training.states.convention, CONVENTIONS)
     if training.states.megatron_fsdp and training.states.precision not in ("fp8", "fp4") \
