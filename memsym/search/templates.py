@@ -10,8 +10,9 @@ from dataclasses import replace
 
 import sympy as sp
 
-from ..symbols import M_alloc, m
+from ..symbols import M_alloc, N_ll, m
 from ..unchecked_job import UncheckedJob
+from ..training.model_states import largest_layer
 from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as _STATE_KEYS,
                         allowance_terms, outside_allocator, resolved_stage_activations,
                         phase_parts, resolved_stage_total, stage_counts)
@@ -434,15 +435,16 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
     Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
     depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
     whether it is first / last, and p > 1 (the tied output copy): computed once per such key
-    and shared across p, and across e without experts (LoRA's per-GPU counts, and with
-    experts the largest layer on one GPU, N_ll, also depend on e: kept in the key)."""
+    and shared across p, e and t_e; of them only the largest layer on one GPU, N_ll, reads e
+    and t_e (:func:`memsym.training.model_states.largest_layer`), priced per (e, t_e).
+    LoRA's per-GPU counts depend on e and t_e throughout: both in the key."""
     rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
+    full = space.finetune == "full"
     # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
     key = (space.arch, space.optimizer, space.finetune, space.lora_rank, space.lora_targets, tt,
            rng.start, rng.stop, stage == 0, stage == pp - 1, pp > 1,
-           ee if space.finetune != "full" or space.arch.num_experts else None,
-           # the experts' TP splits the largest layer's expert weights (N_ll) and LoRA's
-           te if space.arch.num_experts and te is not None else None)
+           # LoRA's counts per GPU: the experts' split (e, t_e) in the key
+           None if full else (ee, te if space.arch.num_experts and te is not None else None))
     if key not in _COUNTS:
         if len(_COUNTS) > 65536:
             _COUNTS.clear()
@@ -452,4 +454,9 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
         # a symbol's name, not str(): printing each one costs more than the counts
         _COUNTS[key] = tuple((k.name, v) for k, v in
                              stage_counts(_unchecked(space, lay, space.training()), stage).items())
-    return _COUNTS[key]
+    got = _COUNTS[key]
+    if not full:
+        return got
+    te = tt if te is None or not space.arch.num_experts else te
+    largest = largest_layer(space.arch, rng, tt, ee, te)
+    return tuple((name, largest if name == N_ll.name else v) for name, v in got)
