@@ -455,8 +455,7 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
         _COUNTS[key] = tuple((k.name, v) for k, v in
                              stage_counts(_unchecked(space, lay, space.training()), stage).items())
     got = _COUNTS[key]
-    if not full:
+    if not full or not space.arch.num_experts:   # without experts N_ll reads neither e nor t_e
         return got
-    te = tt if te is None or not space.arch.num_experts else te
-    largest = largest_layer(space.arch, rng, tt, ee, te)
+    largest = largest_layer(space.arch, rng, tt, ee, tt if te is None else te)
     return tuple((name, largest if name == N_ll.name else v) for name, v in got)
