@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import replace
 
 import sympy as sp
@@ -23,6 +24,7 @@ from ..numeric import compile_expr, expression_code, function_namespace
 from .. import compile_cache
 from ..compile_cache import FUNC_NAME
 from ..model import moe_layer_pattern, stage_layers
+from ..model.hybrid_layers import layer_kind_pattern
 
 
 def _unchecked(space: Space, lay: Layout, trn) -> UncheckedJob:
@@ -433,16 +435,20 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
     (:func:`memsym.training.stage_counts`) at one (t, p, e, t_e) (t_e None: t).
 
     Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
-    depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
-    whether it is first / last, and p > 1 (the tied output copy): computed once per such key
-    and shared across p, e and t_e; of them only the largest layer on one GPU, N_ll, reads e
-    and t_e (:func:`memsym.training.model_states.largest_layer`), priced per (e, t_e).
-    LoRA's per-GPU counts depend on e and t_e throughout: both in the key."""
+    depend on the layout only through t (vocabulary padding, N_lin/t), how many of the
+    stage's layers are of each kind (:func:`memsym.model.stages.stage_parameters` sums the
+    layers' counts by kind), whether it is first / last, and p > 1 (the tied output copy):
+    computed once per such key and shared across p, the stage split, e and t_e; of them only
+    the largest layer on one GPU, N_ll, reads e and t_e
+    (:func:`memsym.training.model_states.largest_layer`), priced per (e, t_e).  LoRA's
+    per-GPU counts depend on e and t_e throughout: both in the key."""
     rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
     full = space.finetune == "full"
+    pattern = layer_kind_pattern(space.arch)
+    kinds = frozenset(Counter(pattern[i] for i in rng).items())
     # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
     key = (space.arch, space.optimizer, space.finetune, space.lora_rank, space.lora_targets, tt,
-           rng.start, rng.stop, stage == 0, stage == pp - 1, pp > 1,
+           kinds, stage == 0, stage == pp - 1, pp > 1,
            # LoRA's counts per GPU: the experts' split (e, t_e) in the key
            None if full else (ee, te if space.arch.num_experts and te is not None else None))
     if key not in _COUNTS:
