@@ -54,6 +54,14 @@ def call_compiled(expr, kw: dict):
     return fn(*[kw[n] for n in names])[0]
 
 
+def _template_layout(space: Space, sp_on: bool, inter: bool, pp: int) -> Layout:
+    # the layout a template is built at: t = 2 stands for every t > 1 (sequence parallelism
+    # on), v = 2 for every v > 1 (interleaved), with the space's stage split
+    return Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
+                  first_stage_layers=space.first_stage_layers,
+                  last_stage_layers=space.last_stage_layers)
+
+
 @functools.lru_cache(maxsize=4096)
 def check_stages(space: Space, pp: int) -> tuple:
     """The pipeline stages whose memory can be the largest at ``p = pp``, lowest first.
@@ -153,9 +161,7 @@ def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, s
     every t and v.  Returns (states and activation Terms, their activation sum, the
     allowance Terms over a placeholder for the allocated bytes, the decoder layers'
     activation term ``layer_activations`` alone; the activation sum excludes it)."""
-    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
-                 first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
+    lay = _template_layout(space, sp_on, inter, pp)
     tot = resolved_stage_total(
         _unchecked(space, lay, space.training(recompute=rc, sharding=scheme, offload=off,
                                               **space.comm_fields(sp_on))), stage)
@@ -174,9 +180,7 @@ def _act_total(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: in
     """:func:`memsym.training.resolved_stage_activations` of one stage, the activations
     :func:`choice_template`'s total holds; they do not depend on the sharding scheme, so one
     serves every scheme (the phase transients of :func:`fast_template` read them too)."""
-    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
-                 first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
+    lay = _template_layout(space, sp_on, inter, pp)
     return resolved_stage_activations(
         _unchecked(space, lay, space.training(recompute=rc, offload=off)), stage)
 
@@ -201,9 +205,7 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
     sharding schemes (tests check the sum against the exact per-layout total); the states
     end with the buffers outside PyTorch's allocator
     (:func:`memsym.training.outside_allocator`, keys of ``OUTSIDE_ALLOCATOR_KEYS``)."""
-    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
-                 first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
+    lay = _template_layout(space, sp_on, inter, pp)
     trn = space.training(recompute=rc, sharding=scheme, offload=off, **space.comm_fields(sp_on))
     job = _unchecked(space, lay, trn)
     # phase_parts: the model states with the framework's buffers kept in every phase (the
