@@ -25,7 +25,7 @@ from .compile_cache import FUNC_NAME
 from . import compile_cache
 
 __all__ = ["CompiledTotal", "compile_expr", "compile_total", "finite_float", "unique_rows",
-           "expression_code", "function_namespace", "distinct"]
+           "expression_code", "function_namespace", "distinct", "distinct_layouts", "spread"]
 
 
 def _extreme(inputs: Mapping) -> str:
@@ -436,3 +436,47 @@ def unique_rows(*cols):
     else:
         uq, inv = np.unique(code, return_inverse=True)
     return np.stack(np.unravel_index(uq, dims), axis=1), inv.ravel()
+
+
+def distinct_layouts(*cols):
+    """``(distinct rows, inverse)`` of broadcast columns of whole, non-negative numbers where
+    at most half the rows are distinct, else None: a grid of many layouts priced once per
+    distinct combination of the knobs a price reads (:func:`unique_rows`), then spread back
+    on every row (:func:`spread`; elementwise arithmetic: the same numbers to the last bit).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> uq, inv = distinct_layouts(np.tile([1.0, 2.0], 40), 8.0)
+    >>> uq.tolist(), inv[:4].tolist()
+    ([[1, 8], [2, 8]], [0, 1, 0, 1])
+    >>> distinct_layouts(np.arange(100.0)) is None      # all distinct: nothing to share
+    True
+    """
+    import numpy as np
+
+    knobs = np.broadcast_arrays(*cols)
+    if knobs[0].size <= 64 or not all(np.array_equal(k, np.floor(k)) and np.all(k >= 0)
+                                      for k in knobs):
+        return None
+    uq, inv = unique_rows(*(k.ravel() for k in knobs))
+    return (uq, inv) if 2 * len(uq) <= knobs[0].size else None
+
+
+def spread(value, inv, shape):
+    """``value`` priced once per distinct row (:func:`distinct_layouts`) back on every row of
+    ``shape``: each array indexed by ``inv``, through dicts, tuples and lists; numbers stay.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> spread({"a": (np.array([1.0, 2.0]), 3.0)}, np.array([1, 0, 1]), (3,))
+    {'a': (array([2., 1., 2.]), 3.0)}
+    """
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {k: spread(v, inv, shape) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(spread(v, inv, shape) for v in value)
+    return value[inv].reshape(shape) if np.ndim(value) else value

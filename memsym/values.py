@@ -373,14 +373,53 @@ def cached_max(*args: sp.Expr) -> sp.Expr:
     Same result as ``Max``: sympy's proof of which symbolic argument is larger
     (``Max._find_localzeros``, a ``factor_terms`` of each difference) costs tens of
     milliseconds on a whole phase's transients, and the search and the job commands build
-    the same maxima for every row and option (issue 29).
+    the same maxima for every row and option (issue 29).  Where every two arguments are
+    ordered one way at one point and the other way at another (:func:`_both_signs`), no
+    proof exists and ``Max`` keeps them all: that ``Max`` is built without looking for one
+    (``evaluate=False`` orders the same arguments the same way).
 
     Examples
     --------
     >>> from sympy import Symbol
-    >>> m = Symbol("m", positive=True)
+    >>> m, c = Symbol("m", positive=True), Symbol("c", positive=True)
     >>> cached_max(m, 2 * m), cached_max(m, 2 * m) is cached_max(m, 2 * m)
     (2*m, True)
+    >>> cached_max(m, 4 * m / c) == sp.Max(m, 4 * m / c)   # c < 4 and c > 4: both kept
+    True
     """
+    args = tuple(sp.sympify(a) for a in args)
+    plain = all(not a.is_number and not isinstance(a, (sp.Min, sp.Max)) for a in args)
+    if plain and len(set(args)) == len(args) > 1 and all(
+            _both_signs(a - b) for i, a in enumerate(args) for b in args[i + 1:]):
+        return sp.Max(*args, evaluate=False)
     return sp.Max(*args)
+
+
+def _takes(sym: sp.Symbol, value: int) -> bool:
+    # whether the integer `value` satisfies every assumption of `sym` (positive, integer, ...)
+    num = sp.Integer(value)
+    return all(getattr(num, f"is_{key}", None) == held for key, held in sym.assumptions0.items())
+
+
+def _both_signs(diff: sp.Expr) -> bool:
+    """Whether ``diff`` is exactly positive at one point and exactly negative at another,
+    each point giving every symbol 1 or 1000 (where its assumptions allow both): then no
+    sound proof orders the two sides it is the difference of, and ``Max`` keeps both.
+    False where that is not shown (a proof may exist)."""
+    syms = sorted(diff.free_symbols, key=lambda x: x.name)
+    if not syms or not all(_takes(x, 1) and _takes(x, 1000) for x in syms):
+        return False
+    ones, thousands = dict.fromkeys(syms, sp.Integer(1)), dict.fromkeys(syms, sp.Integer(1000))
+    points = [ones, *({**ones, x: sp.Integer(1000)} for x in syms),
+              *({**thousands, x: sp.Integer(1)} for x in syms)]
+    signs = set()
+    for point in points:
+        value = diff.xreplace(point)
+        if not value.is_Rational:   # not a plain number there (a root, a function): no claim
+            return False
+        if value != 0:
+            signs.add(value > 0)
+        if len(signs) == 2:
+            return True
+    return False
 

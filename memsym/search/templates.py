@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import replace
 
 import sympy as sp
 
-from ..symbols import M_alloc, m
+from ..symbols import M_alloc, N_ll, m
 from ..unchecked_job import UncheckedJob
+from ..training.model_states import largest_layer
 from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as _STATE_KEYS,
                         allowance_terms, outside_allocator, resolved_stage_activations,
                         phase_parts, resolved_stage_total, stage_counts)
@@ -22,6 +24,7 @@ from ..numeric import compile_expr, expression_code, function_namespace
 from .. import compile_cache
 from ..compile_cache import FUNC_NAME
 from ..model import moe_layer_pattern, stage_layers
+from ..model.hybrid_layers import layer_kind_pattern
 
 
 def _unchecked(space: Space, lay: Layout, trn) -> UncheckedJob:
@@ -49,6 +52,14 @@ def _compiled(expr):
 def call_compiled(expr, kw: dict):
     fn, names = _compiled(expr)
     return fn(*[kw[n] for n in names])[0]
+
+
+def _template_layout(space: Space, sp_on: bool, inter: bool, pp: int) -> Layout:
+    # the layout a template is built at: t = 2 stands for every t > 1 (sequence parallelism
+    # on), v = 2 for every v > 1 (interleaved), with the space's stage split
+    return Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
+                  first_stage_layers=space.first_stage_layers,
+                  last_stage_layers=space.last_stage_layers)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -150,9 +161,7 @@ def choice_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, s
     every t and v.  Returns (states and activation Terms, their activation sum, the
     allowance Terms over a placeholder for the allocated bytes, the decoder layers'
     activation term ``layer_activations`` alone; the activation sum excludes it)."""
-    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
-                 first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
+    lay = _template_layout(space, sp_on, inter, pp)
     tot = resolved_stage_total(
         _unchecked(space, lay, space.training(recompute=rc, sharding=scheme, offload=off,
                                               **space.comm_fields(sp_on))), stage)
@@ -171,9 +180,7 @@ def _act_total(space: Space, rc: str, sp_on: bool, inter: bool, off: str, pp: in
     """:func:`memsym.training.resolved_stage_activations` of one stage, the activations
     :func:`choice_template`'s total holds; they do not depend on the sharding scheme, so one
     serves every scheme (the phase transients of :func:`fast_template` read them too)."""
-    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
-                 first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
+    lay = _template_layout(space, sp_on, inter, pp)
     return resolved_stage_activations(
         _unchecked(space, lay, space.training(recompute=rc, offload=off)), stage)
 
@@ -198,9 +205,7 @@ def fast_template(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sch
     sharding schemes (tests check the sum against the exact per-layout total); the states
     end with the buffers outside PyTorch's allocator
     (:func:`memsym.training.outside_allocator`, keys of ``OUTSIDE_ALLOCATOR_KEYS``)."""
-    lay = Layout(t=2 if sp_on else 1, p=pp, v=2 if inter else None, sequence_parallel=sp_on,
-                 first_stage_layers=space.first_stage_layers,
-                 last_stage_layers=space.last_stage_layers)
+    lay = _template_layout(space, sp_on, inter, pp)
     trn = space.training(recompute=rc, sharding=scheme, offload=off, **space.comm_fields(sp_on))
     job = _unchecked(space, lay, trn)
     # phase_parts: the model states with the framework's buffers kept in every phase (the
@@ -432,17 +437,22 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
     (:func:`memsym.training.stage_counts`) at one (t, p, e, t_e) (t_e None: t).
 
     Full training's counts (N_tp, N_rep, N_exp of all the ranks together, N_lin per TP rank)
-    depend on the layout only through t (vocabulary padding, N_lin/t), the stage's layers,
-    whether it is first / last, and p > 1 (the tied output copy): computed once per such key
-    and shared across p, and across e without experts (LoRA's per-GPU counts, and with
-    experts the largest layer on one GPU, N_ll, also depend on e: kept in the key)."""
+    depend on the layout only through t (vocabulary padding, N_lin/t), how many of the
+    stage's layers are of each kind (:func:`memsym.model.stages.stage_parameters` sums the
+    layers' counts by kind), whether it is first / last, and p > 1 (the tied output copy):
+    computed once per such key and shared across p, the stage split, e and t_e; of them only
+    the largest layer on one GPU, N_ll, reads e and t_e
+    (:func:`memsym.training.model_states.largest_layer`), priced per (e, t_e).  LoRA's
+    per-GPU counts depend on e and t_e throughout: both in the key."""
     rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
+    full = space.finetune == "full"
+    pattern = layer_kind_pattern(space.arch)
+    kinds = frozenset(Counter(pattern[i] for i in rng).items())
     # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
     key = (space.arch, space.optimizer, space.finetune, space.lora_rank, space.lora_targets, tt,
-           rng.start, rng.stop, stage == 0, stage == pp - 1, pp > 1,
-           ee if space.finetune != "full" or space.arch.num_experts else None,
-           # the experts' TP splits the largest layer's expert weights (N_ll) and LoRA's
-           te if space.arch.num_experts and te is not None else None)
+           kinds, stage == 0, stage == pp - 1, pp > 1,
+           # LoRA's counts per GPU: the experts' split (e, t_e) in the key
+           None if full else (ee, te if space.arch.num_experts and te is not None else None))
     if key not in _COUNTS:
         if len(_COUNTS) > 65536:
             _COUNTS.clear()
@@ -452,4 +462,8 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
         # a symbol's name, not str(): printing each one costs more than the counts
         _COUNTS[key] = tuple((k.name, v) for k, v in
                              stage_counts(_unchecked(space, lay, space.training()), stage).items())
-    return _COUNTS[key]
+    got = _COUNTS[key]
+    if not full or not space.arch.num_experts:   # without experts N_ll reads neither e nor t_e
+        return got
+    largest = largest_layer(space.arch, rng, tt, ee, tt if te is None else te)
+    return tuple((name, largest if name == N_ll.name else v) for name, v in got)

@@ -177,8 +177,8 @@ def _quantisation(M, N, sms):
     # each tile edge's count once (TILES repeat them), and the computed outputs as one
     # product: waves, SMs and tile sizes are whole numbers far below 2**53, so the product
     # is exact in any order (the same numbers to the last bit as tile by tile)
-    rows = {tm: np.ceil(M / tm) for tm, _, _ in TILES}
-    cols = {tn: np.ceil(N / tn) for _, tn, _ in TILES}
+    rows = {tm: np.ceil(M / tm) for tm in {tm for tm, _, _ in TILES}}
+    cols = {tn: np.ceil(N / tn) for tn in {tn for _, tn, _ in TILES}}
     useful = M * N
     best = np.zeros(np.broadcast(M, N).shape)
     for tm, tn, rel in TILES:

@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from ..numeric import unique_rows
+from ..numeric import distinct_layouts, spread
 from .layer import layer_time
 from .moe_host import floored_growth
 from .mtp import mtp_block, mtp_settings
@@ -100,27 +100,18 @@ def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
     # settings given per row (a recompute fraction per layout) are priced row by row
     per_row = any(isinstance(v, (np.ndarray, list)) and np.ndim(v)
                   for v in (getattr(st, f.name) for f in dataclasses.fields(st)))
-    if not per_row and knobs[0].size > 64 and all(np.array_equal(k, np.floor(k)) for k in knobs) \
-            and all(np.all(k >= 0) for k in knobs):
-        uq, inv = unique_rows(*(k.ravel() for k in knobs[:5]))
-        if 2 * len(uq) <= knobs[0].size:
-            # a search's grid has several d for each (t, c, e, t_e, b): a sixth of its rows
-            rep = np.empty(len(uq))
-            rep[inv] = knobs[5].ravel()     # each combination's d: one of its rows'
-            got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(5)),
-                                 rep, eta_gemm=eta_gemm, overlap=overlap, mtp=bool(mtp_layers))
-            return _spread(got, inv, shape)
+    d_whole = np.array_equal(knobs[5], np.floor(knobs[5])) and np.all(knobs[5] >= 0)
+    # a search's grid has several d for each (t, c, e, t_e, b): a sixth of its rows
+    found = distinct_layouts(*knobs[:5]) if not per_row and d_whole else None
+    if found is not None:
+        uq, inv = found
+        rep = np.empty(len(uq))
+        rep[inv] = knobs[5].ravel()     # each combination's d: one of its rows'
+        got = _mean_layer_of(x, st, dev, clu, *(uq[:, i].astype(float) for i in range(5)),
+                             rep, eta_gemm=eta_gemm, overlap=overlap, mtp=bool(mtp_layers))
+        return spread(got, inv, shape)
     return _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
                           overlap=overlap, mtp=bool(mtp_layers))
-
-
-def _spread(value, inv, shape):
-    # the per-distinct-row values of mean_layer back on every row (numbers stay numbers)
-    if isinstance(value, dict):
-        return {k: _spread(v, inv, shape) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_spread(v, inv, shape) for v in value)
-    return value[inv].reshape(shape) if np.ndim(value) else value
 
 
 def _mean_layer_of(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap, mtp) -> tuple:

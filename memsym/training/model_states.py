@@ -84,10 +84,7 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     # layer_parameters call per kind (dense, MoE, a hybrid's), not per layer (memsym.search)
     per_kind = {kind: models.layer_parameters(x, kind) for kind in {pattern[i] for i in sp_.layers}}
     lin = sum(per_kind[pattern[i]]["tp"] for i in sp_.layers)
-    # the largest layer's parameters on one GPU: what FSDP2 / ZeRO-3 gather at once
-    largest = max((sp.Rational(q["tp"], layout.t) + q["replicated"]
-                   + sp.Rational(q["experts"], layout.e * layout.expert_tp)
-                   for q in per_kind.values()), default=sp.Integer(0))
+    largest = largest_layer(x, sp_.layers, layout.t, layout.e, layout.expert_tp)
     if training.adapters.finetune == "full":
         counts = {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
                   N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
@@ -101,6 +98,42 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets) * len(sp_.layers),
                            x.num_layers * layout.t)
     return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
+
+
+def largest_layer(x, layers, t: int, e: int, t_e: int) -> sp.Rational:
+    r"""The parameters of the largest of ``layers`` on one GPU [parameters]: what FSDP2 and
+    ZeRO-3 gather at once (the count ``N_ll`` of :func:`stage_counts`).
+
+    .. math:: N_{ll} = \max_{\text{kinds}} \Bigl(\frac{N^{tp}}{t} + N^{rep}
+        + \frac{N^{exp}}{e\,t_e}\Bigr)
+
+    over the layer kinds among ``layers`` (:func:`memsym.model.layer_parameters`); 0 for no
+    layer.
+
+    Parameters
+    ----------
+    x : memsym.model.Architecture
+        The model.
+    layers : iterable of int
+        The decoder layers' indices (a stage's ``range``).
+    t, e, t_e : int
+        Tensor-, expert- and expert-tensor-parallel sizes [GPUs].
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> largest_layer(preset("llama2-7b"), range(4), 2, 1, 2) == 202375168 // 2 + 8192
+    True
+
+    References
+    ----------
+    The gathers this count prices: :func:`memsym.terms.sharding_transients.fsdp2_transients`
+    and its sources.
+    """
+    pattern = models.stages.layer_kind_pattern(x)
+    per_kind = (models.layer_parameters(x, kind) for kind in {pattern[i] for i in layers})
+    return max((sp.Rational(q["tp"], t) + q["replicated"] + sp.Rational(q["experts"], e * t_e)
+                for q in per_kind), default=sp.Integer(0))
 
 
 def stage_has_experts(x, layout: Layout, stage: int) -> bool:
