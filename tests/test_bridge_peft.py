@@ -106,3 +106,41 @@ def test_mode_against_the_recipe_and_vlm_refused():
     assert read_bridge_recipe("llama3_8b_peft_config", ["--mode=lora"])["values"]["peft"] == "LoRA"
     with pytest.raises(InvalidValueError, match="vision-language"):
         read_bridge_recipe("qwen25_vl_3b_peft_config")
+
+
+#: Seed 001's LoRA + SP input re-gather runs (mbridge-memory-tuning, Measured Results) as the
+#: recipe name plus the overrides the table and the 33655ef845 recipes it ran describe: the
+#: printed TP / EP and sequence length (8192 printed for Qwen3-8B; the MoE rows' lengths as
+#: formulas/measured_memory.toml reads them off the savings), sequence parallelism (the
+#: re-gather needs it), ETP 1 and, for Qwen3-8B, _peft_common's LoRA (dim 32 on the four
+#: modules) which 067f987df0's recipe replaced by dim 8 on linear_qkv and linear_proj.
+SEED001_LORA = {
+    "qwen3-8b": ("qwen3_8b_peft_config", ["-tp", "2", "dataset.seq_length=8192", "peft.dim=32",
+             "peft.target_modules=[linear_qkv,linear_proj,linear_fc1,linear_fc2]"], 47.545, 42.814),
+    "qwen3-30b-a3b": ("qwen3_30b_a3b_peft_config", ["-tp", "4", "-ep", "4", "-etp", "1",
+                                                    "dataset.seq_length=8192"], 29.890, 28.321),
+    "gpt-oss-120b": ("gpt_oss_120b_peft_config", ["-tp", "2", "-ep", "8", "-etp", "1",
+                                                  "dataset.seq_length=4096"], 52.185, 51.371),
+}
+
+
+@pytest.mark.parametrize("model", sorted(SEED001_LORA))
+def test_seed001_lora_runs_as_recipe_commands(capsys, model):
+    """The recipe commands give the data file's prediction of the same runs
+    (tools/measured.py), within 10 % of the measured peaks, and the re-gather below."""
+    from tools import measured
+
+    recipe, words, base, regather = SEED001_LORA[model]
+    got = []
+    for on in ("false", "true"):
+        code = main(["estimate", "--bridge-recipe", recipe, *words, "model.sequence_parallel=true",
+                     f"peft.sequence_parallel_input_regather={on}", "--world-size", "8",
+                     "--gpu", "h100-80gb", "--metric", "allocated", "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        got.append(json.loads(out)["bytes"]["total"])
+    rows = [measured.predict(f"seed001.{model}.lora{tail}").total for tail in ("", "-regather")]
+    assert [round(g / 1e7) for g in got] == [round(float(r) / 1e7) for r in rows]
+    assert got[1] < got[0]
+    for g, m in zip(got, (base, regather)):
+        assert abs(g / (m * 1e9) - 1) < 0.10
