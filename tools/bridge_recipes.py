@@ -111,7 +111,19 @@ HELPER_CALLS = {
          "mixed_precision.grad_reduce_in_fp32": True}),
 }
 _SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "comm_overlap", "mixed_precision",
-             "tokenizer")
+             "tokenizer", "peft")
+#: The base configs of the fine-tuning recipes (recipes/common.py:136 ``_sft_common``, :238
+#: ``_peft_common``), read like ``_pretrain_common``.
+FINETUNE_COMMONS = ("_sft_common", "_peft_common")
+#: The PEFT classes ``default_peft_config`` builds (recipes/utils/dataset_utils.py:48-72:
+#: ``"lora"`` -> ``LoRA(**kwargs)``, ``"dora"`` -> ``DoRA(**kwargs)``, no kwargs from a recipe):
+#: scheme -> (file, class); the row takes the class's dataclass defaults.
+PEFT_CLASSES = {"lora": (_BASE + "peft/lora.py", "LoRA"), "dora": (_BASE + "peft/dora.py", "DoRA")}
+#: The one condition the PEFT recipes branch on (recipes/llama/h100/llama3.py:2367 and the
+#: others): true for the recipes' default scheme ``peft_scheme="lora"``.
+_SCHEME_TEST = "isinstance(peft_scheme, str) and peft_scheme.lower() in ['lora', 'dora']"
+#: Where a finetune row goes (its own generated module keeps both under 600 lines).
+FINETUNE_OUT = OUT.parent / "_bridge_finetune.py"
 
 
 def _show(source: str, path: str) -> str:
@@ -205,22 +217,30 @@ def _optimizer_helper(text: str, call) -> dict:
     return values
 
 
-def _common_values(text: str, optimizer_utils: str = "") -> dict:
-    """``_pretrain_common``'s values: its ConfigContainer's literal keywords, and the optimizer
-    config its optimizer helper builds (``opt_cfg, scheduler_cfg = helper(...)``)."""
+def _common_values(text: str, optimizer_utils: str = "", name: str = "_pretrain_common") -> dict:
+    """``name``'s values (``_pretrain_common``, ``_sft_common``, ``_peft_common``): its
+    ConfigContainer's literal keywords (its local literals bound: ``seq_length = 2048``), the
+    optimizer config its optimizer helper builds (``opt_cfg, scheduler_cfg = helper(...)``), the
+    keywords of its dataset helper (``default_squad_config(seq_length=..., ...)``, recipes/utils/
+    dataset_utils.py:119) as ``dataset.*`` and its ``peft=LoRA(...)`` as ``peft`` and ``peft.*``."""
     tree = ast.parse(text)
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_pretrain_common")
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
     call = next(n for n in ast.walk(fn) if isinstance(n, ast.Call)
                 and getattr(n.func, "id", None) == "ConfigContainer")
-    helpers = {}    # opt_cfg -> the helper call that builds it
+    helpers, env = {}, {}    # opt_cfg -> the helper call that builds it; local literals
     for n in ast.walk(fn):
         if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple) \
                 and isinstance(n.value, ast.Call) and optimizer_utils:
             helpers[ast.unparse(n.targets[0].elts[0])] = n.value
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) \
+                and isinstance(n.value, ast.Constant):
+            env[n.targets[0].id] = n.value.value
     values, computed = {}, []
     for kw in call.keywords:
         if isinstance(kw.value, ast.Call):
-            _config_call(kw.value, {}, kw.arg, values, computed, kw.value.lineno)
+            if kw.arg == "peft":
+                values["peft"] = getattr(kw.value.func, "id", None)
+            _config_call(kw.value, env, kw.arg, values, computed, kw.value.lineno)
         elif kw.arg == "optimizer" and ast.unparse(kw.value) in helpers:
             values.update(_optimizer_helper(optimizer_utils, helpers[ast.unparse(kw.value)]))
         else:
@@ -229,6 +249,25 @@ def _common_values(text: str, optimizer_utils: str = "") -> dict:
             except _Unknown:
                 pass   # scheduler_cfg: built by a helper, not read
     return values
+
+
+def peft_defaults(text: str, cls: str) -> dict:
+    """The dataclass defaults of PEFT class ``cls`` of ``text`` as ``peft.*`` values (a
+    ``field(default_factory=lambda: [...])`` is its list), with ``peft`` the class name."""
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    out = {"peft": cls}
+    for n in node.body:
+        if not (isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value):
+            continue
+        value = n.value
+        if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "field":
+            value = next((kw.value.body for kw in value.keywords if kw.arg == "default_factory"
+                          and isinstance(kw.value, ast.Lambda)), None)
+        try:
+            out[f"peft.{n.target.id}"] = _value(value, {})
+        except (_Unknown, AttributeError):
+            pass
+    return out
 
 
 def _helper_call(call, env, values) -> bool:
@@ -249,13 +288,74 @@ def _helper_call(call, env, values) -> bool:
     return True
 
 
+def _peft_statement(stmt, env, values, local, common) -> bool:
+    """Read one statement of a fine-tuning recipe's PEFT or local literals; False when
+    ``stmt`` is none of them.
+
+    ``seq_length = 4096``: a local literal (bound for the statements after it);
+    ``peft_cfg = default_peft_config(peft_scheme)``: the scheme's PEFT class with its defaults
+    (:data:`PEFT_CLASSES`); ``cfg.peft = peft_cfg``: those become the row's ``peft.*``;
+    ``peft_cfg.dim = 8``: the field of the same object (``cfg.peft`` is ``peft_cfg``)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        return False
+    target, node = stmt.targets[0], stmt.value
+    if isinstance(target, ast.Name) and isinstance(node, ast.Constant):
+        env[target.id] = node.value
+        return True
+    if isinstance(target, ast.Name) and isinstance(node, ast.Call) \
+            and getattr(node.func, "id", None) == "default_peft_config":
+        scheme = _value(node.args[0], env) if node.args else None
+        local[target.id] = ("peft", dict(common["peft_classes"].get(
+            scheme.lower() if isinstance(scheme, str) else scheme, {"peft": None})))
+        return True
+    chain = ast.unparse(target)
+    if chain == "cfg.peft" and isinstance(node, ast.Name) and node.id in local \
+            and local[node.id][0] == "peft":
+        for k in [k for k in values if k == "peft" or k.startswith("peft.")]:
+            del values[k]
+        values.update(local[node.id][1])
+        local[node.id] = ("peft", local[node.id][1], True)
+        return True
+    parts = chain.split(".")
+    if len(parts) == 2 and parts[0] in local and local[parts[0]][0] == "peft":
+        try:       # the object's field, and the config's once cfg.peft is that object
+            local[parts[0]][1]["peft." + parts[1]] = _value(node, env)
+        except _Unknown:
+            return False
+        if len(local[parts[0]]) > 2:
+            values["peft." + parts[1]] = local[parts[0]][1]["peft." + parts[1]]
+        return True
+    if chain in ("cfg.mixed_precision",) and isinstance(node, ast.Constant):
+        # a precision recipe by name (llama3.py:2385): it replaces the section
+        for k in [k for k in values if k.startswith("mixed_precision")]:
+            del values[k]
+        values["mixed_precision"] = node.value
+        return True
+    return False
+
+
 def _run(file: _File, name: str, args, common: dict):
-    """(values, hf_model, computed) of recipe function ``name`` called with ``args``."""
+    """(values, hf_model, computed) of recipe function ``name`` called with ``args``
+    (``common``: the values of ``_pretrain_common`` and the fine-tuning bases by name, and
+    ``peft_classes``: :data:`PEFT_CLASSES`' defaults by scheme)."""
     fn = file.functions[name]
     env = dict(file.constants)
     env.update({a.arg: v for a, v in zip(fn.args.args, args)})
+    # the recipes' default scheme (``peft_scheme: str | PEFT = "lora"``, llama3.py:2337)
+    env.update({a.arg: _value(d, {}) for a, d in zip(fn.args.args[len(fn.args.args)
+                                                                 - len(fn.args.defaults):],
+                                                     fn.args.defaults)
+                if isinstance(d, ast.Constant) and a.arg not in env})
     values, hf, computed, local, inline = {}, None, [], {}, False
-    for stmt in fn.body:
+    body = list(fn.body)
+    while body:
+        stmt = body.pop(0)
+        if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == _SCHEME_TEST \
+                and isinstance(env.get("peft_scheme"), str):
+            body[:0] = stmt.body if env["peft_scheme"].lower() in ("lora", "dora") else stmt.orelse
+            continue
+        if _peft_statement(stmt, env, values, local, common):
+            continue
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
             continue                                          # the docstring
         if isinstance(stmt, ast.Return) or isinstance(stmt, ast.Assert):
@@ -277,8 +377,8 @@ def _run(file: _File, name: str, args, common: dict):
             chain = ast.unparse(target)
             if isinstance(target, ast.Name) and target.id == "cfg" and isinstance(node, ast.Call):
                 callee = getattr(node.func, "id", None)
-                if callee == "_pretrain_common":
-                    values = dict(common)
+                if callee in common and callee.startswith("_"):
+                    values = dict(common[callee])
                     continue
                 # cfg = other_recipe() (a helper taking cfg itself is listed as computed)
                 if callee in file.functions and not any(
@@ -359,7 +459,9 @@ SECTION_CLASSES = {
     "ddp": (("megatron.bridge.training.config", "DistributedDataParallelConfig"),),
     "optimizer": (("megatron.bridge.training.config", "OptimizerConfig"),),
     "scheduler": (("megatron.bridge.training.config", "SchedulerConfig"),),
-    "dataset": (("megatron.bridge.training.config", "GPTDatasetConfig"),),
+    "dataset": (("megatron.bridge.training.config", "GPTDatasetConfig"),
+                # the fine-tuning recipes' dataset (recipes/utils/dataset_utils.py:90)
+                ("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig")),
     "logger": (("megatron.bridge.training.config", "LoggerConfig"),),
     "tokenizer": (("megatron.bridge.training.tokenizers.config", "TokenizerConfig"),),
     "checkpoint": (("megatron.bridge.training.config", "CheckpointConfig"),),
@@ -374,6 +476,8 @@ SECTION_CLASSES = {
     "tensor_inspect": (("megatron.bridge.training.config", "TensorInspectConfig"),),
     "comm_overlap": (("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),),
     "mixed_precision": (("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),),
+    # the fine-tuning recipes' PEFT (ConfigContainer.peft, training/config.py)
+    "peft": (("megatron.bridge.peft.lora", "LoRA"), ("megatron.bridge.peft.dora", "DoRA")),
 }
 
 
@@ -834,8 +938,8 @@ def _wrapped(node) -> str | None:
     return None
 
 
-def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
-    """The text of ``memsym/readers/_bridge_recipes.py``."""
+def build(source: str, mcore: str = DEFAULT_MCORE) -> tuple:
+    """The texts of ``memsym/readers/_bridge_recipes.py`` and ``_bridge_finetune.py``."""
     sys.path.insert(0, str(OUT.parent.parent.parent))
     from memsym.readers.bridge import FIELDS, HF_PRESETS
 
@@ -845,27 +949,34 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
         if name and name not in fields[section]:
             raise SystemExit(f"{key} is not a field of Bridge's {section} config")
 
-    common = _common_values(_show(source, COMMON), _show(source, OPTIMIZER_UTILS))
+    text, opt = _show(source, COMMON), _show(source, OPTIMIZER_UTILS)
+    common = {name: _common_values(text, opt, name) for name in ("_pretrain_common",)
+              + FINETUNE_COMMONS}
+    common["peft_classes"] = {scheme: peft_defaults(_show(source, path), cls)
+                              for scheme, (path, cls) in PEFT_CLASSES.items()}
     imported = {}
     for path in IMPORTED_CONSTANTS:
         imported.update(_File(_show(source, path), path).constants)
-    rows, base = {}, {}
+    rows, base, tuning = {}, {}, {}
     wrapped = set(_aliases(source).values())   # a private recipe a legacy name returns is read
     for rel in RECIPE_FILES:
         file = _File(_show(source, _BASE + rel), rel, imported)
         for name, fn in file.functions.items():
-            if (name.startswith("_") and name not in wrapped) or "_pretrain_" not in name \
-                    or not name.endswith("_config"):
+            finetune = "_sft_" in name or "_peft_" in name
+            if (name.startswith("_") and name not in wrapped) or not name.endswith("_config") \
+                    or ("_pretrain_" not in name and not finetune):
                 continue
             values, hf, computed = _run(file, name, [], common)
-            base[name] = (values, hf, [f"{rel}:{line}" for line in computed])
+            if not finetune:
+                base[name] = (values, hf, [f"{rel}:{line}" for line in computed])
             if hf not in HF_PRESETS:
                 continue
-            keep = {k: v for k, v in sorted(values.items()) if k in FIELDS}
-            rows[name] = {"source": f"{_BASE}{rel}:{fn.lineno} {name}", "hf_model": hf,
-                          "values": keep, "computed": tuple(computed)}
+            keep = {k: v for k, v in sorted(values.items()) if k in FIELDS or k == "peft"}
+            (tuning if finetune else rows)[name] = {
+                "source": f"{_BASE}{rel}:{fn.lineno} {name}", "hf_model": hf,
+                "values": keep, "computed": tuple(computed)}
     perf = perf_rows(source, mcore, base, (set(rows), set(HF_PRESETS), set(FIELDS)))
-    aliases = {k: v for k, v in sorted(_aliases(source).items()) if v in rows}
+    aliases = {k: v for k, v in sorted(_aliases(source).items()) if v in rows or v in tuning}
     head = (f'"""Megatron-Bridge {COMMIT[:10]} pretrain recipes as data: GENERATED by '
             "``python -m tools.bridge_recipes`` (do not edit).\n\n"
             "Each row: the recipe function's file:line, its Hugging Face model, the values of "
@@ -891,7 +1002,19 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> str:
     lines += [f"    {k!r}: {v!r}," for k, v in fields.items()]
     lines.append("}")
     return (head + f"COMMIT = {COMMIT!r}\nMCORE_COMMIT = {MCORE_COMMIT!r}\n\n" + "\n".join(lines)
-            + "\n\n" + "ALIASES = " + pprint.pformat(aliases, width=99) + "\n")
+            + "\n\n" + "ALIASES = " + pprint.pformat(aliases, width=99) + "\n"), _finetune_text(tuning)
+
+
+def _finetune_text(rows: dict) -> str:
+    """The text of ``memsym/readers/_bridge_finetune.py``: the SFT and PEFT recipes, one row a
+    line."""
+    head = (f'"""Megatron-Bridge {COMMIT[:10]} fine-tuning recipes (built on ``_sft_common`` and '
+            "``_peft_common``,\nrecipes/common.py:136, :238) as data: GENERATED by ``python -m "
+            "tools.bridge_recipes`` (do not edit).\n\nEach row as in "
+            ":mod:`memsym.readers._bridge_recipes`; ``peft`` is the PEFT class\n(None: full "
+            "fine-tuning) and ``peft.*`` its fields as the recipe leaves them.\n\"\"\"\n\n")
+    lines = ["FINETUNE_RECIPES = {"] + [f"    {name!r}: {rows[name]!r}," for name in sorted(rows)]
+    return head + "\n".join(lines) + "\n}\n"
 
 
 def main(argv=None) -> int:
@@ -900,12 +1023,14 @@ def main(argv=None) -> int:
     p.add_argument("--mcore", default=DEFAULT_MCORE, help="Megatron-LM git directory")
     p.add_argument("--check", action="store_true", help="compare, write nothing")
     a = p.parse_args(argv)
-    text = build(a.source, a.mcore)
+    texts = dict(zip((OUT, FINETUNE_OUT), build(a.source, a.mcore)))
     if a.check:
-        same = OUT.exists() and OUT.read_text() == text
-        print("current" if same else f"{OUT.name} differs from what the source gives")
-        return 0 if same else 1
-    OUT.write_text(text)
+        stale = [out.name for out, text in texts.items()
+                 if not out.exists() or out.read_text() != text]
+        print(f"{', '.join(stale)} differ from what the source gives" if stale else "current")
+        return 1 if stale else 0
+    for out, text in texts.items():
+        out.write_text(text)
     return 0
 
 

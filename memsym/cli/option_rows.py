@@ -498,8 +498,8 @@ def _input_rows():
            ":llama3_8b, read with ast, never run); the model from MODEL or the config's"),
         option(("--bridge-recipe", "--recipe"), "bridge_recipe", group="framework",
            metavar="NAME", effect="input", commands=frozenset({"estimate", "search"}),
-           help="a Megatron-Bridge pretrain recipe (run_recipe.py --recipe NAME, e.g. "
-           "llama3_8b_pretrain_config); section.field=VALUE words and run_recipe.py's -tp/-gb/... "
+           help="a Megatron-Bridge pretrain, SFT or PEFT (LoRA) recipe (run_recipe.py --recipe "
+           "NAME, e.g. llama3_8b_pretrain_config, llama3_70b_peft_config); section.field=VALUE words and run_recipe.py's -tp/-gb/... "
            "override it, with Bridge's meaning"),
     ]
 

@@ -329,8 +329,11 @@ def _bridge_word(words, i, w, convenience, overrides):
         value, i = words[i], i + 1
     else:
         raise InvalidValueError(f"{name} needs a value")
-    if name == "--mode" and value != "pretrain":
-        raise InvalidValueError(f"--mode {value[:40]}: memsym reads Bridge's pretrain recipes")
+    if name == "--mode" and value not in ("pretrain", "sft", "lora", "dora"):
+        raise InvalidValueError(f"--mode {value[:40]}: run_recipe.py's modes are pretrain, sft, "
+                                "lora, dora")
+    if name == "--mode":     # checked against the recipe by memsym.readers.bridge
+        overrides.append(f"--mode={value}")
     if RUN_RECIPE_OPTIONS[name] is not None:
         convenience.append(f"{RUN_RECIPE_OPTIONS[name]}={value}")
     return i

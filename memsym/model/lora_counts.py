@@ -10,10 +10,15 @@ from .architecture import is_hybrid, lenient
 __all__ = ["lora_parameter_count"]
 
 
-def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
+def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = False) -> int:
     """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapted matrix.
 
-    Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).
+    Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).  Under
+    Megatron (``fused``) Q, K and V are one module, linear_qkv (h -> q + 2kv), and a gated
+    MLP's gate and up one, linear_fc1 (h -> 2f): Megatron-Bridge puts one adapter on each
+    module (``LoRA.transform``, src/megatron/bridge/peft/lora.py:159-250 at 067f987df0:
+    one ``ParallelLinearAdapter`` of the module's in and out features), so the fused group is
+    one matrix there.
 
     Parameters
     ----------
@@ -28,6 +33,12 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
     >>> from memsym.model import preset
     >>> lora_parameter_count(preset("gpt3-175b"), 8)
     37748736
+
+    Llama-3 8B at r = 8 on Bridge's four modules: r(h + q + 2kv) + r(q + h) + r(h + 2f) +
+    r(f + h) = 8 (10240 + 8192 + 32768 + 18432) = 557056 per layer, 32 layers:
+
+    >>> lora_parameter_count(preset("llama3-8b"), 8, "all", fused=True)
+    17825792
     """
     if isinstance(rank, bool) or int(rank) != rank or rank < 1:
         raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
@@ -42,11 +53,16 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v")) -> int:
     f = x.ffn_hidden_size
     shapes = {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
               "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
+    keys = {lower_choice("LoRA target", name, LORA_TARGETS) for name in targets}
+    if not x.swiglu:
+        keys.discard("gate")  # an ungated MLP has no gate projection
+    groups = [(k,) for k in LORA_TARGETS if k in keys]
+    if fused:   # Megatron's linear_qkv and linear_fc1: one adapter for the module's outputs
+        groups = [g for g in (("q", "k", "v"), ("o",), ("gate", "up"), ("down",))
+                  if keys & set(g)]
     total = 0
-    for name in targets:
-        key = lower_choice("LoRA target", name, LORA_TARGETS)
-        if key == "gate" and not x.swiglu:
-            continue  # an ungated MLP has no gate projection
-        din, dout = shapes[key]
-        total += int(rank) * (din + dout)
+    for group in groups:
+        chosen = [k for k in group if k in keys]
+        din = shapes[chosen[0]][0]
+        total += int(rank) * (din + sum(shapes[k][1] for k in chosen))
     return total * x.num_layers

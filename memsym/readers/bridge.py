@@ -37,7 +37,9 @@ from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
+from ._bridge_finetune import FINETUNE_RECIPES
 from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
+from .bridge_peft import PEFT_FIELDS, apply_mode, check_peft, recipe_peft
 from .bridge_precision import PRECISION_RECIPES, recipe_precision, recipe_sharding
 from .bridge_userbuffers import recipe_ub_option
 from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
@@ -160,12 +162,14 @@ FIELDS = {
     "tokenizer.tokenizer_type": ("bridge", "vocab"),
     "tokenizer.vocab_size": ("bridge", "vocab"),
     "tokenizer.use_tokenizer_vocab_size": ("bridge", "vocab"),
+    # the fine-tuning recipes' PEFT class (None: full fine-tuning) and fields (bridge_peft)
+    "peft": ("bridge", "peft"), **{key: ("bridge", "peft") for key in PEFT_FIELDS},
 }
 
 #: ConfigContainer's sections (training/config.py:965-1010): an override naming a field of one
 #: that memsym does not read is ignored (listed); another section, or a name that is no field of
 #: its section's config (:data:`memsym.readers._bridge_recipes.SECTION_FIELDS`), is refused.
-SECTIONS = tuple(SECTION_FIELDS) + ("env_vars", "peft")
+SECTIONS = tuple(SECTION_FIELDS) + ("env_vars",)
 
 #: run_recipe.py's convenience options (``COMMON_OVERRIDE_FIELDS`` and their short spellings,
 #: ``_build_parser``) -> the override each is converted to; ``None``: read and not modelled.
@@ -287,16 +291,21 @@ def launcher_world_size(words) -> int | None:
     return got["n"] * got.get("nodes", 1) if "n" in got else None
 
 
-#: Every recipe by name: the pretrain recipes (``recipes/``) and the performance recipes
-#: (``perf_recipes/<family>/<system>/``, each a base recipe changed by the perf helpers).
-_ALL = {**PERF_RECIPES, **RECIPES}
+#: Every recipe by name: the pretrain and fine-tuning recipes (``recipes/``) and the
+#: performance recipes (``perf_recipes/<family>/<system>/``, each a base recipe changed by the
+#: perf helpers).
+_ALL = {**PERF_RECIPES, **RECIPES, **FINETUNE_RECIPES}
 
 
 def _recipe_row(name: str):
     full = ALIASES.get(name, name)
     row = _ALL.get(full)
+    if row is None and ("_vl_" in f"_{full}_" or "vlm" in full or "_vl" in full):
+        # Bridge's vision-language recipes (_sft_common_vlm, recipes/common.py:346)
+        raise InvalidValueError(f"{name[:60]}: Bridge's vision-language recipes are not "
+                                "modelled (memsym reads the language models' recipes)")
     if row is None:
-        raise UnknownNameError("Megatron-Bridge pretrain recipe", name,
+        raise UnknownNameError("Megatron-Bridge recipe", name,
                                sorted(set(_ALL) | set(ALIASES)))
     return full, row
 
@@ -333,6 +342,9 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
         raise InvalidValueError(f"more than {MAX_ARGS} Bridge overrides")
     values, ignored, overridden = dict(row["values"]), [], []
     for word in overrides:
+        if word.startswith("--mode="):
+            apply_mode(full, word[7:], values)
+            continue
         key, value = parse_override(word)
         section = key.split(".", 1)[0]
         if section not in SECTIONS:
@@ -350,6 +362,7 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
             values = {k: v for k, v in values.items() if not k.startswith("mixed_precision.")}
         values[key] = value
         overridden.append(key)
+    check_peft(row["values"], values, overridden)
     from_name = world_size is None
     if world_size is None:
         m = _GPUS_IN_NAME.search(full)
@@ -475,6 +488,7 @@ def bridge_job_options(reading: dict) -> tuple:
             raise InvalidValueError("model.recompute_modules: give a list, e.g. [core_attn]")
         opts["recompute_modules"] = tuple(modules)
     notes += _unmodelled(values, resolve_model(preset))
+    recipe_peft(values, resolve_model(preset), opts, notes, reading.get("computed") or ())
     layout = _recipe_layout(preset, values, reading, opts)
     if layout is not None:
         opts["pipeline_layout"] = layout

@@ -95,7 +95,10 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
-    adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets) * len(sp_.layers),
+    # Megatron's fused linear_qkv and linear_fc1 carry one adapter each (lora_parameter_count)
+    fused = bool(framework_record(training.framework).megatron_options)
+    adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets,
+                                                       fused=fused) * len(sp_.layers),
                            x.num_layers * layout.t)
     return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
 

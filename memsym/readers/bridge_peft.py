@@ -1,0 +1,151 @@
+"""The PEFT section of a Megatron-Bridge fine-tuning recipe as memsym's LoRA options.
+
+Bridge's SFT and PEFT recipes start from ``_sft_common()`` / ``_peft_common()``
+(``recipes/common.py:136``, ``:238`` at 067f987df0); a PEFT recipe then sets
+``cfg.peft = default_peft_config(peft_scheme)`` (``recipes/utils/dataset_utils.py:48-72``:
+``LoRA()`` or ``DoRA()`` with the class's defaults, ``peft/lora.py:143-157``,
+``peft/dora.py:59-67``) and changes ``dim``, ``alpha`` or ``target_modules``.  An SFT recipe
+has ``peft=None``: full fine-tuning, memsym's ``finetune="full"``.  A LoRA recipe is
+``finetune="lora"`` with ``lora_rank`` = ``dim``, the targets mapped from Megatron's module
+names (:data:`LORA_MODULES`) and ``lora_regather`` = ``sequence_parallel_input_regather``.
+What memsym does not count is refused (DoRA's magnitude vector and its weight-norm
+activations, a separate adapter dtype, MoE adapter variants, wildcard or excluded modules) or
+said in a note (dropout > 0, the A2A experimental path), each in one line.
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidValueError
+
+__all__ = ["PEFT_FIELDS", "LORA_MODULES", "recipe_peft", "lora_targets", "apply_mode", "check_peft"]
+
+#: The PEFT fields memsym reads (LoRA's dataclass fields, ``peft/lora.py:143-157``, and
+#: ModuleMatcher's ``exclude_modules``), and the fine-tuning dataset's packing switch
+#: (``GPTSFTDatasetConfig.enable_offline_packing``, set by ``default_squad_config``).
+PEFT_FIELDS = ("peft.target_modules", "peft.exclude_modules", "peft.dim", "peft.alpha",
+               "peft.dropout", "peft.dropout_position", "peft.sequence_parallel_input_regather",
+               "peft.lora_dtype", "peft.a2a_experimental", "peft.normalize_moe_lora",
+               "peft.share_expert_adapters", "peft.experts_shared_outer_loras",
+               "dataset.enable_offline_packing")
+
+#: Megatron's LoRA target modules -> memsym's adapted matrices
+#: (:data:`memsym.terms.adapters.LORA_TARGETS`): linear_qkv is the fused Q, K, V projection,
+#: linear_proj the attention output, linear_fc1 the fused gate and up projection of a SwiGLU
+#: MLP, linear_fc2 the down projection (``peft/lora.py:100-107``).
+LORA_MODULES = {"linear_qkv": ("q", "k", "v"), "linear_proj": ("o",),
+                "linear_fc1": ("gate", "up"), "linear_fc2": ("down",)}
+
+
+def lora_targets(modules) -> tuple:
+    """memsym's adapted matrices of Bridge's ``target_modules``; a name that is not one of
+    the four linear modules (a wildcard pattern, ``linear_kv_down_proj``) is refused.
+
+    >>> lora_targets(["linear_qkv", "linear_proj"])
+    ('q', 'k', 'v', 'o')
+    """
+    if not isinstance(modules, (list, tuple)) or not modules:
+        raise InvalidValueError("peft.target_modules: give a list of Megatron's linear modules, "
+                                f"e.g. [{', '.join(LORA_MODULES)}]")
+    out = []
+    for name in modules:
+        if name not in LORA_MODULES:
+            raise InvalidValueError(f"peft.target_modules {str(name)[:40]!r}: memsym models LoRA "
+                                    f"on {', '.join(LORA_MODULES)} only (no patterns)")
+        out += [m for m in LORA_MODULES[name] if m not in out]
+    return tuple(out)
+
+
+def _refuse_moe_variants(values, model):
+    # LoRA on experts: memsym counts one adapter per adapted matrix of a layer, which is
+    # share_expert_adapters=True's grouped adapter (one per rank's local experts)
+    if not getattr(model, "num_experts", None):
+        return
+    for key, default in (("peft.normalize_moe_lora", False), ("peft.share_expert_adapters", True),
+                         ("peft.experts_shared_outer_loras", False)):
+        if values.get(key, default) != default:
+            raise InvalidValueError(f"{key}={values[key]!r}: this LoRA layout of the experts' "
+                                    "adapters is not modelled (memsym counts one adapter per "
+                                    "adapted matrix of a layer)")
+
+
+def recipe_peft(values: dict, model, opts: dict, notes: list, computed=()) -> None:
+    """Set ``opts``' fine-tuning options from a recipe's ``peft`` section (``notes``: what is
+    read but not counted; ``computed``: the recipe's statements the generator did not read,
+    of which one building ``cfg.peft`` in code refuses the recipe).
+
+    Examples
+    --------
+    >>> opts, notes = {}, []
+    >>> recipe_peft({"peft": "LoRA", "peft.dim": 8, "peft.target_modules": ["linear_qkv"],
+    ...              "peft.dropout": 0.1}, None, opts, notes)
+    >>> opts["finetune"], opts["lora_rank"], opts["lora_targets"], len(notes)
+    ('lora', 8, ('q', 'k', 'v'), 1)
+    """
+    kind = values.get("peft")
+    if values.get("dataset.enable_offline_packing"):
+        notes.append("packed sequences (dataset.enable_offline_packing): each micro-batch is "
+                     "counted as micro_batch_size x seq_length tokens")
+    if kind is None:
+        return
+    built = [c for c in computed if "cfg.peft = " in c]
+    if built:
+        raise InvalidValueError(f"the recipe builds its PEFT in code ({built[0][:70]}...): "
+                                "not read")
+    if kind == "DoRA" or (isinstance(kind, str) and kind.lower() == "dora"):
+        raise InvalidValueError("DoRA (peft=DoRA, --mode dora): its magnitude vector and "
+                                "weight-norm activations are not modelled; memsym reads LoRA")
+    if kind not in ("LoRA", "lora"):
+        raise InvalidValueError(f"peft={str(kind)[:40]!r}: memsym reads Bridge's LoRA only")
+    if values.get("peft.exclude_modules"):
+        raise InvalidValueError("peft.exclude_modules: adapters on every linear but some are "
+                                "not modelled; give peft.target_modules")
+    if values.get("peft.lora_dtype") is not None:
+        # lora.py:154: None is the model's params_dtype, the width memsym's Megatron path uses
+        raise InvalidValueError(f"peft.lora_dtype={values['peft.lora_dtype']!r}: adapters in a "
+                                "dtype other than the model's are not modelled")
+    _refuse_moe_variants(values, model)
+    dim = values.get("peft.dim", 32)            # lora.py:146
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise InvalidValueError(f"peft.dim must be a whole number >= 1, got {dim!r:.40}")
+    opts["finetune"], opts["lora_rank"] = "lora", dim
+    opts["lora_targets"] = lora_targets(values.get(
+        "peft.target_modules", ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]))
+    regather = values.get("peft.sequence_parallel_input_regather", False)
+    if not isinstance(regather, bool):
+        raise InvalidValueError("peft.sequence_parallel_input_regather must be true or false")
+    opts["lora_regather"] = regather
+    dropout = values.get("peft.dropout", 0.0)
+    if dropout:
+        notes.append(f"peft.dropout {dropout}: the adapters' dropout mask and input are not "
+                     "counted (0.0 builds no dropout, peft/utils.py:1037)")
+    if values.get("peft.a2a_experimental"):
+        notes.append("peft.a2a_experimental: the adapters' all-to-all path is counted as the "
+                     "default path")
+
+
+def apply_mode(recipe: str, mode: str, values: dict) -> None:
+    """run_recipe.py's ``--mode``: refused when it contradicts the recipe's name
+    (``_validate_recipe_mode``, scripts/training/recipe_metadata.py:209-225: pretrain, sft,
+    and lora/dora for a ``_peft_`` name); lora and dora are the recipe's ``peft_scheme``
+    (run_recipe.py:425), dora building DoRA."""
+    named = ("pretrain" if "_pretrain_" in f"_{recipe}_" else "sft" if "_sft_" in f"_{recipe}_"
+             else "peft" if "_peft_" in f"_{recipe}_" else None)
+    task = "peft" if mode in ("lora", "dora") else mode
+    if named is not None and task != named:
+        raise InvalidValueError(f"--mode {mode[:20]} is incompatible with recipe {recipe} "
+                                "(run_recipe.py refuses it)")
+    if mode == "dora":
+        values["peft"] = "DoRA"
+
+
+def check_peft(recipe: dict, values: dict, overridden) -> None:
+    """Refuse PEFT overrides a recipe without PEFT cannot take: run_recipe.py refuses
+    ``--mode lora`` on a recipe whose name is not a PEFT one (``_validate_recipe_mode``), and a
+    ``peft.*`` field of a ``peft=None`` config has no object to set."""
+    if recipe.get("peft") is None and values.get("peft") not in (None, "dora", "DoRA"):
+        raise InvalidValueError(f"peft={values['peft']!r:.40}: the recipe has no PEFT; name "
+                                "one of Bridge's *_peft_* recipes")
+    stray = [k for k in overridden if k.startswith("peft.")]
+    if stray and values.get("peft") is None:
+        raise InvalidValueError(f"{stray[0]}: the recipe has no PEFT (peft=None, full "
+                                "fine-tuning or pretraining)")
