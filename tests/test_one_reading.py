@@ -266,12 +266,14 @@ def test_models_and_gpus_list_the_catalogues(capsys):
 
 
 def test_lora_on_estimate(capsys):
-    # LoRA (Hu et al. 2021, §4.1): r (d_in + d_out) trainable parameters per adapted matrix.
-    # Llama 3 70B (config.json): h 8192, 8 KV heads of 128, MLP 28672, 80 layers; all of
-    # q, k, v, o, gate, up, down adapted at rank 16: 16 (9h + 3f + 2*1024) per layer
-    per_layer = 16 * (9 * 8192 + 3 * 28672 + 2 * 1024)
+    # LoRA (Hu et al. 2021, §4.1): r (d_in + d_out) trainable parameters per adapted module.
+    # Megatron-Bridge puts one adapter on each Megatron module (peft/lora.py:159-250 at
+    # 067f987df0), so the fused linear_qkv (h -> h + 2*1024) and linear_fc1 (h -> 2f) carry one
+    # each.  Llama 3 70B (config.json): h 8192, 8 KV heads of 128, MLP 28672, 80 layers; every
+    # module adapted at rank 16: 16 ((2h + 2048) + 2h + (h + 2f) + (f + h)) = 16 (6h + 3f + 2048)
+    per_layer = 16 * (6 * 8192 + 3 * 28672 + 2 * 1024)
     adapters = 80 * per_layer
-    assert adapters == 207_093_760
+    assert adapters == 175_636_480
     data = estimate_json(capsys, "llama3-70b", "--tp", 8, "--seq-length", 4096,
                          "--finetune", "lora", "--lora-rank", 16)
     # Megatron-Bridge builds the adapters in the model's bf16 (2 bytes; peft/lora_layers.py:435

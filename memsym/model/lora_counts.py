@@ -57,9 +57,13 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = F
     if not x.swiglu:
         keys.discard("gate")  # an ungated MLP has no gate projection
     groups = [(k,) for k in LORA_TARGETS if k in keys]
-    if fused:   # Megatron's linear_qkv and linear_fc1: one adapter for the module's outputs
-        groups = [g for g in (("q", "k", "v"), ("o",), ("gate", "up"), ("down",))
-                  if keys & set(g)]
+    if fused:   # Megatron's linear_qkv and linear_fc1: one adapter for the whole module;
+        # part of one (q and v alone) is Bridge's CanonicalLoRA (peft/canonical_lora.py:180 at
+        # 067f987df0: linear_q, linear_k, linear_v adapters of their own), one per matrix
+        whole = [g for g in (("q", "k", "v"), ("gate", "up") if x.swiglu else ("up",))
+                 if set(g) <= keys]
+        groups = whole + [(k,) for k in LORA_TARGETS
+                          if k in keys and not any(k in g for g in whole)]
     total = 0
     for group in groups:
         chosen = [k for k in group if k in keys]
