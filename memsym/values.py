@@ -387,7 +387,7 @@ def cached_max(*args: sp.Expr) -> sp.Expr:
     >>> cached_max(m, 4 * m / c) == sp.Max(m, 4 * m / c)   # c < 4 and c > 4: both kept
     True
     """
-    args = tuple(sp.sympify(a) for a in args)
+    args = tuple(as_expr(a) for a in args)
     plain = all(not a.is_number and not isinstance(a, (sp.Min, sp.Max)) for a in args)
     if plain and len(set(args)) == len(args) > 1 and all(
             _both_signs(a - b) for i, a in enumerate(args) for b in args[i + 1:]):
