@@ -92,6 +92,26 @@ def test_estimate_of_a_peft_recipe_counts_lora_by_hand(capsys):
     assert data["bytes"]["adapter_weights"] == 2 * 17825792
 
 
+def test_qlora_under_megatron_keeps_peft_adapters(capsys):
+    """A QLoRA job is bitsandbytes + PEFT whatever the framework (Bridge has no 4-bit base), so
+    its adapters sit on transformers' separate projections, while a LoRA job under Megatron
+    puts one on each fused module.  Llama-2 7B (config.json: h 4096, 32 heads, f 11008, 32
+    layers) at r = 16 on all seven projections, LoRA's r (d_in + d_out) per adapted matrix:
+    PEFT  16 (4 * 2h + 3 (h + f)) = 1,249,280 per layer, fp32 (PEFT's adapters);
+    Bridge 16 ((h + 3h) + 2h + (h + 2f) + (f + h)) = 1,052,672 per layer, bf16."""
+    h, f = 4096, 11008
+    peft = 32 * 16 * (4 * 2 * h + 3 * (h + f))
+    bridge = 32 * 16 * ((h + 3 * h) + 2 * h + (h + 2 * f) + (f + h))
+    assert (peft, bridge) == (39_976_960, 33_685_504)
+    got = {}
+    for mode in ("qlora", "lora"):
+        assert main(["estimate", "llama2-7b", "--finetune", mode, "--lora-rank", "16",
+                     "--lora-targets", "q,k,v,o,gate,up,down", "--seq-length", "2048",
+                     "--json"]) == 0
+        got[mode] = json.loads(capsys.readouterr().out)["bytes"]["adapter_weights"]
+    assert got == {"qlora": 4 * peft, "lora": 2 * bridge}
+
+
 def test_dora_mode_is_refused_in_one_line(capsys):
     code = main(["estimate", "--bridge-recipe", "llama3_8b_peft_config", "--mode", "dora",
                  "--gpu", "h100-80gb"])

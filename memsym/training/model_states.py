@@ -95,8 +95,11 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
 
     quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
-    # Megatron's fused linear_qkv and linear_fc1 carry one adapter each (lora_parameter_count)
-    fused = bool(framework_record(training.framework).megatron_options)
+    # Megatron's fused linear_qkv and linear_fc1 carry one adapter each (lora_parameter_count);
+    # a QLoRA job is the bitsandbytes + PEFT one whatever the framework (state_terms),
+    # with an adapter on each of transformers' separate projections
+    fused = bool(framework_record(training.framework).megatron_options) \
+        and training.adapters.finetune == "lora"
     adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets,
                                                        fused=fused) * len(sp_.layers),
                            x.num_layers * layout.t)
