@@ -9,6 +9,8 @@ that fits; step time and cost. Totals simplify, solve, print as LaTeX and compil
 N*(b_hp + 16/d)/(p*t)
 """
 
+import importlib
+
 # --- memsym's errors and version load with the package; everything else on first use ----------
 from .errors import DivisibilityError, InvalidValueError, MemsymError, NoFitError, UnknownNameError
 from .version import __version__
@@ -39,7 +41,6 @@ _LAZY = {
 
 
 def __getattr__(name):
-    import importlib
 
     if name not in _LAZY:
         # a submodule (``memsym.symbols`` after a bare ``import memsym``), as when the

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import tempfile
 
 import numpy as np
 import sympy as sp
@@ -211,7 +212,6 @@ def _cold_runs(args, repeat: int) -> tuple:
     wrote)`` of :func:`_new_process` over ``repeat`` runs each: a first run on a machine,
     and every later run.  Medians, because one run on a shared machine can take twice as
     long as the next."""
-    import tempfile
 
     empty, later = [], []
     for _ in range(repeat):

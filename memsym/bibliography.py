@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import re
+from importlib import resources
+import tomllib
 
 __all__ = ["references", "entry_text", "clean_locator"]
 
@@ -17,8 +19,6 @@ __all__ = ["references", "entry_text", "clean_locator"]
 def _load() -> dict:
     # read on first use: tomllib and importlib.resources cost ~10 ms, and `import memsym`
     # reaches this module (Term prints through memsym.printing) without needing them
-    import tomllib
-    from importlib import resources
 
     text = resources.files("memsym").joinpath("references.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)

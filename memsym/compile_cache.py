@@ -34,6 +34,8 @@ import functools
 import os
 import pathlib
 import stat
+import hashlib
+import tempfile
 
 import sympy as sp
 
@@ -75,7 +77,6 @@ def _code_version() -> str:
     # numpy (the namespace), memsym's printer and CSE (memsym/numeric.py, read as bytes);
     # hashlib, tempfile and numpy are imported where used: `import memsym` reaches this
     # module (Term.compile) without compiling anything, and the memory path never needs numpy
-    import hashlib
 
     import numpy
 
@@ -95,7 +96,6 @@ def key(exprs: tuple, names: tuple, backend: str) -> str:
     >>> key((16 * N / d,), ("N", "d"), "numpy") == key((16 * N / d,), ("N", "d"), "math")
     False
     """
-    import hashlib
 
     text = "\n".join((_code_version(), backend, ",".join(names),
                       *(sp.srepr(e) for e in exprs)))
@@ -113,7 +113,6 @@ def package_stamp() -> str:
     >>> len(package_stamp())
     64
     """
-    import hashlib
 
     root = str(pathlib.Path(__file__).resolve().parent)
     h = hashlib.sha256(root.encode())
@@ -138,7 +137,6 @@ def input_key(kind: str, *parts: str) -> str:
     >>> input_key("t", "1") == input_key("t", "1") != input_key("t", "2")
     True
     """
-    import hashlib
 
     text = "\n".join((kind, _code_version(), package_stamp(), *parts))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -168,7 +166,6 @@ def _seal(digest: str, source: str, version: str | None = None) -> str:
     >>> _seal("a" * 64, "x = 1\\n", "0.1.0")[:46]
     '# memsym compiled cache 1; memsym 0.1.0; sha25'
     """
-    import hashlib
 
     version = str(__version__) if version is None else version
     h = hashlib.sha256(f"{digest}\n{version}\n".encode() + source.encode("utf-8")).hexdigest()
@@ -255,7 +252,6 @@ def store(digest: str, source: str) -> bool:
     source : str
         The generated module source (it must define ``_lambdifygenerated``).
     """
-    import tempfile
 
     root = cache_dir()
     if root is None or len(source.encode()) > MAX_BYTES or f"def {FUNC_NAME}(" not in source \

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
+import numbers
 
 from .errors import InvalidValueError, choose
 from .limits import BANDWIDTH_RANGE
@@ -110,7 +112,6 @@ class GPU:
         >>> gpu("a100-80gb").memory_bytes, gpu("h200-141gb").memory_bytes
         (80000000000, 141000000000)
         """
-        from fractions import Fraction
 
         scale = GB if self.memory_unit == "GB" else 2**30
         return int(Fraction(str(self.memory_stated)) * scale)
@@ -137,7 +138,6 @@ class GPU:
         PyTorch c10/cuda/CUDACachingAllocator.cpp (the out-of-memory message: ``device_total``
         from ``cudaMemGetInfo``, printed by ``format_size`` in GiB with two decimals).
         """
-        from fractions import Fraction
 
         if self.cuda_total_gib is None:
             return self.memory_bytes
@@ -219,7 +219,6 @@ class Cluster:
         if dom is not None and (isinstance(dom, bool) or int(dom) != dom or dom < 1):
             raise InvalidValueError(f"nvlink_domain must be a whole number >= 1 or None, got "
                                     f"{dom!r:.40}")
-        import numbers
 
         # a physical range (memsym.limits, in GB/s): 1e-300 bytes/s made step times inf and
         # every search column NaN, with numpy overflow warnings on stderr

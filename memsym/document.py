@@ -24,7 +24,7 @@ from .tex_width import break_sum, tex_width
 from .document_time import cluster_sentences, comm_rows, step_lines, step_rows
 from .values import exact
 # arch_of and layout_text stay importable from here (memsym.cli.plot)
-from .job_parts import JobParts, arch_of, capacity_of, job_parts, layout_text  # noqa: F401
+from .job_parts import JobParts, capacity_of, job_parts  # noqa: F401
 from .text import shared_doc
 
 __all__ = ["job_document", "job_snippet", "job_markdown", "job_parts", "JobParts", "PAPERS",

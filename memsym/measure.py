@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from typing import Mapping
+import importlib.util
 
 import sympy as sp
 
@@ -53,7 +54,6 @@ def torch_available() -> bool:
     >>> isinstance(torch_available(), bool)
     True
     """
-    import importlib.util
 
     return importlib.util.find_spec("torch") is not None
 

@@ -12,6 +12,9 @@ import functools
 import math
 from fractions import Fraction
 from typing import Mapping
+import inspect
+import keyword
+import linecache
 
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
@@ -172,7 +175,6 @@ def _printer(backend: str):
 
 def _renamed(names: tuple, backend: str) -> bool:
     # lambdify renames an argument that is not an identifier, a keyword or a module name
-    import keyword
 
     return any(not n.isidentifier() or keyword.iskeyword(n) or n in _namespace(backend)
                or n == FUNC_NAME for n in names)
@@ -265,8 +267,6 @@ def function_namespace(backend: str = "numpy") -> dict:
 def _source(fn) -> str:
     # lambdify registers its generated module, one function, in linecache: reading it back
     # is what inspect.getsource does, without tokenizing it to find the block
-    import inspect
-    import linecache
 
     entry = linecache.cache.get(fn.__code__.co_filename)
     return "".join(entry[2]) if entry and entry[2] else inspect.getsource(fn)

@@ -23,6 +23,7 @@ References
 from __future__ import annotations
 
 import math
+import importlib
 
 from .errors import InvalidValueError, choose
 from .measure import MeasureError, import_torch
@@ -336,7 +337,6 @@ def hf_layer(family: str, *, attention: str = "sdpa", dtype="bfloat16", dropout:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MeasureError("hf_layer needs transformers: pip install transformers") from exc
     name = HF_FAMILIES[family]
-    import importlib
 
     # family is one of HF_FAMILIES (checked by choose above), never free text
     mod = importlib.import_module(f"transformers.models.{family}.modeling_{family}")

@@ -16,6 +16,7 @@ import textwrap
 import unicodedata
 from fractions import Fraction
 from numbers import Integral, Rational as _PyRational
+import sys
 
 from .errors import InvalidValueError
 
@@ -226,7 +227,6 @@ def jsonable(obj, path: str = ""):
         return out
     if isinstance(obj, (list, tuple)):
         return [jsonable(val, f"{path}[{i}]") for i, val in enumerate(obj)]
-    import sys
 
     sp = sys.modules.get("sympy")
     if sp is not None and isinstance(obj, sp.Basic):

@@ -12,6 +12,7 @@ import math
 from fractions import Fraction
 from numbers import Integral, Rational as _PyRational
 from typing import Mapping
+import sys
 
 import sympy as sp
 
@@ -194,7 +195,6 @@ def boolean(value, what: str = "flag") -> bool:
     """
     if isinstance(value, bool):
         return value
-    import sys
 
     np = sys.modules.get("numpy")  # numpy's bool is not a Python bool; never import it here
     if np is not None and isinstance(value, np.bool_):

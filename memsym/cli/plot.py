@@ -102,7 +102,7 @@ def _capacity(args, capacity):
 
 
 def _job_name(estimate, arch) -> str:
-    from ..document import arch_of, layout_text
+    from ..job_parts import arch_of, layout_text
 
     x = arch_of(estimate, arch)
     return f"{getattr(x, 'name', None) or 'model'}, {layout_text(estimate.values)}"

@@ -5,6 +5,8 @@ that the Architecture record keeps room for its fields; re-exported there).
 
 from __future__ import annotations
 
+import numbers
+
 from ..errors import InvalidValueError
 from ..text import printable, short
 
@@ -26,12 +28,7 @@ def pos_int(value, what: str, allow_zero: bool = False) -> int:
     """
     # bool is an int subclass in Python: True must not pass as 1 layer.
     if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numbers
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        except Exception:  # pragma: no cover
-            ok = False
-        if not ok:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise InvalidValueError(f"{what} must be a whole number, got {type(value).__name__} "
                                     f"{short(value)}")
         value = int(value)

@@ -6,6 +6,8 @@ import os
 import re
 import stat
 from fractions import Fraction
+import json
+import tomllib
 
 from ..errors import InvalidValueError
 from ..text import printable
@@ -144,7 +146,6 @@ def load_json(text: str, what: str):
     ...
     memsym.errors.InvalidValueError: DeepSpeed config: NaN is not a JSON number
     """
-    import json
 
     if len(text) > MAX_BYTES_INPUT * 4:
         raise InvalidValueError(f"{what} larger than {MAX_BYTES_INPUT * 4} characters")
@@ -168,7 +169,6 @@ def load_toml(text: str, what: str) -> dict:
     >>> load_toml("[training]\\nseq_len = 8192\\n", "torchtitan TOML")
     {'training': {'seq_len': 8192}}
     """
-    import tomllib
 
     check_text(text, what, "toml")
     try:

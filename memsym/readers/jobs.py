@@ -8,6 +8,8 @@ the same states).
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import InvalidValueError
 from ..job import job
 from ..model import Architecture, resolve_model
@@ -252,7 +254,6 @@ def torchtitan_positions(model, seq_len: int):
     >>> torchtitan_positions("llama3-8b", 32768).max_position_embeddings
     32768
     """
-    import dataclasses
 
 
     arch = model if isinstance(model, Architecture) else resolve_model(model)

@@ -8,11 +8,13 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..symbols import V
 from .. import rules as _rules
 from ..numeric import distinct, unique_rows
 from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
-                        STATE_KEYS as _STATE_KEYS, allowance_values, arch_values)
+                        allowance_values, arch_values)
 
 from ..model import moe_layer_pattern
 from .space import Space, CHOICE_RULES, KNOBS, recompute_layers, states_scheme
@@ -37,7 +39,6 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     concatenated columns; ``per_stage`` adds ``stage_memory`` (rows x slots, NaN where a row
     has fewer stages) for sizing questions that need each stage's own curve.  ``slots``: the
     grid's :func:`stage_slots`, where a caller pricing the same layouts again has them."""
-    import numpy as np
 
     x = space.arch
     n = len(grid["t"])
@@ -129,7 +130,6 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
 
 def _pick(kw, rows):
     """The keyword values of ``rows``: arrays indexed, scalars as they are."""
-    import numpy as np
 
     return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
 
@@ -167,7 +167,6 @@ def stage_slots(space: Space, grid: dict) -> _Slots:
 
 def _stage_slots(space: Space, grid: dict, f_, l_) -> _Slots:
     """The :class:`_Slots` of ``grid`` with first/last stage sizes ``f_``, ``l_``."""
-    import numpy as np
 
     t_, p_, e_ = grid["t"], grid["p"], grid["e"]
     te_ = grid.get("t_e", t_)
@@ -258,7 +257,6 @@ class _ChoiceRows:
     def _refused_by_rules(self, spf, off, scheme):
         """The rows the choice rules refuse under (SP, offload, scheme): the same for every
         recompute and interleaving, so computed once per triple."""
-        import numpy as np
 
         key = (spf, off, scheme)
         if key not in self._refused:
@@ -275,7 +273,6 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
     """``(memory, stage, parts, stage_memory)`` of rows ``idx`` under one discrete choice:
     the most-loaded stage's bytes, its index and its terms, and every slot's bytes
     (``allowances``: the space's :func:`memsym.search.templates.allowance_function`)."""
-    import numpy as np
 
     rc, spf, inter, off, scheme = choice
     nslot, slot_stage = slots.count, slots.stage
@@ -330,7 +327,6 @@ def _choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
                   time_cache: dict) -> dict:
     """The step time and its parts of rows ``idx`` under one discrete choice (``time_cache``:
     ``"need"``, the rows of each time key (:func:`_time_rows`), and the times priced)."""
-    import numpy as np
 
     n = len(grid["t"])
     t_ = grid["t"]
@@ -433,7 +429,6 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
     reshard_after_forward): m (AG + AG + RS), hidden behind the pipeline's compute where it
     fits (prefetching), the rest exposed (assumption: the collectives' un-overlapped times
     from :func:`memsym.timing.step.step_time_grid` with :meth:`Overlap.none`, AG = RS 2/b_g)."""
-    import numpy as np
 
     x = space.arch
     L_ = x.num_layers
@@ -524,7 +519,6 @@ def _held_settings(space: Space, rc: str) -> dict:
 
 
 def binding_columns(cols: dict):
-    import numpy as np
 
     keys = [k for k in _TERM_COLUMNS if k in cols]
     if not len(cols["memory"]):

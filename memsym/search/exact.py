@@ -5,6 +5,7 @@ templates the vectorized search compiled.
 from __future__ import annotations
 
 from typing import Mapping
+from dataclasses import replace as _replace
 
 import sympy as sp
 
@@ -59,7 +60,6 @@ def row_totals(space: Space, row: Mapping):
     """(exact values, {stage: Total}) for one layout: the stages the search compares
     (:func:`check_stages`), each the template the vectorized search compiled, with the
     stage's exact parameter counts substituted (every Term keeps its own source)."""
-    from dataclasses import replace as _replace
 
     tt, pp, cc, dd, ee, vv, bb = (int(row[k]) for k in KNOBS[:7])
     te = int(row.get("t_e") or tt)

@@ -14,6 +14,8 @@ import itertools
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
+
 from ..errors import NoFitError
 from ..numeric import distinct
 from .space import CHOICE_KEYS, KNOBS, RULES, divisors_of
@@ -43,7 +45,6 @@ def candidate_knobs(space, maxg: int) -> tuple:
     >>> sorted({(int(t), int(te)) for t, te in zip(knobs["t"], knobs["t_e"])})
     [(1, 1), (2, 1), (2, 2), (4, 1), (4, 4), (8, 1), (8, 8)]
     """
-    import numpy as np
 
     x = space.arch
     # candidate (t, p, c, e, v, b): the knob rules except world size and the d-dependent ones
@@ -87,7 +88,6 @@ def evaluate_rows(space, knobs, dvals, only=None, rows=None, per_stage=False,
     under every discrete choice (or the row's own choice with ``only``): the columns of
     :func:`memsym.search.evaluate.evaluate_grid`, without the step time.  ``slots``: the
     knobs' :func:`memsym.search.evaluate.stage_slots`, computed once for every call."""
-    import numpy as np
 
     sel = np.arange(len(knobs["t"])) if rows is None else rows
     g2 = {k: knobs[k][sel] for k in knobs}
@@ -99,7 +99,6 @@ def evaluate_rows(space, knobs, dvals, only=None, rows=None, per_stage=False,
 def smallest_d_by_divisors(space, knobs, maxg: int, report: Callable) -> tuple:
     """``(rows, best_d)`` with a global batch: per (knob row, discrete choice) that fits, the
     smallest d [GPUs] such that b d divides B; ``rows`` is None where nothing fits."""
-    import numpy as np
 
     B, x, cap = space.global_batch_size, space.arch, float(space.capacity)
     # finite candidates: b*d must divide B; memory is nonincreasing in d (fewer
@@ -147,7 +146,6 @@ def smallest_d_by_fit(space, knobs, maxg: int, report: Callable) -> tuple:
     reach or tie the fewest GPUs found, by a verified row or a searched one; past that its d
     is 0 (nothing fitting found yet) or a d that fits but may not be the least: either way
     more GPUs than the fewest."""
-    import numpy as np
 
     x, cap = space.arch, float(space.capacity)
     nk = len(knobs["t"])
@@ -201,7 +199,6 @@ def _verify_fit(space, knobs_slots, rows, dstar, step, kmax, tpc0, linear, repor
     in place the rows where that fails, from what ``probes`` (``(rows, d, fits)`` triples:
     the d = 1, 2, 4 evaluations) and these checks already know of each (``knobs_slots``:
     the candidate knobs and their :func:`memsym.search.evaluate.stage_slots`)."""
-    import numpy as np
 
     cap = float(space.capacity)
     knobs, slots = knobs_slots
@@ -263,7 +260,6 @@ def known_bounds(step, kmax, probes) -> tuple:
     >>> lo.tolist(), hi.tolist()
     ([2, 0, 1], [4, 1, 0])
     """
-    import numpy as np
 
     step = np.asarray(step, dtype=np.int64)
     lo = np.zeros(len(step), dtype=np.int64)
@@ -284,7 +280,6 @@ def known_bounds(step, kmax, probes) -> tuple:
 def nothing_fits_error(space, knobs, maxg: int) -> NoFitError:
     """The error when no layout fits within ``maxg`` GPUs [GPUs]: the least memory at the
     largest d tried, and the binding term there."""
-    import numpy as np
 
     # the least memory at the largest d tried names the binding term
     dfar = np.maximum(maxg // (knobs["t"] * knobs["p"] * knobs["c"]), 1)
@@ -333,7 +328,6 @@ def smallest_multiple(fits: Callable, step, kmax, weight=None, known=None, lo=No
     ...                    hi=np.array([1, 0, 0, 0])).tolist()
     [1, 5, 12, 0]
     """
-    import numpy as np
 
     known = np.inf if known is None else known
     step = np.asarray(step, dtype=np.int64)
@@ -376,7 +370,6 @@ def with_splits(num_layers: int, grid: dict, cand_v) -> dict:
     """The knob rows with their first/last stage sizes (``f``, ``l``; 0: the even split):
     the even split where p divides the layers, and the uneven ones :func:`stage_splits`
     offers, as :func:`search` lays them out."""
-    import numpy as np
 
     parts = []
     for pp in distinct(grid["p"]):

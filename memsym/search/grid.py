@@ -9,6 +9,8 @@ import itertools
 from dataclasses import replace
 from typing import Mapping
 
+import numpy as np
+
 from ..frameworks import FRAMEWORK
 from ..errors import InvalidValueError
 from .. import rules as _rules
@@ -95,7 +97,6 @@ def raw_grid(space: Space, gpus: int) -> dict:
     gpus : int
         Number of GPUs (world size) [GPUs].
     """
-    import numpy as np
 
     x = space.arch
     L_ = x.num_layers
@@ -224,7 +225,6 @@ _TORCHTITAN_V = (1, 2, 3, 4, 6, 8)
 
 def splits_of(space: Space, grid: dict):
     """The (f, l) columns of a grid (0: none), filled from the space where a grid lacks them."""
-    import numpy as np
 
     n = len(grid["t"])
     if "f" in grid:
@@ -275,7 +275,6 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
     """``rule name -> boolean array`` (True where the layout breaks the rule) for every rule
     on the numeric knobs (:mod:`memsym.rules`; the choice rules are applied per combination).
     The rules read first/last stage sizes as scalars: evaluated per (f, l) group."""
-    import numpy as np
 
     names = _knob_names(space, gpus)
     f_, l_ = splits_of(space, grid)
@@ -291,7 +290,6 @@ def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
 
 def _groups(f_, l_):
     """``((f, l), row indices)`` per distinct first/last split of a grid."""
-    import numpy as np
 
     if not len(f_):
         return []
@@ -321,7 +319,6 @@ def explain(space_or_model, layout: Mapping, gpu=None, **kw) -> list:
     >>> explain("llama3-405b", {"t": 16, "p": 5, "d": 1}, "h100-80gb")
     ['tp-per-node', 'tp-kv-heads', 'pp-layers']
     """
-    import numpy as np
 
     space = space_or_model if isinstance(space_or_model, Space) else make_space(
         space_or_model, gpu, **kw)

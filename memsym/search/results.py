@@ -10,10 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from ..errors import InvalidValueError, NoFitError, StepTimeNotModelledError, UnknownNameError
 from .. import rules as _rules
-from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
-                        STATE_KEYS as _STATE_KEYS)
+from ..training import OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE
 
 from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
@@ -108,7 +109,6 @@ class SearchResult:
 
     def order(self, fitting: bool = True):
         """Row indices best first: step time (then headroom) with a global batch, else headroom."""
-        import numpy as np
 
         col = self.columns
         idx = np.flatnonzero(col["fits"]) if fitting else np.arange(len(self))
@@ -162,7 +162,6 @@ class SearchResult:
     def no_fit(self, held: tuple = ()) -> NoFitError:
         """The error of a search where nothing fits, with :func:`no_fit_hint`'s line (``held``:
         the knobs the caller cannot change)."""
-        import numpy as np
 
         if not len(self):
             return NoFitError(f"no layout of {self.gpus} GPUs passes the rules ("
@@ -190,7 +189,6 @@ class SearchResult:
     def pareto(self) -> list:
         """Fitting layouts on the Pareto front of headroom (more is better) vs step time
         (less is better), fastest first.  Without a global batch: the most headroom only."""
-        import numpy as np
 
         col = self.columns
         idx = np.flatnonzero(col["fits"])
@@ -209,7 +207,6 @@ class SearchResult:
     def largest(self, knob: str = "b") -> dict:
         """The fitting layout with the largest value of a knob (``b`` the micro-batch size),
         ties broken by the ranking."""
-        import numpy as np
 
         if knob not in self.columns:
             raise UnknownNameError("knob", knob, KNOBS)
@@ -276,7 +273,6 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     >>> res.excluded["tp-heads"]
     0
     """
-    import numpy as np
 
     start = time.perf_counter()
     G_ = positive_whole(gpus, "gpus")
@@ -331,10 +327,6 @@ def _search_notes(space: Space, timed: bool) -> list:
     return notes
 
 
-    if space.unmodelled_recompute:
-        res.notes.append(f"{' and '.join(space.unmodelled_recompute)} recompute of a shared "
-                         "transformer block is not modelled: recompute "
-                         f"{' and '.join(space.recompute)} searched")
 def _timed(space: Space) -> bool:
     """Whether the timing layer prices ``space``'s model: False only on its own refusal
     (:class:`StepTimeNotModelledError`, e.g. a shared-block hybrid), where the search keeps

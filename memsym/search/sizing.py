@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+import numpy as np
 import sympy as sp
 
 from ..frameworks import FRAMEWORK
@@ -217,7 +218,6 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     >>> r.gpus
     2
     """
-    import numpy as np
 
     start = time.perf_counter()
     model, gpu = from_job(model, gpu, options)

@@ -1,10 +1,11 @@
 """The cited formulas, one module per family (model states, activations, communication, ...)."""
 
+import importlib
+
 
 def __getattr__(name):
     # ``memsym.terms.<module>`` after a bare ``import memsym`` (the package loads its names on
     # first use, memsym/__init__.py): the module is imported when first reached
-    import importlib
 
     try:
         return importlib.import_module(f"{__name__}.{name}")

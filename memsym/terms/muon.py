@@ -34,7 +34,7 @@ import sympy as sp
 from ..errors import InvalidValueError, choose
 from ..symbols import N_sc, t as t_sym, t_e as t_e_sym
 from ..term import Source, Term, Total
-from ..values import as_expr, positive
+from ..values import positive
 from ..vocabulary import MUON_TP_MODES
 
 def _size(value, what, *, allow_zero=False):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # N_ll and b_hp are used in the split-off modules; kept so that every symbol the module had
 # (tests read tr.b_hp) stays importable from here
-from ..symbols import (M_ctx, N, N_bkt, N_ll, N_pf, S_nccl, V, b, b_hp, b_r, b_u, c, d, h, m,
+from ..symbols import (M_ctx, N, N_bkt, N_pf, S_nccl, V, b, b_r, b_u, c, d, h, m,
                        n_ag, n_bkt, n_ch, n_comm, p, s, t)
 from ..term import Source, Term, Total
 from ..values import as_expr, lazy_min

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidValueError
 from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
 from ..model.hybrid_layers import mtp_layer_kinds
 from ..text import shared_doc
