@@ -263,7 +263,12 @@ def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False) -
     GEMM's input needs a gradient, whether or not the weight does, so a frozen base weight
     under LoRA keeps the same two copies as a trained one (``frozen``: that is what it
     cites).  :math:`b_{f8}` is :func:`memsym.terms.widths.fp8_weight_bytes` or
-    :func:`memsym.terms.widths.nvfp4_weight_bytes`.
+    :func:`memsym.terms.widths.nvfp4_weight_bytes`.  Neglected: on the stage that holds the
+    embedding, without full recompute (Megatron-Bridge's peft/recompute.py makes the block
+    input require grad only then), a frozen ``Linear`` or ``GroupedLinear`` of the first layer
+    with no adapter upstream of its input (linear_proj when q, k and v carry none) keeps the
+    rowwise cast only; ``LayerNormLinear`` (linear_qkv, linear_fc1) keeps both whatever its
+    input, so LoRA on every matrix leaves no such weight.
 
     Parameters
     ----------
