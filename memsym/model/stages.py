@@ -23,7 +23,7 @@ from ..text import shared_doc
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
-           "layer_kind_pattern", "hybrid_kinds", "mamba_values", "mtp_layer_kinds",
+           "layer_kind_pattern", "hybrid_kinds", "mamba_values", "mtp_layer_kinds", "mtp_parameters",
            "torchtitan_rank_layers", "torchtitan_end_stages", "torchtitan_stages_per_rank",
            "torchtitan_layers_per_stage"]
 
@@ -488,6 +488,51 @@ class StageParameters:
         return self.dense_per_gpu + self.experts_per_gpu
 
 
+def mtp_parameters(arch: Architecture, t: int = 1, pad_vocab: bool = True) -> dict:
+    """The parameters of the MTP layers, as the last stage holds them [parameters].
+
+    Each MTP layer: its block (:func:`mtp_layer_kinds`), its three norms (replicated) and the
+    2h -> h projection ``eh_proj`` (TP-sharded, a column-parallel linear); one layer's
+    weights when it is run repeatedly (``mtp_use_repeated_layer``,
+    multi_token_prediction.py:1960-1996 at d98e8a64dd).
+
+    Parameters
+    ----------
+    arch : Architecture
+        The model.
+    t : int
+        Tensor-parallel size [GPUs] (the vocabulary padding of the shared counts).
+    pad_vocab : bool
+        Use Megatron's padded vocabulary.
+
+    Returns
+    -------
+    dict
+        ``{"tp", "replicated", "experts"}``: TP-sharded (whole, before dividing by t),
+        replicated and routed-expert (whole) parameters [parameters]; zeros without MTP.
+
+    Examples
+    --------
+    DeepSeek-V3's one MTP layer holds a 2h x h ``eh_proj`` beside an MoE layer's block:
+
+    >>> from memsym.model import preset
+    >>> x = preset("deepseek-v3")
+    >>> mtp_parameters(x)["tp"] - layer_parameters(x, True)["tp"] == 2 * 7168 * 7168
+    True
+    """
+    x = resolve(arch)
+    if not x.mtp_num_layers:
+        return {"tp": 0, "replicated": 0, "experts": 0}
+    kinds = mtp_layer_kinds(x)
+    per = {kind: layer_parameters(x, kind) for kind in set(kinds)}
+    n = 1 if x.mtp_repeated else x.mtp_num_layers
+    norms = 3 * norm_params(x) * x.hidden_size
+    proj = as_int(mtp_extra(x), parameter_values(x, t, pad_vocab)) - norms
+    return {"tp": n * (sum(per[k]["tp"] for k in kinds) + proj),
+            "replicated": n * (sum(per[k]["replicated"] for k in kinds) + norms),
+            "experts": n * sum(per[k]["experts"] for k in kinds)}
+
+
 @_doc
 def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0, *, e: int = 1,
                      t_e: Optional[int] = None, first_stage_layers: Optional[int] = None,
@@ -535,8 +580,7 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers, pipeline_layout)
     # each layer's kind (dense / MoE, or a hybrid's mixer and MLP): one count per kind
     pattern = layer_kind_pattern(x)
-    mtp_kinds = mtp_layer_kinds(x) if x.mtp_num_layers else ()
-    per = {kind: layer_parameters(x, kind) for kind in {pattern[i] for i in rng} | set(mtp_kinds)}
+    per = {kind: layer_parameters(x, kind) for kind in {pattern[i] for i in rng}}
     tp = sum(per[pattern[i]]["tp"] for i in rng)
     rep = sum(per[pattern[i]]["replicated"] for i in rng)
     ex = sum(per[pattern[i]]["experts"] for i in rng)
@@ -560,14 +604,7 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
         if x.output_layer_bias:                 # GPT-J's lm_head bias, one per (padded) row
             tp += as_int(V, vals)
         if x.mtp_num_layers:
-            # each MTP layer: its block (mtp_layer_kinds), its three norms (replicated) and
-            # the 2h -> h projection (counted as TP-sharded); one layer's weights when it is
-            # run repeatedly (mtp_use_repeated_layer, multi_token_prediction.py:1960-1996)
-            n = 1 if x.mtp_repeated else x.mtp_num_layers
-            norms = 3 * norm_params(x) * x.hidden_size
-            proj = as_int(mtp_extra(x), vals) - norms
-            tp += n * (sum(per[k]["tp"] for k in mtp_kinds) + proj)
-            rep += n * (sum(per[k]["replicated"] for k in mtp_kinds) + norms)
-            ex += n * sum(per[k]["experts"] for k in mtp_kinds)
+            mtp = mtp_parameters(x, t, pad_vocab)
+            tp, rep, ex = tp + mtp["tp"], rep + mtp["replicated"], ex + mtp["experts"]
     return StageParameters(stage, rng, first, last, bool(last and x.mtp_num_layers), tp, rep, ex,
                            t, e, t_e)

@@ -449,7 +449,10 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
     pattern = layer_kind_pattern(space.arch)
     kinds = frozenset(Counter(pattern[i] for i in rng).items())
     # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
-    key = (space.arch, space.optimizer, space.finetune, space.lora_rank, space.lora_targets, tt,
+    # the precision and the framework too: N_lin holds the MTP layers' linears under fp8
+    # only, and a Megatron LoRA job (fused adapters) has an N_lin under fp8 and fp4 only
+    key = (space.arch, space.optimizer, space.finetune, space.precision, space.framework,
+           space.lora_rank, space.lora_targets, tt,
            kinds, stage == 0, stage == pp - 1, pp > 1,
            # LoRA's counts per GPU: the experts' split (e, t_e) in the key
            None if full else (ee, te if space.arch.num_experts and te is not None else None))

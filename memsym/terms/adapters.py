@@ -22,7 +22,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import UnknownNameError
-from ..symbols import L_lora, N, N_a, b_g, b_hp, b_m, b_mg, b_o, d, h, p, r_lora, t
+from ..symbols import L_lora, N, N_a, b_f8, b_g, b_hp, b_m, b_mg, b_o, d, h, p, r_lora, t
 from ..term import Source, Term, Total
 from ..values import as_expr  # library arguments: text refused, never parsed
 from .widths import byte_widths
@@ -387,7 +387,7 @@ def frozen_linear_inputs(layer: Total, targets) -> sp.Expr:
 
 def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = None, *,
                             optimizer: str = "adam", scheme: str = "distributed-optimizer",
-                            shards=1, **optimizer_dtypes) -> dict:
+                            shards=1, fp8_recipe: str | None = None, **optimizer_dtypes) -> dict:
     r"""Byte widths of a Megatron-Bridge LoRA job: frozen base, adapter weight, gradient, optimizer.
 
     .. math:: M = N_a\,\Bigl(b_a + b_g + \frac{b_{mg} + b_m + b_o}{n}\Bigr)
@@ -403,7 +403,9 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     the data-parallel ranks by the distributed optimizer (``shards`` = d c), whole otherwise.
     The frozen base has no gradient slot (requires_grad False) and stays at the parameters'
     width, ``b_hp``.  Each width is per adapter parameter except ``"base_dtype"``, the frozen
-    base's storage (a key of :data:`QUANTIZATIONS`).
+    base's storage (a key of :data:`QUANTIZATIONS`), and, under fp8 and fp4, ``b_f8``: the
+    bytes per frozen linear weight of Transformer Engine's cached copies, as a trained
+    weight's (:func:`memsym.terms.model_state.te_weight_cache`).
 
     Parameters
     ----------
@@ -420,6 +422,8 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     shards : sympy.Expr or int
         Ranks that split the main copies and the moments [1] (d c under the distributed
         optimizer, 1 otherwise).
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        Megatron ``--fp8-recipe`` (fp8 only): the frozen base's cached copies [1].
     **optimizer_dtypes
         ``precision_aware`` and the precision-aware optimizer's dtypes, passed to
         :func:`memsym.terms.widths.byte_widths`.
@@ -427,8 +431,8 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     Returns
     -------
     dict
-        ``"adapter_dtype"``, ``"base_dtype"`` and ``{b_g, b_mg, b_m, b_o}``
-        [bytes/parameter].
+        ``"adapter_dtype"``, ``"base_dtype"`` and ``{b_g, b_mg, b_m, b_o}`` (and ``b_f8``
+        under fp8 and fp4) [bytes/parameter].
 
     Examples
     --------
@@ -445,6 +449,10 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     >>> w = megatron_adapter_widths("fp16", shards=4)
     >>> w[b_g], w[b_mg], w[b_g] + w[b_mg] + w[b_m] + w[b_o]
     (2, 1, 6)
+    >>> [megatron_adapter_widths(x)[b_f8] for x in ("fp8", "fp4")]
+    [2, 9/8]
+    >>> megatron_adapter_widths("fp8", fp8_recipe="mxfp8")[b_f8]
+    33/16
 
     References
     ----------
@@ -468,6 +476,12 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     adapter = byte_widths(scheme, dtype, optimizer, grad_dtype=grad_dtype, **optimizer_dtypes)
     base = byte_widths(scheme, dtype, "none")[b_hp]
     n = as_expr(shards)
-    return {"adapter_dtype": dtype, "base_dtype": "fp32" if base == 4 else dtype,
-            b_g: adapter[b_g], b_mg: adapter[b_mg] / n, b_m: adapter[b_m] / n,
-            b_o: adapter[b_o] / n}
+    out = {"adapter_dtype": dtype, "base_dtype": "fp32" if base == 4 else dtype,
+           b_g: adapter[b_g], b_mg: adapter[b_mg] / n, b_m: adapter[b_m] / n,
+           b_o: adapter[b_o] / n}
+    if precision in ("fp8", "fp4"):
+        # the frozen base's TE casts are a trained weight's (te_weight_cache): the same widths
+        out[b_f8] = byte_widths(scheme, precision, "none", fp8_recipe=fp8_recipe)[b_f8]
+    elif fp8_recipe is not None:
+        byte_widths(scheme, precision, "none", fp8_recipe=fp8_recipe)   # its one-line refusal
+    return out

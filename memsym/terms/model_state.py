@@ -39,7 +39,7 @@ from .widths import (OPTIMIZERS, PRECISIONS, STATE_DTYPES, byte_widths, default_
 __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "PRECISIONS", "OPTIMIZERS", "OFFLOADS",
            "GRAD_DTYPES", "STATE_DTYPES", "model_state", "byte_widths", "normalize_scheme",
            "normalize_convention", "megatron_fsdp_state", "deepspeed_allows_pipeline",
-           "MEGATRON_FSDP_STRATEGIES", "MEGATRON_FSDP_SCHEMES"]
+           "MEGATRON_FSDP_STRATEGIES", "MEGATRON_FSDP_SCHEMES", "te_weight_cache"]
 
 _ZERO = Source("zero", "§5, Figure 1")
 # the "seed000" convention: the ZeRO-2 reading of the distributed optimizer that the
@@ -62,6 +62,18 @@ _TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight 
                  "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
                  "+ data_transpose for columnwise usage); MXFP8: tensor/mxfp8_tensor.py, "
                  "MXFP8Quantizer.inner_tensor_specs")
+# the same cache for a frozen weight: neither the usages nor the caching read the weight's
+# requires_grad (lines at d0067d0da6; Megatron-core's wrappers at d98e8a64dd)
+_TE_FROZEN = Source("transformer-engine", "pytorch/module/linear.py:467-475 (the weight's "
+                    "columnwise usage is is_grad_enabled and inp.requires_grad: dgrad, not the "
+                    "weight's requires_grad), 479-489 and 1958-1961, 2068-2071 (the cast cached "
+                    "in _fp8_workspaces whenever is_first_microbatch is given); "
+                    "layernorm_linear.py:345-348 (columnwise whenever grad is enabled), 352-361, "
+                    "1763; grouped_linear.py:715-729, 837-846, 2259-2312; base.py:757-789, "
+                    "792-880 (quantize_weight, _is_weight_workspace_valid); Megatron-core "
+                    "extensions/transformer_engine.py:1338-1345, 1587-1600, 2721-2727 "
+                    "(is_first_microbatch passed unless disable_parameter_transpose_cache), "
+                    "transformer/module.py:114-125 (set under fp8 or fp4)")
 _NVFP4_PARAMS = Source("megatron-core-nvfp4-params", "core/distributed/param_and_grad_buffer.py:"
                        "1084-1187 (NVFP4 params: uint8 param_data of numel/2, the grads at full "
                        "numel); fp4_utils.py:80-108 (scales, amax and columnwise stay TE's); "
@@ -235,12 +247,52 @@ def _quantized_weights(lin, mx: str, fp4_param_gather: bool, fp8_param_gather: b
         return Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
                     "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights")
     else:
-        return Term("fp8_weights", lin * b_f8, "Transformer Engine's cached " + mx +
-                    "copies of the linear weights (" + ("rowwise + columnwise, "
-                    "a scale byte per 32 each" if mx == "MXFP8 " else
-                    "rowwise + columnwise, 4-bit with a scale byte per 16 each"
-                    if mx == "NVFP4 " else "rowwise + transpose") + ")", _TE_FP8,
-                    label="fp8 weight cache")
+        return te_weight_cache(lin, mx)
+
+
+def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False) -> Term:
+    r"""Transformer Engine's cached low-precision copies of the linear weights [bytes].
+
+    .. math:: M = b_{f8}\,\Psi_{\mathrm{lin}}
+
+    A TE ``Linear``, ``LayerNormLinear`` or ``GroupedLinear`` casts its weight for the
+    forward GEMM and, given ``is_first_microbatch`` (Megatron-core passes it unless
+    ``disable_parameter_transpose_cache``), keeps the cast in ``_fp8_workspaces`` across the
+    micro-batches, recast on the first.  The cast holds the rowwise copy and the columnwise one
+    (the transpose under per-tensor scaling) that dgrad reads: TE asks for it whenever the
+    GEMM's input needs a gradient, whether or not the weight does, so a frozen base weight
+    under LoRA keeps the same two copies as a trained one (``frozen``: that is what it
+    cites).  :math:`b_{f8}` is :func:`memsym.terms.widths.fp8_weight_bytes` or
+    :func:`memsym.terms.widths.nvfp4_weight_bytes`.  Neglected: on the stage that holds the
+    embedding, without full recompute (Megatron-Bridge's peft/recompute.py makes the block
+    input require grad only then), a frozen ``Linear`` or ``GroupedLinear`` of the first layer
+    with no adapter upstream of its input (linear_proj when q, k and v carry none) keeps the
+    rowwise cast only; ``LayerNormLinear`` (linear_qkv, linear_fc1) keeps both whatever its
+    input, so LoRA on every matrix leaves no such weight.
+
+    Parameters
+    ----------
+    linear_params : sympy.Expr
+        Linear-layer weights whose casts are kept [parameters].
+    fmt : {"FP8 ", "MXFP8 ", "NVFP4 "}
+        The format named in the description.
+    frozen : bool
+        The weights are frozen (cite why frozen weights keep the same cache).
+
+    Examples
+    --------
+    >>> from memsym.symbols import N_lin
+    >>> te_weight_cache(N_lin).subs({b_f8: 2}).expr
+    2*N_lin
+    >>> te_weight_cache(N_lin, frozen=True).source.locator[:32]
+    'pytorch/module/linear.py:467-475'
+    """
+    what = {"MXFP8 ": "rowwise + columnwise, a scale byte per 32 each",
+            "NVFP4 ": "rowwise + columnwise, 4-bit with a scale byte per 16 each"}.get(
+                fmt, "rowwise + transpose")
+    return Term("fp8_weights", as_expr(linear_params) * b_f8, "Transformer Engine's cached "
+                + fmt + "copies of the " + ("frozen " if frozen else "") + "linear weights ("
+                + what + ")", _TE_FROZEN if frozen else _TE_FP8, label="fp8 weight cache")
 
 
 def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,

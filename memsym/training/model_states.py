@@ -24,7 +24,8 @@ from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
 from ..terms.adapters import LORA_TARGETS, lora, megatron_adapter_widths
 from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
-                                 model_state)
+                                 model_state, te_weight_cache)
+from ..term import Total
 from ..terms.widths import default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from .traits import output_stage
@@ -66,8 +67,12 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     ``N_rep`` (replicated on every TP rank) and ``N_exp`` (routed experts, all e t_e ranks
     together), so one GPU holds ``N_tp/t + N_rep`` dense and ``N_exp/(e t_e)`` expert
     parameters (:func:`memsym.model.stage_parameters`, exact, vocabulary padded at t).
+    ``N_lin``: the dense linear weights per GPU whose FP8 or NVFP4 casts Transformer Engine
+    keeps (the decoder layers', and under fp8 the MTP layers').
     LoRA/QLoRA: ``N_q`` (frozen linear weights per GPU), ``N_u`` (frozen, unquantized) and
-    ``N_a`` (adapters) per GPU.
+    ``N_a`` (adapters) per GPU; a Megatron LoRA job under fp8 or fp4 adds ``N_lin``, the
+    frozen linear weights per GPU whose casts TE keeps: ``N_q`` (routed experts included)
+    and, under fp8, the MTP layers' linear weights (in ``N_u`` otherwise).
 
     Examples
     --------
@@ -85,9 +90,18 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     per_kind = {kind: models.layer_parameters(x, kind) for kind in {pattern[i] for i in sp_.layers}}
     lin = sum(per_kind[pattern[i]]["tp"] for i in sp_.layers)
     largest = largest_layer(x, sp_.layers, layout.t, layout.e, layout.expert_tp)
+    # the MTP layers run their TE linears under the FP8 autocast (and are built under
+    # fp8_model_init with --fp8-param-gather), but not under FP4: Megatron-core enters
+    # get_fp8_context only when config.fp8 ("currently ignoring FP4 in MTP layers",
+    # multi_token_prediction.py:1385-1402, 1927-1929 at d98e8a64dd)
+    mtp = models.stages.mtp_parameters(x, layout.t) if sp_.mtp and training.states.precision == "fp8" \
+        else {"tp": 0, "experts": 0}
     if training.adapters.finetune == "full":
+        # N_lin: the dense linear weights whose casts TE keeps (the MTP layers' experts are in
+        # N_exp, whose copies model_state counts apart)
         counts = {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
-                  N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin, layout.t), N_ll: largest}
+                  N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin + mtp["tp"], layout.t),
+                  N_ll: largest}
         if training.states.optimizer == "muon":     # Muon's scalar-Adam parameters
             sc = scalar_adam_parameters(x, sp_, layout.t)
             counts[N_sc] = sp.Rational(sc.numerator, sc.denominator)
@@ -103,7 +117,13 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets,
                                                        fused=fused) * len(sp_.layers),
                            x.num_layers * layout.t)
-    return {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
+    counts = {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
+    if fused and training.states.precision in ("fp8", "fp4"):
+        # Megatron LoRA: TE casts and caches the frozen linear weights as trained ones
+        # (state_terms): the decoder's linears and experts, and the MTP layers' under FP8
+        mtp_experts = sp.Rational(mtp["experts"], layout.e * layout.expert_tp)
+        counts[N_lin] = quant + sp.Rational(mtp["tp"], layout.t) + mtp_experts
+    return counts
 
 
 def largest_layer(x, layers, t: int, e: int, t_e: int) -> sp.Rational:
@@ -205,15 +225,22 @@ def state_terms(experts: bool, training: Training) -> tuple:
             widths = megatron_adapter_widths(
                 st.precision, st.grad_dtype, optimizer=st.optimizer, scheme=st.sharding,
                 shards=d * c if st.sharding == "distributed-optimizer" else 1,
-                precision_aware=st.precision_aware,
+                precision_aware=st.precision_aware, fp8_recipe=st.fp8_recipe,
                 **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
             dtype, base = widths.pop("adapter_dtype"), widths.pop("base_dtype")
         quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else base)
         tot = lora(quant, dtype, params=N_q, adapters=N_a, unquantized=N_u,
                    sharded=training.states.sharding in ("zero3", "fsdp"),
                    main_grads=megatron, unquantized_dtype=base,
-                   params_dtype_base=megatron).subs(widths)
-        return tuple(tot.terms)
+                   params_dtype_base=megatron)
+        if megatron and training.states.precision in ("fp8", "fp4"):
+            # the frozen base runs through TE's linears under the FP8 / NVFP4 autocast: each
+            # weight cast and cached as a trained one, rowwise and columnwise, since dgrad
+            # reads it (te_weight_cache); b_f8 from megatron_adapter_widths
+            fmt = "MXFP8 " if training.states.fp8_recipe == "mxfp8" else \
+                "NVFP4 " if training.states.precision == "fp4" else "FP8 "
+            tot = Total(tot.name, tot.terms + (te_weight_cache(N_lin, fmt, frozen=True),))
+        return tuple(tot.subs(widths).terms)
     conv = choose("convention", training.states.convention, CONVENTIONS)
     if training.states.megatron_fsdp and training.states.precision not in ("fp8", "fp4") \
             and conv == "framework":
