@@ -286,6 +286,13 @@ def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False) -
     2*N_lin
     >>> te_weight_cache(N_lin, frozen=True).source.locator[:32]
     'pytorch/module/linear.py:467-475'
+
+    References
+    ----------
+    transformer-engine (d0067d0da6): pytorch/module/base.py, quantize_weight and
+    ``_fp8_workspaces``; pytorch/module/linear.py:467-475, 1958-1961;
+    layernorm_linear.py:345-348; grouped_linear.py:715-729.  megatron-core:
+    extensions/transformer_engine.py:1338-1345 (``is_first_microbatch`` passed).
     """
     what = {"MXFP8 ": "rowwise + columnwise, a scale byte per 32 each",
             "NVFP4 ": "rowwise + columnwise, 4-bit with a scale byte per 16 each"}.get(
