@@ -183,7 +183,7 @@ def test_make_space_of_a_shared_block_model_defaults_to_none_and_full(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 32: --emit carries the search's notes
+# Issue 32: --emit carries the search's notes; --efficiency on an untimed model is refused
 # ---------------------------------------------------------------------------------------------
 _NOTE = "step time not modelled for zamba2: ranked by headroom"
 
@@ -218,3 +218,27 @@ def test_json_rows_carry_the_notes_with_and_without_emit(tmp_path, capsys):
         assert code == 0, err
         rows = json.loads(out)
         assert len(rows) == 2 and all(_NOTE in r["notes"] for r in rows)
+
+
+@pytest.mark.parametrize("command", ["search", "min-gpus"])
+def test_efficiency_on_an_untimed_model_is_refused(tmp_path, capsys, command):
+    # --efficiency prices nothing but the step time (memsym.timing); with no step time it
+    # cannot act, so it is refused as estimate refuses it (one stderr line, exit 2, nothing on
+    # stdout), in the timing layer's own words, naming the option
+    path = _write(tmp_path, SMALL["zamba2"])
+    argv = [command, str(path), "--gpu", "h100-80gb", "--seq-length", "64",
+            "--global-batch-size", "16", "--recompute-granularity", "full", "--efficiency", "0.5"]
+    if command == "search":
+        argv += ["--gpus", "8"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "--efficiency" in err and "step time of 'zamba2'" in err and "is not modelled" in err
+
+
+def test_the_library_search_refuses_an_efficiency_it_cannot_price(tmp_path):
+    path = _write(tmp_path, SMALL["zamba2"])
+    with pytest.raises(StepTimeNotModelledError, match="efficiency 0.5"):
+        search(str(path), "h100-80gb", 8, seq_length=64, global_batch_size=16,
+               recompute=["full"], efficiency=0.5)

@@ -282,6 +282,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     G_ = positive_whole(gpus, "gpus")
     model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
+    timed = _timed(space)    # before any grid work: an efficiency it cannot price is refused
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
     raw = len(grid["t"])
@@ -306,7 +307,6 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         raise InvalidValueError(f"no layout of {G_} GPUs passes the framework rules with these "
                                 "restrictions; excluded by " + "; ".join(names[:4]))
     valid = {k: grid[k][ok] for k in KNOBS + ("f", "l")}
-    timed = _timed(space)
     cols = evaluate_grid(space, valid, progress, want_time=timed)
     cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
     cols["fits"] = cols["headroom"] >= 0 if len(cols["memory"]) else np.array([], dtype=bool)
@@ -338,11 +338,21 @@ def _search_notes(space: Space, timed: bool) -> list:
 def _timed(space: Space) -> bool:
     """Whether the timing layer prices ``space``'s model: False only on its own refusal
     (:class:`StepTimeNotModelledError`, e.g. a shared-block hybrid), where the search keeps
-    the global batch for the memory and ranks by headroom; any other error still stops it."""
+    the global batch for the memory and ranks by headroom, unless an explicit ``efficiency``
+    is given (it prices the step time alone: refused with the timing layer's words); any
+    other error still stops it."""
     if space.global_batch_size is None:
         return True
     try:
         shape_of(space.arch)
-    except StepTimeNotModelledError:
+    except StepTimeNotModelledError as exc:
+        if space.efficiency is not None:
+            # the explicit GEMM efficiency prices the step time and nothing else: with no step
+            # time it cannot act, so it is refused, as estimate refuses it (the timing
+            # layer's own words, one definition), not dropped
+            raise StepTimeNotModelledError(
+                f"efficiency {float(space.efficiency):g} (--efficiency) is the step time's GEMM "
+                f"efficiency, and {exc}; without it the search ranks by memory headroom") \
+                from None
         return False
     return True
