@@ -11,10 +11,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import InvalidValueError, NoFitError, StepTimeNotModelledError, UnknownNameError
+from ..frameworks import FRAMEWORK
+from ..symbols import N_bkt
+from ..terms.transients import DEFAULTS as _TRANSIENT_DEFAULTS, deepspeed_ipg_buckets
+from ..training.traits import activation_width
 from .. import rules as _rules
 from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
                         STATE_KEYS as _STATE_KEYS)
 
+from .job_fields import states_scheme
 from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
 from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
@@ -328,13 +333,49 @@ def _search_notes(space: Space, timed: bool) -> list:
         notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
     elif space.global_batch_size is None:
         notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
+    notes += overlap_comm_bucket_note(space)
     return notes
 
 
-    if space.unmodelled_recompute:
-        res.notes.append(f"{' and '.join(space.unmodelled_recompute)} recompute of a shared "
-                         "transformer block is not modelled: recompute "
-                         f"{' and '.join(space.recompute)} searched")
+def overlap_comm_bucket_note(space: Space) -> list:
+    """The note of a DeepSpeed search whose ZeRO-1/2 rows carry ``overlap_comm``'s second IPG
+    bucket, else none.
+
+    The search prices the overlaps it launches (:func:`memsym.search.launch_overlaps`), and
+    ``memsym search --emit deepspeed`` writes them: ``"overlap_comm": true`` at every stage.
+    DeepSpeed's own default is on for ZeRO-3 only (``overlap_comm_valid``,
+    deepspeed/runtime/zero/config.py:383-385 at edaa722126), and with it ZeRO-1/2 allocate a
+    second ``reduce_bucket_size`` buffer "to avoid data access conflict" (``setup_buckets``,
+    runtime/zero/stage_1_and_2.py:2508-2514).  A job estimated with DeepSpeed's default (a plain
+    ``memsym estimate --framework deepspeed --sharding zero2``) holds one bucket, so such a row
+    is one bucket (plus its fragmentation margin) above it; a job's own overlaps (a search of a
+    job) are its own, and no note is needed.
+
+    >>> from memsym.search.space import make_space
+    >>> note, = overlap_comm_bucket_note(make_space("llama2-7b", "h100-80gb",
+    ...                                             framework="deepspeed", sharding=["zero2"]))
+    >>> note[:57], "reduce_bucket_size elements, 2 GB)" in note, "(one bucket, 1 GB)" in note
+    ('ZeRO-1/2 rows are priced with DeepSpeed overlap_comm on (', True, True)
+    >>> overlap_comm_bucket_note(make_space("llama2-7b", "h100-80gb", framework="deepspeed",
+    ...                                     sharding=["zero3"]))
+    []
+    """
+    if space.overlaps is not None or FRAMEWORK[space.framework].launch_overlaps != "overlap_comm":
+        return []
+    zero12 = [s for s in space.sharding if states_scheme(s) in ("zero1", "zero2")]
+    if not zero12:
+        return []
+    width = activation_width(space.training(sharding=zero12[0]))
+    one = int(deepspeed_ipg_buckets().evaluate(n_bkt=1, N_bkt=_TRANSIENT_DEFAULTS[N_bkt],
+                                               b_hp=width))
+    return [f"ZeRO-1/2 rows are priced with DeepSpeed overlap_comm on (2 IPG buckets of "
+            f"reduce_bucket_size elements, {2 * one / 1e9:.3g} GB), as the search prices the "
+            "launch and --emit deepspeed writes it; DeepSpeed's default for stages 1/2 is off (one "
+            f"bucket, {one / 1e9:.3g} GB), which a plain memsym estimate counts "
+            "(deepspeed/runtime/zero/config.py overlap_comm_valid, stage_1_and_2.py "
+            "setup_buckets)"]
+
+
 def _timed(space: Space) -> bool:
     """Whether the timing layer prices ``space``'s model: False only on its own refusal
     (:class:`StepTimeNotModelledError`, e.g. a shared-block hybrid), where the search keeps
