@@ -392,6 +392,54 @@ def test_deepspeed_round_trip(capsys, tmp_path, case):
         assert trn["recompute"] == "none"
 
 
+#: DeepSpeed 0.19.6's reduce_bucket_size default [elements] (runtime/zero/config.py,
+#: DeepSpeedZeroConfig: pp_int(5e8)) and bf16's 2 bytes: one IPG bucket buffer
+#: (runtime/zero/stage_1_and_2.py:2502-2504, torch.empty(reduce_bucket_size, dtype=self.dtype)).
+ONE_IPG_BUCKET = 500_000_000 * 2
+
+
+@pytest.mark.parametrize("stage", ["zero1", "zero2"])
+def test_deepspeed_zero12_row_is_the_emitted_overlap_comm_job(capsys, tmp_path, stage):
+    """A ZeRO-1/2 row is priced with overlap_comm on and the emitted config says so: estimating
+    that config gives the row's bytes exactly, and DeepSpeed's default (overlap_comm off for
+    stages 1/2, zero/config.py:383-385 overlap_comm_valid at edaa722126) holds one IPG bucket
+    less (stage_1_and_2.py:2508-2514 allocates buf_1 only with overlap_comm).  The search
+    says it in a note, so a plain estimate's smaller total is explained."""
+    rows = searched(capsys, tmp_path, "deepspeed", "llama2-7b", 8, "--sharding", stage,
+                    "--top", 1, "--global-batch-size", 64)
+    row, = emitted_rows(rows)
+    with open(row["emit"]["file"], encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    assert cfg["zero_optimization"] == {"stage": int(stage[-1]), "overlap_comm": True}
+    est = read_back(capsys, row["emit"]["read_back"])
+    assert_same(row, est)                 # the row's bytes, term by term, and its step time
+    # the same job under DeepSpeed's default: the config without the key, read the same way
+    del cfg["zero_optimization"]["overlap_comm"]
+    plain = tmp_path / "default.json"
+    plain.write_text(json.dumps(cfg), encoding="utf-8")
+    off = read_back(capsys, row["emit"]["read_back"].replace(row["emit"]["file"], str(plain)))
+    assert off["training"]["overlap_grad_reduce"] is False
+    # the second bucket is a transient counted with the activations; the states are the same
+    assert est["bytes"]["activations"] - off["bytes"]["activations"] == ONE_IPG_BUCKET
+    for key in ("weights", "gradients", "optimizer", "workspace", "nccl"):
+        assert est["bytes"][key] == off["bytes"][key], key
+    # and a plain estimate of the layout (--framework deepspeed --sharding) is that default
+    lay = row["layout"]
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--framework", "deepspeed",
+                         "--sharding", stage, "--world-size", 8, "--seq-length", 4096,
+                         "--micro-batch-size", lay["micro_batch_size"],
+                         "--global-batch-size", 64, "--gpu", GPU, "--json")
+    assert code == 0, err
+    assert json.loads(out)["bytes"] == off["bytes"]
+    # the row says so: 2 buckets of 1 GB where DeepSpeed's default keeps one
+    note = [n for n in row["notes"] if "overlap_comm" in n]
+    assert len(note) == 1 and "2 GB" in note[0] and "one bucket, 1 GB" in note[0]
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--sharding",
+                         stage, "--top", 1, "--global-batch-size", 64, "--emit", "deepspeed")
+    assert code == 0, err
+    assert f"# note: {note[0]}" in out.split("\n# layout 1:")[0]
+
+
 def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
     """Unnamed, the sizes memsym's DeepSpeed reader does not read from a ds_config.json
     (DeepSpeed reads AutoTP, Ulysses and activation_checkpointing keys, deepspeed/__init__.py

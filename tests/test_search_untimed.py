@@ -180,3 +180,65 @@ def test_make_space_of_a_shared_block_model_defaults_to_none_and_full(tmp_path):
     # asked for, it stays (and is refused by the memory terms when priced)
     asked = make_space(str(path), "h100-80gb", seq_length=64, recompute=["selective", "full"])
     assert asked.recompute == ("selective", "full") and asked.unmodelled_recompute == ()
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 32: --emit carries the search's notes; --efficiency on an untimed model is refused
+# ---------------------------------------------------------------------------------------------
+_NOTE = "step time not modelled for zamba2: ranked by headroom"
+
+
+def test_emit_carries_the_notes_the_table_prints(tmp_path, capsys):
+    # the same search as a table and as --emit megatron: every line the table prints under its
+    # head (assumed settings and "note:" lines) is in the emitted text as a "#" comment, before
+    # the first layout, so the emitted arguments stay what is pasted
+    # (a global batch given: the one assumed without it is said in the emitted head line)
+    path = _write(tmp_path, SMALL["zamba2"])
+    common = ("--recompute-granularity", "full", "--global-batch-size", 16, "--top", 1)
+    code, table, err = _search(capsys, path, *common)
+    assert code == 0, err
+    said = [line for line in table.splitlines() if line.startswith(("note: ", "assumed: "))]
+    assert f"note: {_NOTE}" in said
+    code, out, err = _search(capsys, path, *common, "--emit", "megatron")
+    assert code == 0, err
+    head = out.split("\n# layout 1:")[0].splitlines()
+    assert [line for line in head if line.startswith(("# note: ", "# assumed: "))] == \
+        ["# " + line for line in said]
+    # after the layout's own "#" lines, only Megatron-LM arguments: no note among them
+    body = out.split("\n# layout 1:")[1].splitlines()[1:]
+    assert all(line.startswith(("#", "--")) for line in body)
+    assert not any(_NOTE in line for line in body)
+
+
+def test_json_rows_carry_the_notes_with_and_without_emit(tmp_path, capsys):
+    path = _write(tmp_path, SMALL["zamba2"])
+    for more in ((), ("--emit", "megatron")):
+        code, out, err = _search(capsys, path, "--recompute-granularity", "full", "--top", 2,
+                                 "--json", *more)
+        assert code == 0, err
+        rows = json.loads(out)
+        assert len(rows) == 2 and all(_NOTE in r["notes"] for r in rows)
+
+
+@pytest.mark.parametrize("command", ["search", "min-gpus"])
+def test_efficiency_on_an_untimed_model_is_refused(tmp_path, capsys, command):
+    # --efficiency prices nothing but the step time (memsym.timing); with no step time it
+    # cannot act, so it is refused as estimate refuses it (one stderr line, exit 2, nothing on
+    # stdout), in the timing layer's own words, naming the option
+    path = _write(tmp_path, SMALL["zamba2"])
+    argv = [command, str(path), "--gpu", "h100-80gb", "--seq-length", "64",
+            "--global-batch-size", "16", "--recompute-granularity", "full", "--efficiency", "0.5"]
+    if command == "search":
+        argv += ["--gpus", "8"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "--efficiency" in err and "step time of 'zamba2'" in err and "is not modelled" in err
+
+
+def test_the_library_search_refuses_an_efficiency_it_cannot_price(tmp_path):
+    path = _write(tmp_path, SMALL["zamba2"])
+    with pytest.raises(StepTimeNotModelledError, match="efficiency 0.5"):
+        search(str(path), "h100-80gb", 8, seq_length=64, global_batch_size=16,
+               recompute=["full"], efficiency=0.5)

@@ -377,6 +377,8 @@ def _print_json(args, res, rows, emitted) -> None:
         "stage": exact["stage"], "binding": row["binding"],
         "step_time_s": row["step_time"],
         "step_time_parts_s": row.get("time"), "units": "bytes",
+        # the search's notes (what the table prints as "note:" lines), on every row
+        "notes": list(res.notes),
         **({"emit": _emit_json(args, got)} if emitted else {}),
         **({"job": job} if sj is not None else {}),
     } for (row, exact), got in zip(rows, emitted or [None] * len(rows))])
@@ -467,6 +469,9 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
              f"{res.space.gpu.name}, s = {res.space.seq_length}, B = "
              f"{res.space.global_batch_size}"
              + (" (assumed: about 4M tokens per step, as Llama 2 trained)" if assumed else "")]
+    # what the table would say under its head, as comments: the emitted text stays a file
+    # or command to paste, and nothing the search assumed or left out goes unsaid
+    lines += ["# " + line for line in note_lines(res, job=args.search_job is not None)]
     for (row, exact), (n, got, path) in zip(rows, emitted):
         f_, l_ = row.get("first_stage_layers"), row.get("last_stage_layers")
         ends = "" if f_ is None and l_ is None else f" ends {f_ or '-'}/{l_ or '-'}"
@@ -496,6 +501,29 @@ def _emit_text(args, res, rows, emitted, assumed) -> str:
     return "\n".join(lines)
 
 
+def note_lines(res, *, job: bool = False) -> list:
+    """What a search assumed and what it left out, one line each, as the table prints them
+    under its head and ``--emit`` prints them as ``#`` lines (``job``: the settings are a
+    job's): flash attention and dropout, the overlaps the step times are priced with, and the
+    search's notes (:attr:`memsym.search.SearchResult.notes`)."""
+    sp_ = res.space
+    lines = [f"{'held' if job else 'assumed'}: flash attention "
+             f"{'on' if sp_.flash_attention else 'off'}, dropout "
+             f"{'on' if sp_.dropout else 'off'} ("
+             + ("the job's)" if job else
+                "torchtitan's models have none; --no-flash-attn to change)"
+                if not FRAMEWORK[sp_.framework].dropout_layers else
+                "memsym.job.DEFAULTS, as estimate; --no-flash-attn, --hidden-dropout 0 "
+                "--attention-dropout 0 to change)")]
+    launch = FRAMEWORK[sp_.framework].launch_overlaps
+    if res.ranked_by == "step time" and launch != "always" and sp_.overlaps is None:
+        lines.append("step times as launched with the data-parallel overlaps on ("
+                     + ("--overlap-grad-reduce, and --overlap-param-gather with a sharded "
+                        "optimizer" if launch == "flags" else "overlap_comm")
+                     + "; Megatron's flags are off unless given)")
+    return lines + ["note: " + note for note in res.notes]
+
+
 def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     """A table of the best layouts and, under each, its breakdown in GB (``margin``: the
     bytes ``--margin`` keeps free; the space's capacity is already less it; ``job``: the
@@ -516,21 +544,7 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     excl = [f"{k} {v}" for k, v in res.excluded.items() if v]
     if excl:
         lines.append("excluded by rule: " + ", ".join(excl))
-    lines.append(f"{'held' if job else 'assumed'}: flash attention {'on' if sp_.flash_attention else 'off'}, dropout "
-                 f"{'on' if sp_.dropout else 'off'} ("
-                 + ("the job's)" if job else
-                    "torchtitan's models have none; --no-flash-attn to change)"
-                    if not FRAMEWORK[sp_.framework].dropout_layers else
-                    "memsym.job.DEFAULTS, as estimate; --no-flash-attn, --hidden-dropout 0 "
-                    "--attention-dropout 0 to change)"))
-    launch = FRAMEWORK[sp_.framework].launch_overlaps
-    if res.ranked_by == "step time" and launch != "always" and sp_.overlaps is None:
-        lines.append("step times as launched with the data-parallel overlaps on ("
-                     + ("--overlap-grad-reduce, and --overlap-param-gather with a sharded "
-                        "optimizer" if launch == "flags" else "overlap_comm")
-                     + "; Megatron's flags are off unless given)")
-    for note in res.notes:
-        lines.append("note: " + note)
+    lines += note_lines(res, job=job)
     lines.append("")
     said = [_row_sharding(sp_, row["sharding"]) for row, _ in rows]
     wide = max([22] + [len(w) + 1 for w in said])     # the column widens for the longest

@@ -13,9 +13,14 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InvalidValueError, NoFitError, StepTimeNotModelledError, UnknownNameError
+from ..frameworks import FRAMEWORK
+from ..symbols import N_bkt
+from ..terms.transients import DEFAULTS as _TRANSIENT_DEFAULTS, deepspeed_ipg_buckets
+from ..training.traits import activation_width
 from .. import rules as _rules
 from ..training import OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE
 
+from .job_fields import states_scheme
 from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
 from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
@@ -278,6 +283,7 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
     G_ = positive_whole(gpus, "gpus")
     model, gpu = from_job(model, gpu, options)
     space = options.pop("space", None) or make_space(model, gpu, **options)
+    timed = _timed(space)    # before any grid work: an efficiency it cannot price is refused
     grid = raw_grid(space, G_)
     masks = rule_masks(space, grid, G_)
     raw = len(grid["t"])
@@ -302,7 +308,6 @@ def search(model, gpu=None, gpus: int = 8, *, progress: Callable | None = None, 
         raise InvalidValueError(f"no layout of {G_} GPUs passes the framework rules with these "
                                 "restrictions; excluded by " + "; ".join(names[:4]))
     valid = {k: grid[k][ok] for k in KNOBS + ("f", "l")}
-    timed = _timed(space)
     cols = evaluate_grid(space, valid, progress, want_time=timed)
     cols["headroom"] = space.capacity - cols["memory"] if len(cols["memory"]) else np.array([])
     cols["fits"] = cols["headroom"] >= 0 if len(cols["memory"]) else np.array([], dtype=bool)
@@ -324,17 +329,67 @@ def _search_notes(space: Space, timed: bool) -> list:
         notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
     elif space.global_batch_size is None:
         notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
+    notes += overlap_comm_bucket_note(space)
     return notes
+
+
+def overlap_comm_bucket_note(space: Space) -> list:
+    """The note of a DeepSpeed search whose ZeRO-1/2 rows carry ``overlap_comm``'s second IPG
+    bucket, else none.
+
+    The search prices the overlaps it launches (:func:`memsym.search.launch_overlaps`), and
+    ``memsym search --emit deepspeed`` writes them: ``"overlap_comm": true`` at every stage.
+    DeepSpeed's own default is on for ZeRO-3 only (``overlap_comm_valid``,
+    deepspeed/runtime/zero/config.py:383-385 at edaa722126), and with it ZeRO-1/2 allocate a
+    second ``reduce_bucket_size`` buffer "to avoid data access conflict" (``setup_buckets``,
+    runtime/zero/stage_1_and_2.py:2508-2514).  A job estimated with DeepSpeed's default (a plain
+    ``memsym estimate --framework deepspeed --sharding zero2``) holds one bucket, so such a row
+    is one bucket (plus its fragmentation margin) above it; a job's own overlaps (a search of a
+    job) are its own, and no note is needed.
+
+    >>> from memsym.search.space import make_space
+    >>> note, = overlap_comm_bucket_note(make_space("llama2-7b", "h100-80gb",
+    ...                                             framework="deepspeed", sharding=["zero2"]))
+    >>> note[:57], "reduce_bucket_size elements, 2 GB)" in note, "(one bucket, 1 GB)" in note
+    ('ZeRO-1/2 rows are priced with DeepSpeed overlap_comm on (', True, True)
+    >>> overlap_comm_bucket_note(make_space("llama2-7b", "h100-80gb", framework="deepspeed",
+    ...                                     sharding=["zero3"]))
+    []
+    """
+    if space.overlaps is not None or FRAMEWORK[space.framework].launch_overlaps != "overlap_comm":
+        return []
+    zero12 = [s for s in space.sharding if states_scheme(s) in ("zero1", "zero2")]
+    if not zero12:
+        return []
+    width = activation_width(space.training(sharding=zero12[0]))
+    one = int(deepspeed_ipg_buckets().evaluate(n_bkt=1, N_bkt=_TRANSIENT_DEFAULTS[N_bkt],
+                                               b_hp=width))
+    return [f"ZeRO-1/2 rows are priced with DeepSpeed overlap_comm on (2 IPG buckets of "
+            f"reduce_bucket_size elements, {2 * one / 1e9:.3g} GB), as the search prices the "
+            "launch and --emit deepspeed writes it; DeepSpeed's default for stages 1/2 is off (one "
+            f"bucket, {one / 1e9:.3g} GB), which a plain memsym estimate counts "
+            "(deepspeed/runtime/zero/config.py overlap_comm_valid, stage_1_and_2.py "
+            "setup_buckets)"]
 
 
 def _timed(space: Space) -> bool:
     """Whether the timing layer prices ``space``'s model: False only on its own refusal
     (:class:`StepTimeNotModelledError`, e.g. a shared-block hybrid), where the search keeps
-    the global batch for the memory and ranks by headroom; any other error still stops it."""
+    the global batch for the memory and ranks by headroom, unless an explicit ``efficiency``
+    is given (it prices the step time alone: refused with the timing layer's words); any
+    other error still stops it."""
     if space.global_batch_size is None:
         return True
     try:
         shape_of(space.arch)
-    except StepTimeNotModelledError:
+    except StepTimeNotModelledError as exc:
+        if space.efficiency is not None:
+            # the explicit GEMM efficiency prices the step time and nothing else: with no step
+            # time it cannot act, so it is refused, as estimate refuses it (the timing
+            # layer's own words, one definition), not dropped
+            raise StepTimeNotModelledError(
+                f"efficiency {float(space.efficiency):g} (--efficiency) is the step time's GEMM "
+                f"efficiency, and {exc}; without it the search ranks by memory headroom") \
+                from None
         return False
     return True
