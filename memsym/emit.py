@@ -36,7 +36,7 @@ from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .emit_rules import AUTOEP_NOTE, UNSPELLED, held_for_emit
-from .model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
+from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.jobs import DEEPSPEED_SCHEMES
 from .readers.megatron_userbuffers import ub_yaml
 from .search import launch_overlaps

@@ -18,7 +18,7 @@ import dataclasses
 from .errors import InvalidValueError
 from .frameworks import framework as framework_record
 from .model import recipe
-from .model.stages import torchtitan_end_stages
+from .model.torchtitan_stages import torchtitan_end_stages
 from .job_record import Layout, Training
 
 __all__ = ["framework_layout", "framework_dropout", "resolve_dropout", "dropout_kept"]
@@ -28,7 +28,7 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
     """The layout as the job's framework lays it out, and a note for each change.
 
     torchtitan splits the layers over its pipeline stages itself
-    (:func:`memsym.model.stages.torchtitan_rank_layers`) unless told the split: memsym takes
+    (:func:`memsym.model.torchtitan_stages.torchtitan_rank_layers`) unless told the split: memsym takes
     that split as the first and last stage sizes; its tensor parallelism is always sequence
     parallel (``apply_tp``).  A split whose middle ranks differ is
     refused (memsym's stages between the ends hold equal layers); give the split as

@@ -752,7 +752,7 @@ def test_torchtitan_search_launches_fsdp_with_pipelines_on_its_split():
     # Megatron search refuses for its DeepSpeed ZeRO-3 rows (rule zero-pp), and prices each as
     # `estimate` prices the job
     from memsym.job import job
-    from memsym.model.stages import torchtitan_rank_layers
+    from memsym.model.torchtitan_stages import torchtitan_rank_layers
     from memsym.training import job_memory
 
     kw = dict(seq_length=8192, global_batch_size=256)
@@ -892,7 +892,7 @@ def test_torchtitan_search_offers_layers_per_stage_and_torchs_schedule_rule():
 def test_cli_torchtitan_search_names_the_toml_setting(capsys):
     # a torchtitan row with v > 2 stages per rank says which pipeline_parallel_layers_per_stage
     # makes them; torchtitan's own derivation (torchtitan_stages_per_rank) gives that v back
-    from memsym.model.stages import torchtitan_stages_per_rank
+    from memsym.model.torchtitan_stages import torchtitan_stages_per_rank
 
     code = main(["search", "llama3-405b", "--gpu", "h100-80gb", "--gpus", "2048",
                  "--seq-length", "8192", "--global-batch-size", "256", "--framework",

@@ -431,7 +431,7 @@ def job(point: Point) -> Job:
     from memsym.job import framework_layout
     from memsym.model import resolve_model
 
-    # the framework's own pipeline split (torchtitan: memsym.model.stages.torchtitan_rank_layers)
+    # the framework's own pipeline split (torchtitan: memsym.model.torchtitan_stages.torchtitan_rank_layers)
     layout, _ = framework_layout(resolve_model(model), layout, training)
     return Job(model, layout, training, _allowances(point), 0, tuple(notes))
 

@@ -587,7 +587,7 @@ def _torchtitan_stages(space, row) -> str | None:
         return f"a single-stage schedule (pipeline_parallel_schedule = \"{single}\")"
     if row["v"] == 2:
         return f"a looped schedule (\"{looped}\"): 2 stages per rank by default"
-    from ..model.stages import torchtitan_layers_per_stage
+    from ..model.torchtitan_stages import torchtitan_layers_per_stage
 
     n = torchtitan_layers_per_stage(space.arch.num_layers, row["p"], row["v"])
     return (f"\"{looped}\" with pipeline_parallel_layers_per_stage = {n} "

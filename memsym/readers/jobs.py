@@ -13,7 +13,7 @@ import dataclasses
 from ..errors import InvalidValueError
 from ..job import job
 from ..model import Architecture, resolve_model
-from ..model.stages import torchtitan_end_stages, torchtitan_stages_per_rank
+from ..model.torchtitan_stages import torchtitan_end_stages, torchtitan_stages_per_rank
 from .deepspeed import HIDDEN_AUTO_KEYS, resolve_hidden_autos
 from .megatron import MEGATRON_FSDP_SCHEMES
 from .torchtitan import V_SCHEDULES

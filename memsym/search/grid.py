@@ -18,7 +18,7 @@ from ..numeric import unique_rows
 
 from .space import (Space, CHOICE_RULES, KNOBS, MEGATRON_FSDP_STRATEGY, divisors_of, scheme_row,
                     make_space, states_scheme)
-from ..model.stages import torchtitan_end_stages, torchtitan_layers_per_stage
+from ..model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 
 
 #: Lighter end stages offered: each end stage holds between mid - UNEVEN_SPAN v and mid layers.
