@@ -232,6 +232,20 @@ def _hybrid_pipeline(x, k):
 
 
 RULES: dict = {r.name: r for r in (
+    # first: no other knob makes such a job describable, so no other refusal is worth reading
+    Rule("mamba1-framework", "Zamba (Mamba-1 mixers and a shared transformer block) runs as "
+         "transformers' own model code only (--framework deepspeed)",
+         lambda x, k: (not k["deepspeed"]) if x.mamba_version == 1 and x.shared_blocks
+         else False,
+         lambda x, k: ("Zamba's Mamba-1 mixers and shared transformer block run as "
+                       "transformers' own model code only (--framework deepspeed): "
+                       "Megatron-core builds neither (its MambaMixer is Mamba-2's, its hybrid "
+                       "layers have no shared block), nor does torchtitan"),
+         Source("megatron-lm", "megatron/core/ssm/mamba_mixer.py at d98e8a64dd, lines 71-74 "
+                "and 645 (MambaMixer runs mamba_ssm's Mamba-2 ssd_combined scan); "
+                "megatron/core/models/hybrid/hybrid_layer_allocation.py:17-26 (Symbols."
+                "VALID_LAYERS: Mamba, GDN, attention, MLA, MLP, MoE; no shared block)"),
+         InvalidValueError),
     Rule("world-size", "t*p*c*d must equal the number of GPUs",
          lambda x, k: (k["t"] * k["p"] * k["c"] * k["d"] != k["gpus"]) if k.get("gpus") else False,
          lambda x, k: (f"world size {k['gpus']} != t*p*c*d = {k['t']}*{k['p']}*{k['c']}*{k['d']}"

@@ -114,3 +114,25 @@ def test_frozen_experts_without_adapters_keep_no_gemm_inputs():
     assert acts("all") - acts(attention_only) == 48 * 2 * 4096 * (2048 + 768) == 1107296256
     # adapters on the experts keep their inputs (the LoRA-A GEMMs read them)
     assert acts(attention_only + ("gate", "up", "down")) == acts("all")
+
+
+def test_a_bf16_lora_job_cites_lora_not_bitsandbytes(capsys):
+    """A bf16 LoRA base is PEFT's frozen base as built (LoRA, Hu et al. §4.2: frozen W_0, no
+    quantization): its embedding, norms and output layer are cited to LoRA.  bitsandbytes is
+    QLoRA's quantizer (it replaces nn.Linear only, so those stay 16-bit): a QLoRA job's
+    references name it."""
+    from memsym.cli import main
+    base = ["estimate", "llama3-8b", "--framework", "deepspeed", "--gpu", "h100-80gb",
+            "--finetune"]
+    refs = {}
+    for kind in ("lora", "qlora"):
+        assert main(base + [kind]) == 0
+        out = capsys.readouterr().out
+        refs[kind] = out[out.index("\n[1] "):]     # the references a user reads
+    assert "bitsandbytes" not in refs["lora"] and "qlora" not in refs["lora"]
+    assert "lora, §4.2" in refs["lora"]
+    assert "bitsandbytes" in refs["qlora"] and "qlora, §3" in refs["qlora"]
+    keep = lora("bf16", unquantized=N_a).terms[1]
+    assert keep.source.key == "lora" and "bitsandbytes" not in keep.description
+    keep = qlora(unquantized=N_a).terms[1]
+    assert keep.source.key == "qlora" and "bitsandbytes" in keep.description

@@ -111,7 +111,9 @@ def test_readers_set_the_recipe():
     assert opts["fp8_param_gather"] is True
     assert not [n for n in notes if "per-tensor" in n]
     cs = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_64gpu_h100_fp8cs_config"))[1]
-    assert cs["precision"] == "fp8" and "fp8_recipe" not in cs
+    # bf16_with_fp8_current_scaling_mixed sets fp8_recipe "tensorwise"
+    # (Megatron-Bridge 067f987df0 training/mixed_precision.py:298)
+    assert cs["precision"] == "fp8" and cs["fp8_recipe"] == "tensorwise"
     mj = read_megatron_args(
         "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
         "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "

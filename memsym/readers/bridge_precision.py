@@ -17,69 +17,132 @@ from ..vocabulary import MEGATRON_FSDP_SCHEMES
 
 __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
 
-#: training/mixed_precision.py's precision recipes memsym reads -> (precision, whether FP8
-#: parameters are gathered, the line): bf16_mixed 185, fp16_mixed 201,
-#: bf16_with_fp8_delayed_scaling_mixed 217 (fp8_param_gather 231), bf16_with_mxfp8_mixed 255
-#: (264; fp8_recipe "mxfp8" 263: memsym's fp8_recipe mxfp8), bf16_with_fp8_current_scaling_mixed
-#: 285 (302), bf16_with_nvfp4_mixed 405 (fp4 "e2m1": memsym's fp4; fp4_param_gather 416,
-#: NVFP4 parameters, memsym.terms.widths.nvfp4_weight_bytes); nemotron_3_super_bf16_with_nvfp4_mixed
-#: 421-429 is bf16_with_nvfp4_mixed with the last 14 layers in BF16 (said in a note).
-PRECISION_RECIPES = {
-    "bf16_mixed": ("bf16", False), "fp16_mixed": ("fp16", False),
-    "bf16_with_fp8_delayed_scaling_mixed": ("fp8", True),
-    "bf16_with_mxfp8_mixed": ("fp8", True),
-    "bf16_with_fp8_current_scaling_mixed": ("fp8", True),
-    "bf16_with_nvfp4_mixed": ("fp4", True),
-    "nemotron_3_super_bf16_with_nvfp4_mixed": ("fp4", True),
+#: MixedPrecisionConfig's own defaults of the fields memsym reads (training/mixed_precision.py
+#: at 067f987df0): grad_reduce_in_fp32 True (:47), fp8 None (:49), fp8_recipe "tensorwise"
+#: (:50-52), fp8_param_gather False (:61), fp4 None (:63), fp4_param_gather False (:66), no
+#: BF16 layers (:53, :73-74).
+_CONFIG_DEFAULTS = {"fp8": None, "fp8_recipe": "tensorwise", "fp8_param_gather": False,
+                    "fp4": None, "fp4_param_gather": False, "grad_reduce_in_fp32": True,
+                    "bf16_layers": (0, 0)}
+
+#: training/mixed_precision.py's named precision configs (at 067f987df0) -> their base dtype and
+#: the fields memsym reads that each sets (the rest are :data:`_CONFIG_DEFAULTS`); the line of
+#: each value beside it.  ``bf16_layers``: num_layers_at_start_in_bf16, _at_end_ (with
+#: first_last_layers_bf16 True).
+_NAMED_CONFIGS = {
+    "bf16_mixed": ("bf16", {}),                                                 # :185-197
+    "fp16_mixed": ("fp16", {"grad_reduce_in_fp32": False}),                     # :201-213 (:212)
+    "bf16_with_fp8_delayed_scaling_mixed": ("bf16", {                            # :217-232
+        "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True}),   # :226, :227, :231
+    "fp16_with_fp8_delayed_scaling_mixed": ("fp16", {                            # :236-251
+        "grad_reduce_in_fp32": False, "fp8": "hybrid", "fp8_recipe": "delayed",  # :212, :245-246
+        "fp8_param_gather": True}),                                              # :250
+    "bf16_with_mxfp8_mixed": ("bf16", {                                          # :255-266
+        "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True}),       # :262-264
+    "fp16_with_mxfp8_mixed": ("fp16", {                                          # :270-281
+        "grad_reduce_in_fp32": False, "fp8": "e4m3", "fp8_recipe": "mxfp8",      # :277-278
+        "fp8_param_gather": True}),                                              # :279
+    "bf16_with_fp8_current_scaling_mixed": ("bf16", {                            # :285-303
+        "fp8": "hybrid", "fp8_recipe": "tensorwise", "bf16_layers": (1, 1),     # :297-301
+        "fp8_param_gather": True}),                                              # :302
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed": ("bf16", {                 # :307-325
+        "fp8": "hybrid", "fp8_recipe": "tensorwise", "bf16_layers": (2, 2),     # :319-323
+        "fp8_param_gather": True}),                                              # :324
+    "nanov2_bf16_with_fp8_current_scaling_mixed": ("bf16", {                     # :329-347
+        "fp8": "hybrid", "fp8_recipe": "blockwise", "bf16_layers": (2, 2),      # :341-345
+        "fp8_param_gather": True}),                                              # :346
+    "fp16_with_fp8_current_scaling_mixed": ("fp16", {                            # :351-369
+        "grad_reduce_in_fp32": False, "fp8": "hybrid", "fp8_recipe": "tensorwise",   # :363-364
+        "bf16_layers": (1, 1), "fp8_param_gather": True}),                       # :365-368
+    "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", {                         # :373-385
+        "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False}),  # :382-384
+    "fp16_with_fp8_subchannel_scaling_mixed": ("fp16", {                         # :389-401
+        "grad_reduce_in_fp32": False, "fp8": "hybrid", "fp8_recipe": "blockwise",    # :398-399
+        "fp8_param_gather": False}),                                             # :400
+    "bf16_with_nvfp4_mixed": ("bf16", {                                          # :405-417
+        "fp4": "e2m1", "fp8_param_gather": False, "fp4_param_gather": True}),   # :413-416
+    "nemotron_3_super_bf16_with_nvfp4_mixed": ("bf16", {                         # :421-429
+        "fp4": "e2m1", "fp8_param_gather": False, "fp4_param_gather": True,     # (:426)
+        "bf16_layers": (0, 14)}),                                                # :427-428
 }
+
+#: The named configs memsym reads -> (precision, whether its FP8/FP4 parameters are gathered):
+#: fp8 for any fp8 format (bf16 or fp16 16-bit weights with FP8 GEMMs), fp4 for NVFP4 (e2m1:
+#: memsym.terms.widths.nvfp4_weight_bytes).
+PRECISION_RECIPES = {
+    name: ("fp8" if f.get("fp8") else "fp4" if f.get("fp4") else base,
+           bool(f.get("fp4_param_gather") if f.get("fp4") else f.get("fp8_param_gather")))
+    for name, (base, f) in _NAMED_CONFIGS.items()}
+
+#: Bridge's fp8_recipe -> memsym's (memsym.vocabulary.FP8_RECIPES); blockwise (128x128 weight
+#: and 1x128 activation scales) has no memsym recipe of its own: counted as tensorwise, in a note.
+_FP8_RECIPE = {"delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8",
+               "blockwise": "tensorwise"}
 
 
 def recipe_precision(values, notes) -> dict:
     """The job's precision options from a recipe's ``mixed_precision`` values.
 
+    The named config's fields (or MixedPrecisionConfig's defaults for a recipe's own config),
+    then the recipe's field overrides; FP8's recipe is the config's ``fp8_recipe`` (the model
+    config takes it, update_config_with_precision_overrides, mixed_precision.py:138-157).
+
     Examples
     --------
     >>> recipe_precision({"mixed_precision": "bf16_with_mxfp8_mixed"}, [])
     {'precision': 'fp8', 'fp8_param_gather': True, 'fp8_recipe': 'mxfp8'}
+    >>> recipe_precision({"mixed_precision": "bf16_with_fp8_current_scaling_mixed"}, [])["fp8_recipe"]
+    'tensorwise'
     """
     recipe = values.get("mixed_precision", "bf16_mixed")
+    if isinstance(recipe, str):   # get_mixed_precision_config reads bf16-mixed as bf16_mixed (:443)
+        recipe = recipe.replace("-", "_")
     if recipe == "MixedPrecisionConfig":          # a recipe's own config: its keywords
-        prec = "bf16" if values.get("mixed_precision.bf16") else \
+        base = "bf16" if values.get("mixed_precision.bf16") else \
             "fp16" if values.get("mixed_precision.fp16") else "fp32"
-        gather = False
-    elif recipe in PRECISION_RECIPES:
-        prec, gather = PRECISION_RECIPES[recipe]
-        if recipe.startswith("nemotron_3_super"):     # first_last_layers_bf16, 14 at the end
-            notes.append(f"{recipe}: its last 14 layers run in BF16 (mixed_precision.py:421-429); "
-                         "counted at the run's NVFP4 like the others")
+        fields = dict(_CONFIG_DEFAULTS)
+    elif recipe in _NAMED_CONFIGS:
+        base, own = _NAMED_CONFIGS[recipe]
+        fields = {**_CONFIG_DEFAULTS, **own}
     else:
         raise InvalidValueError(f"mixed_precision={str(recipe)[:60]}: memsym reads "
-                                f"{', '.join(PRECISION_RECIPES)}")
-    if "mixed_precision.fp8" in values:     # fp8="hybrid"/"e4m3" turns FP8 on, null off
-        if values["mixed_precision.fp8"] not in (None, False):
-            prec = "fp8"
-        elif prec == "fp8":
-            prec, gather = ("fp16" if str(recipe).startswith("fp16") else "bf16"), False
-    key = "mixed_precision.fp4_param_gather" if prec == "fp4" else "mixed_precision.fp8_param_gather"
-    if key in values:   # the gather of the precision's own parameters
-        gather = recipe_flag(values, key)
-    # MixedPrecisionConfig.fp8_recipe (bf16_with_mxfp8_mixed sets "mxfp8"); delayed and
-    # tensorwise are counted alike (memsym.vocabulary.FP8_RECIPES), blockwise as they are
-    fp8_recipe = values.get("mixed_precision.fp8_recipe",
-                            "mxfp8" if recipe == "bf16_with_mxfp8_mixed" else None)
+                                f"{', '.join(_NAMED_CONFIGS)}")
+    for key in ("fp8", "fp8_recipe", "fp4", "fp8_param_gather", "fp4_param_gather",
+                "grad_reduce_in_fp32"):      # the recipe's overrides of the config's fields
+        if "mixed_precision." + key in values:
+            fields[key] = values["mixed_precision." + key]
+    fp8, fp4 = (fields[k] not in (None, False) for k in ("fp8", "fp4"))
+    if fp8 and fp4:
+        raise InvalidValueError(f"mixed_precision {str(recipe)[:60]} with fp8 and fp4: Bridge "
+                                "refuses both (MixedPrecisionConfig.finalize, "
+                                "mixed_precision.py:107-108)")
+    prec = "fp8" if fp8 else "fp4" if fp4 else base
+    gather = recipe_flag(values, f"mixed_precision.{prec}_param_gather",
+                         fields[f"{prec}_param_gather"]) if prec in ("fp8", "fp4") else False
+    start, end = fields["bf16_layers"]
+    if prec in ("fp8", "fp4") and (start or end):   # first_last_layers_bf16
+        which = " and ".join(f"{w} {n}" for w, n in (("first", start), ("last", end)) if n)
+        notes.append(f"{recipe}: its {which} layers run in {base.upper()} (first_last_layers_"
+                     "bf16, training/mixed_precision.py); counted at the run's "
+                     f"{prec.upper()} like the others")
     out = {"precision": prec}
     if prec in ("fp8", "fp4") and gather:
         out[prec + "_param_gather"] = True
-    if prec == "fp8" and fp8_recipe == "mxfp8":
-        out["fp8_recipe"] = "mxfp8"
-    elif prec == "fp8" and fp8_recipe not in (None, "delayed", "tensorwise"):
-        notes.append(f"mixed_precision.fp8_recipe {str(fp8_recipe)[:40]}: counted as FP8 with "
-                     "per-tensor scales")
-    # the precision config's grad_reduce_in_fp32 (True in every named recipe) replaces the DDP
-    # config's (update_config_with_precision_overrides)
-    fp32 = values.get("mixed_precision.grad_reduce_in_fp32", True)
+    if prec == "fp8":
+        fp8_recipe = fields["fp8_recipe"]
+        if fp8_recipe not in _FP8_RECIPE:
+            raise InvalidValueError(f"mixed_precision.fp8_recipe={str(fp8_recipe)[:40]}: memsym "
+                                    f"reads {', '.join(_FP8_RECIPE)}")
+        out["fp8_recipe"] = _FP8_RECIPE[fp8_recipe]
+        if fp8_recipe == "blockwise":
+            notes.append("mixed_precision.fp8_recipe blockwise: counted as FP8 with per-tensor "
+                         "scales (tensorwise); its 128x128 weight and 1x128 activation scales "
+                         "are not modelled")
+    # the precision config's grad_reduce_in_fp32 (True in the bf16 configs, False in the fp16
+    # ones) replaces the DDP config's (update_config_with_precision_overrides)
+    fp32 = fields["grad_reduce_in_fp32"]
     if not fp32 and prec in ("bf16", "fp8", "fp4"):
-        out["grad_dtype"] = "bf16"
+        out["grad_dtype"] = "fp16" if base == "fp16" else "bf16"
     if values.get("ddp.grad_reduce_in_fp32", fp32) != fp32:
         notes.append("ddp.grad_reduce_in_fp32 is replaced by the precision config's "
                      f"grad_reduce_in_fp32 ({fp32}) in Bridge")

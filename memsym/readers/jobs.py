@@ -116,8 +116,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
     elif prec.get("fp8"):
         opts["precision"] = "fp8"
         opts["fp8_param_gather"] = bool(prec.get("fp8_param_gather"))
-        if prec.get("fp8_recipe") == "mxfp8":   # delayed and tensorwise are counted alike
-            opts["fp8_recipe"] = "mxfp8"
+        if prec.get("fp8_recipe") in ("delayed", "tensorwise", "mxfp8"):   # FP8_RECIPES
+            opts["fp8_recipe"] = prec["fp8_recipe"]
     else:
         opts["precision"] = params
     if prec.get("grad_dtype") not in (None, "fp32"):

@@ -420,9 +420,9 @@ def _override_precision(r: MegatronArguments, opts: dict):
         opts["precision"] = "fp4"
     if r.given("fp8_recipe") and r.given("fp8"):
         recipe = r.choice("fp8_recipe", MEGATRON_FP8_RECIPES)
-        if recipe == "mxfp8":     # MXFP8 tensors and scales: memsym.terms.widths.MXFP8_BLOCK
-            opts["fp8_recipe"] = "mxfp8"
-        elif recipe in ("blockwise", "custom"):
+        if recipe in ("delayed", "tensorwise", "mxfp8"):   # memsym.vocabulary.FP8_RECIPES
+            opts["fp8_recipe"] = recipe
+        else:
             r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
 
 

@@ -45,6 +45,11 @@ _MAIN_GRADS = Source("megatron-core", "optimizer/distrib_optimizer.py:2792 "
 _BRIDGE_FROZEN = Source("megatron-bridge-peft", "peft/base.py:176-193 at 067f987df0 (freeze_model: "
                         "requires_grad = False, nothing cast: the frozen base stays in "
                         "params_dtype); peft/lora.py:128, 154 (lora_dtype None: the model's dtype)")
+# the quantized base's other weights: bitsandbytes (QLoRA's quantizer, through transformers)
+# replaces nn.Linear layers only, and leaves the output layer out (get_keys_to_not_convert)
+_QLORA_UNQUANTIZED = Source("qlora", "§3, Eq. 5 (NF4 linear layers): bitsandbytes quantizes "
+                            "nn.Linear layers only, the embedding, norms and output layer stay "
+                            "16-bit")
 _FROZEN = Source("lora", "§4.2, Practical Benefits (frozen W_0: no gradients or optimizer "
                  "states); storage width = the format's bits / 8 per weight")
 
@@ -268,9 +273,11 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
         Trainable adapter parameters per GPU (default the symbol ``N_a``; the paper's form
         is :func:`lora_parameters`).
     unquantized : sympy.Expr, optional
-        Frozen parameters that stay at bf16 whatever ``quantization`` says (bitsandbytes
-        quantizes ``nn.Linear`` layers only: the embedding, the norms and the output layer
-        stay 16-bit), e.g. the symbol ``N_u``; default none.
+        Frozen parameters that stay at bf16 whatever ``quantization`` says, e.g. the symbol
+        ``N_u``; default none.  Under a quantized base (QLoRA, int8) bitsandbytes quantizes
+        ``nn.Linear`` layers only: the embedding, the norms and the output layer stay 16-bit
+        (cited to QLoRA); under a 16/32-bit base (LoRA) nothing is quantized and they are
+        frozen as built like the linear layers (cited to LoRA, §4.2).
     sharded : bool
         Frozen weights sharded over data parallel (FSDP / ZeRO-3 with QLoRA).
     main_grads : bool
@@ -290,6 +297,8 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     14.064
     >>> lora(unquantized=N_a, params_dtype_base=True).terms[1].source.key
     'megatron-bridge-peft'
+    >>> lora(unquantized=N_a).terms[1].source.key, qlora(unquantized=N_a).terms[1].source.key
+    ('lora', 'qlora')
 
     References
     ----------
@@ -301,7 +310,10 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
         keep = frozen_weights(unquantized_dtype, unquantized, sharded=sharded)
         why = (("in the model's params_dtype, as the frozen linear layers (frozen as built, "
                 "not quantized)", _BRIDGE_FROZEN) if params_dtype_base
-               else ("(bitsandbytes quantizes linear layers only)", _QLORA))
+               else ("(bitsandbytes quantizes linear layers only)", _QLORA_UNQUANTIZED)
+               if quantization_bits(quantization) < 16
+               else ("as the frozen linear layers (LoRA freezes the base as built, nothing "
+                     "quantized)", _FROZEN))
         base += (Term("weights_unquantized", keep.expr, "frozen embeddings, norms and output layer "
                       f"kept at {unquantized_dtype} {why[0]}", why[1],
                       label=f"{unquantized_dtype} weights"),)
