@@ -10,7 +10,7 @@ import weakref
 import pytest
 import sympy as sp
 
-from memsym.symbols import N_ll, b_r, b_u, d, n_ag
+from memsym.symbols import N_ll, b_hp, b_r, b_u, d, n_ag
 from memsym.terms import transients as tr
 from memsym.terms.activations import output_activations
 
@@ -27,7 +27,7 @@ def test_defaults_are_the_documented_ones():
     assert tr.DEFAULTS[tr.N_bkt] == 500_000_000       # DeepSpeed reduce_bucket_size
     assert tr.DEFAULTS[tr.N_pf] == 50_000_000         # stage3_prefetch_bucket_size
     # DeepSpeed IPG with overlap_comm: two 5e8-element bf16 buffers = 2 GB
-    assert tr.deepspeed_ipg_buckets().evaluate({**tr.DEFAULTS, tr.n_bkt: 2, tr.b_hp: 2}) == 2 * 10**9
+    assert tr.deepspeed_ipg_buckets().evaluate({**tr.DEFAULTS, tr.n_bkt: 2, b_hp: 2}) == 2 * 10**9
     # Megatron's bucket rule max(4e7, 1e6 dp): no extra memory, the size of NCCL's messages
     assert tr.megatron_buckets(40) == 40 * 10**6 and tr.megatron_buckets(128) == 128 * 10**6
 
