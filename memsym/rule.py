@@ -1,9 +1,12 @@
 """One framework rule as data: :class:`Rule`, and :func:`negate` for the checks it holds.
 
-The rule table is :data:`memsym.rules.RULES`; the rules on the training states (sharding and
-the parameter gather's precision) are :data:`memsym.rules_states.STATE_RULES`.  A check is
-written with ``&``, ``|`` and ``%`` only, so one function serves Python integers (an estimate)
-and numpy arrays (a search grid).
+The rule table is :data:`memsym.rules.RULES`, assembled from the modules that own the rules by
+what they guard: :mod:`memsym.rules_layout` (the parallel layout, the sequence, the batch),
+:mod:`memsym.rules_model_kinds` (experts, hybrid layers) and :mod:`memsym.rules_states` (the
+training states: sharding and the parameter gather's precision).  A check is written with
+``&``, ``|`` and ``%`` only, so one function serves Python integers (an estimate) and numpy
+arrays (a search grid).  :data:`MLM_VALIDATE_ARGS` and :data:`MLM_CONFIG_POST_INIT` name the
+two places in Megatron-LM that state most of the rules.
 """
 
 from __future__ import annotations
@@ -14,7 +17,13 @@ from typing import Callable
 from .errors import DivisibilityError
 from .term import Source
 
-__all__ = ["Rule", "negate"]
+__all__ = ["Rule", "negate", "MLM_VALIDATE_ARGS", "MLM_CONFIG_POST_INIT"]
+
+#: Where Megatron-LM checks its arguments, and its transformer config's own checks: the
+#: sources most rules cite (each adds the check it states).
+MLM_VALIDATE_ARGS = "megatron/training/arguments.py, validate_args"
+MLM_CONFIG_POST_INIT = ("megatron/core/transformer/transformer_config.py, "
+                        "TransformerConfig.__post_init__")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.readers.bridge_precision import recipe_precision
 
+from tiny_megatron import tiny_megatron_states
+
 # name -> (memsym precision, fp8_recipe, *_param_gather, grad_dtype), from the source lines
 BRIDGE_CONFIGS = {
     # :217-232: fp8 "hybrid", fp8_recipe "delayed" (:227), fp8_param_gather True (:231)
@@ -98,11 +100,5 @@ def test_the_fp8cs_recipe_prints_tensorwise(capsys):
 
 def test_megatron_reads_its_fp8_recipe():
     """Megatron-LM --fp8-recipe tensorwise is the job's tensorwise, not the default delayed."""
-    from memsym.readers.megatron import read_megatron_args
-    from memsym.readers.jobs import megatron_job
-    mj = read_megatron_args(
-        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
-        "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "
-        "--world-size 2 --micro-batch-size 1 --bf16 --fp8-format hybrid --fp8-recipe tensorwise "
-        "--use-distributed-optimizer".split())
-    assert megatron_job(mj).training.states.fp8_recipe == "tensorwise"
+    states = tiny_megatron_states("--fp8-format hybrid --fp8-recipe tensorwise")
+    assert states.fp8_recipe == "tensorwise"

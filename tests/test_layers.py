@@ -46,7 +46,8 @@ LAYERS = (
     ("terms", ("memsym.terms",)),
     # architectures, exact parameter counts, stage splits, presets, config.json; the one rule
     # table, which reads only the architecture (the stage split checks a layout against it)
-    ("model", ("memsym.model", "memsym.rule", "memsym.rules", "memsym.rules_states")),
+    ("model", ("memsym.model", "memsym.rule", "memsym.rules", "memsym.rules_layout",
+               "memsym.rules_model_kinds", "memsym.rules_states")),
     # the job record and the frameworks' defaults
     ("job", ("memsym.job_record", "memsym.job", "memsym.job_checks", "memsym.job_framework",
              "memsym.unchecked_job")),
@@ -246,6 +247,7 @@ OPTIONAL = frozenset({"torch", "transformers", "matplotlib", "huggingface_hub"})
 #: where a numpy function is built or a SymPy number is met.
 LAZY_THIRD_PARTY = {
     "memsym.numeric -> numpy", "memsym.compile_cache -> numpy", "memsym.rules -> numpy",
+    "memsym.rules_layout -> numpy", "memsym.rules_model_kinds -> numpy",
     "memsym.text -> sympy",
 }
 

@@ -20,11 +20,11 @@ from memsym.cli import main
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
-from memsym.readers.jobs import megatron_job
-from memsym.readers.megatron import read_megatron_args
 from memsym.timing.job_step import job_step_time
 from memsym.timing.moe import grouped_quantize_bytes
 from memsym.training.estimate import job_memory
+
+from tiny_megatron import tiny_megatron_states
 
 #: Llama 3 8B (hidden 4096, 32 heads of 128, 8 KV groups, FFN 14336, 32 layers).
 H, KV, F, L = 4096, 8 * 128, 14336, 32
@@ -114,12 +114,7 @@ def test_readers_set_the_recipe():
     # bf16_with_fp8_current_scaling_mixed sets fp8_recipe "tensorwise"
     # (Megatron-Bridge 067f987df0 training/mixed_precision.py:298)
     assert cs["precision"] == "fp8" and cs["fp8_recipe"] == "tensorwise"
-    mj = read_megatron_args(
-        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
-        "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "
-        "--world-size 2 --micro-batch-size 1 --bf16 --fp8-format e4m3 --fp8-recipe mxfp8 "
-        "--use-distributed-optimizer".split())
-    assert megatron_job(mj).training.states.fp8_recipe == "mxfp8"
+    assert tiny_megatron_states("--fp8-format e4m3 --fp8-recipe mxfp8").fp8_recipe == "mxfp8"
 
 
 def test_cli_fp8_recipe(capsys):
@@ -191,12 +186,7 @@ def test_readers_and_cli_read_nvfp4(capsys):
         read_bridge_recipe("llama3_70b_pretrain_64gpu_gb300_nvfp4_config"))
     assert opts["precision"] == "fp4" and "fp8_param_gather" not in opts
     assert opts["fp4_param_gather"] is True     # bf16_with_nvfp4_mixed: NVFP4 parameters
-    mj = read_megatron_args(
-        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
-        "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "
-        "--world-size 2 --micro-batch-size 1 --bf16 --fp4-format e2m1 "
-        "--use-distributed-optimizer".split())
-    assert megatron_job(mj).training.states.precision == "fp4"
+    assert tiny_megatron_states("--fp4-format e2m1").precision == "fp4"
     assert main(["estimate", "llama3-8b", "--dp", "8", "--seq-length", "8192",
                  "--precision", "fp4"]) == 0
     assert "fp8_weights         7,851,737,088" in capsys.readouterr().out

@@ -659,7 +659,7 @@ def test_seed001_ratios_through_the_search():
 
 
 def test_interleaved_rule_is_megatrons_schedule_rule():
-    # rules.py's vpp-microbatches (the one the search applies) equals the port of
+    # rules_layout.py's vpp-microbatches (the one the search applies) equals the port of
     # schedules.py's checks in memsym.timing.schedule.schedule_rule on every small case
     from memsym import rules
     from memsym.model import preset
