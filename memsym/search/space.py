@@ -267,6 +267,9 @@ class Space:
     #: the framework's default recompute modes the model's memory terms refuse, left out of
     #: the searched choices (a shared block's selective: memsym.terms.mamba); said in a note
     unmodelled_recompute: tuple = ()
+    #: the knobs the framework's searchable sizes held where the caller named none
+    #: (:attr:`memsym.frameworks.Framework.searched_sizes`); said in a note
+    framework_held: tuple = ()
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -419,6 +422,11 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
 
     framework = choose("framework", framework, FRAMEWORKS)
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
+    # the sizes the framework's own file cannot spell, held where none is named: one reading
+    # of a DeepSpeed search whatever the command (search, min-gpus, plot, --emit)
+    named = {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "recompute": recompute}
+    held_sizes = {k: v for k, v in FRAMEWORK[framework].searched_sizes if named[k] is None}
+    tp, pp, cp, vpp, recompute = (held_sizes.get(k, v) for k, v in named.items())
     # None: the preset's recipe or the framework's default, as memsym.job.job resolves it
     # (torchtitan builds no dropout; Megatron-Bridge trains Llama without)
     dropout, _ = resolve_dropout(framework, None if dropout is None
@@ -487,7 +495,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
         tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap),
         held=checked_held(held), etp=_int_list(etp, "etp"),
-        unmodelled_recompute=tuple(r for r in unmodelled if r in modes))
+        unmodelled_recompute=tuple(r for r in unmodelled if r in modes),
+        framework_held=tuple(held_sizes))
 
 
 def space_differences(tr, space, **choices) -> list:
