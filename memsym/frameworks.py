@@ -247,11 +247,24 @@ class Framework:
     searched_sizes: tuple = ()
     searched_sizes_reason: str = ""
 
+    def held_sizes(self, **named) -> dict:
+        """The searched sizes a search of this framework takes where the caller named none
+        (:attr:`searched_sizes`): ``{"all": the sizes in the order given, "held": the names
+        held}``.
+
+        >>> FRAMEWORK["deepspeed"].held_sizes(tp=None, pp=[2], recompute=None)
+        {'all': ((1,), [2], ('none', 'full')), 'held': ('tp', 'recompute')}
+        >>> FRAMEWORK["megatron"].held_sizes(tp=None)
+        {'all': (None,), 'held': ()}
+        """
+        held = {k: v for k, v in self.searched_sizes if k in named and named[k] is None}
+        return {"all": tuple(held.get(k, v) for k, v in named.items()), "held": tuple(held)}
+
     def expert_tp_refusal(self, t_e, t=None) -> str:
         """The line refusing an experts' TP size ``t_e`` where :attr:`expert_tp` is False (the
         experts split by the layers' TP size ``t``), one wording for estimate and search.
 
-        >>> FRAMEWORK["deepspeed"].expert_tp_refusal((2,))[:66]
+        >>> FRAMEWORK["deepspeed"].expert_tp_refusal((2,))[:67]
         'expert_tensor_parallel_size t_e=2 (--etp) is not a deepspeed option'
         """
         sizes = " ".join(map(str, t_e)) if isinstance(t_e, (tuple, list)) else t_e

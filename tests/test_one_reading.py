@@ -801,3 +801,20 @@ def test_plot_feasibility_searches_the_jobs_precision_and_refuses_what_it_cannot
                          "--data-parallel-sharding-strategy", "optim",
                          "--output", tmp_path / "fsdp.svg")
     assert code == 2 and out == "" and err.count("\n") == 1 and "megatron_fsdp" in err
+
+
+@pytest.mark.parametrize("value", ["deepspeed", "torchtitan"])
+def test_a_search_options_value_is_never_read_as_a_launcher(value):
+    """``deepspeed`` is DeepSpeed's launcher word (``deepspeed --num_gpus 8 train.py``), and
+    ``--framework deepspeed`` is memsym's own option: its value is the option's, so the search
+    stays a MODEL's search (no job read from pasted words, its own defaults not held)."""
+    from memsym.cli import build_parser
+    from memsym.cli.reading import prepare_search
+
+    raw = ["search", "llama2-7b", "--framework", value, "--gpu", "h100-80gb", "--gpus", "8"]
+    argv, words = prepare_search(build_parser("search"), raw)
+    assert (argv, words) == (raw, None)
+    # a pasted DeepSpeed launch still is a job's command
+    pasted = ["search", "deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2",
+              "--gpus", "8"]
+    assert prepare_search(build_parser("search"), pasted)[1] is not None
