@@ -15,7 +15,8 @@
   ``expert_parallel_degree`` with ``expert_tensor_parallel_degree`` = TP;
 * ``deepspeed``: a ``ds_config.json`` (the batch triple, ``bf16``/``fp16`` and
   ``zero_optimization`` of DeepSpeed 0.19.6, the keys :mod:`memsym.readers.deepspeed` reads),
-  expert parallelism as AutoEP's ``expert_parallel`` section (:data:`AUTOEP_NOTE`).
+  expert parallelism as AutoEP's ``expert_parallel`` section (:data:`AUTOEP_NOTE`), a full
+  recompute as the model's gradient checkpointing beside it (``MODEL_CHECKPOINTING``).
 
 The contract is the round trip: reading the emitted arguments back (``memsym estimate MODEL
 ...``, :meth:`Emitted.read_back`) gives the layout and the per-GPU bytes the search priced.
@@ -35,15 +36,16 @@ from dataclasses import dataclass
 from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
-from .emit_rules import AUTOEP_NOTE, UNSPELLED, held_for_emit
+from .emit_rules import AUTOEP_NOTE
 from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
+from .readers.deepspeed_notes import MODEL_CHECKPOINTING
 from .readers.jobs import DEEPSPEED_SCHEMES
 from .readers.megatron_userbuffers import ub_yaml
 from .search import launch_overlaps
 from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
 
-__all__ = ["AUTOEP_NOTE", "EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "emit",
-           "check_emittable", "held_for_emit", "megatron_script", "UNSPELLED"]
+__all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "check_emittable",
+           "emit", "megatron_script"]
 
 #: The frameworks a layout is emitted for, as ``memsym search --emit`` names them.
 EMIT_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -558,17 +560,14 @@ def _deepspeed(row, space, gpus) -> Emitted:
     b, m, B = _batch(row, space)
     split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "v") if row[k] > 1]
     if split:
-        raise NotExpressible(f"{', '.join(split)}: memsym's DeepSpeed reader reads ZeRO data "
-                             "parallelism and AutoEP's expert parallelism from a config, "
-                             "t = p = 1 and the whole sequence (UNSPELLED)")
+        raise NotExpressible(f"{', '.join(split)}: {FRAMEWORK['deepspeed'].searched_sizes_reason}")
     stage = _DEEPSPEED_STAGE.get(row["sharding"])
     if stage is None:
         raise NotExpressible(f"sharding {row['sharding']}: DeepSpeed's ZeRO stages are ddp, "
                              "zero1, zero2, zero3")
-    if row["recompute"] != "none":
-        raise NotExpressible(f"recompute {row['recompute']}: DeepSpeed's config does not switch "
-                             "activation checkpointing on (the model code calls it), and "
-                             "memsym's DeepSpeed reader reads none")
+    if row["recompute"] not in ("none", "full"):
+        raise NotExpressible(f"recompute {row['recompute']}: a DeepSpeed job recomputes through "
+                             "the model's own gradient checkpointing, every layer or none")
     if row["offload"] != "none" and stage == 0:
         # ZeRO-Offload "is a ZeRO optimization" (DeepSpeed docs/_tutorials/zero-offload.md):
         # stage 0 builds no ZeRO optimizer to offload
@@ -589,11 +588,13 @@ def _deepspeed(row, space, gpus) -> Emitted:
     if space.precision in ("bf16", "fp16"):
         cfg[space.precision] = {"enabled": True}
     cfg["zero_optimization"] = zero
-    notes = ()
+    host, notes = _host(space), ()   # the model's checkpointing: read back beside the config
+    if row["recompute"] == "full":
+        host, notes = host + ("--recompute-granularity", "full"), (MODEL_CHECKPOINTING,)
     if row["e"] > 1:
         # AutoEP (AUTOEP_NOTE): the one config key that splits the experts, what
         # memsym.readers.deepspeed reads back as e
         cfg["expert_parallel"] = {"enabled": True, "autoep_size": row["e"]}
-        notes = (AUTOEP_NOTE,)
-    return Emitted("deepspeed", json.dumps(cfg, indent=2) + "\n", (), _host(space), gpus,
+        notes += (AUTOEP_NOTE,)
+    return Emitted("deepspeed", json.dumps(cfg, indent=2) + "\n", (), host, gpus,
                    space.seq_length, notes=notes)

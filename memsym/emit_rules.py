@@ -5,6 +5,8 @@ DeepSpeed expert split needs beside its config (:mod:`memsym.emit` writes the fi
 
 from __future__ import annotations
 
+from .frameworks import FRAMEWORK
+
 __all__ = ["AUTOEP_NOTE", "UNSPELLED", "held_for_emit"]
 
 #: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
@@ -29,21 +31,13 @@ AUTOEP_NOTE = ("expert_parallel is DeepSpeed's AutoEP: it replaces the transform
                "in its own code")
 
 
-#: The searched sizes a framework's file spells only as here, and why: an ``--emit`` search
-#: holds those the command line leaves unnamed (:func:`held_for_emit`), so that it ranks rows it
-#: can write.  DeepSpeed (edaa722126) does read a config's AutoTP (``tensor_parallel.autotp_size``,
-#: ``deepspeed/__init__.py:209-211``), Ulysses' ``sequence_parallel_size`` (:203-206) and an
-#: ``activation_checkpointing`` section, but memsym's DeepSpeed reader counts them as t = 1, the
-#: whole sequence per GPU and no recompute (:data:`memsym.readers.deepspeed_notes.NOTED_TOP`), so
-#: a row using them would read back as another layout; and DeepSpeed pipelines only a model-code
-#: ``PipelineModule`` (``deepspeed/__init__.py:213``).  torchtitan's file spells every searched
-#: size (:mod:`memsym.emit` writes its expert parallelism too).
-UNSPELLED = {"deepspeed": ({"tp": [1], "pp": [1], "cp": [1], "vpp": [1], "recompute": ["none"]},
-                           "memsym's DeepSpeed reader reads ZeRO data parallelism and AutoEP's "
-                           "expert parallelism from a ds_config.json; its AutoTP, sequence "
-                           "parallelism and activation checkpointing it counts as t = 1, the "
-                           "whole sequence and no recompute, and pipelines are model code "
-                           "(PipelineModule)")}
+#: The searched sizes a framework's file spells only as here, and why
+#: (:attr:`memsym.frameworks.Framework.searched_sizes`, where they are cited): a search holds
+#: those the command line leaves unnamed whether or not it emits, so that it ranks rows its
+#: file can write.  torchtitan's file spells every searched size (:mod:`memsym.emit` writes
+#: its expert parallelism too).
+UNSPELLED = {name: ({k: list(v) for k, v in f.searched_sizes}, f.searched_sizes_reason)
+             for name, f in FRAMEWORK.items() if f.searched_sizes}
 
 
 def held_for_emit(framework: str, options: dict) -> str | None:
@@ -59,5 +53,5 @@ def held_for_emit(framework: str, options: dict) -> str | None:
     sizes, why = UNSPELLED.get(framework, ({}, ""))
     held = [key for key, value in sizes.items() if options.get(key) is None]
     options.update({key: list(sizes[key]) for key in held})
-    said = ", ".join(f"{key} {' '.join(map(str, sizes[key]))}" for key in held)
+    said = ", ".join(f"{key} {' or '.join(map(str, sizes[key]))}" for key in held)
     return f"{said}: {why}" if held else None

@@ -195,6 +195,20 @@ class Framework:
         their own, t_e (searched as t_e = t or 1: :func:`memsym.search.grid.expert_tp_sizes`):
         Megatron-LM's ``--expert-tensor-parallel-size``, torchtitan v0.2.2's
         ``expert_tensor_parallel_degree``.  DeepSpeed's AutoEP has no such size (t_e = t).
+    searched_sizes : tuple
+        ``(knob, values)`` pairs a search holds where the caller names none (empty: every
+        size is searched): the layouts memsym reads back from the framework's own file, so
+        that ``memsym search``, ``min-gpus``, ``plot`` and ``search --emit`` rank the same rows.
+        DeepSpeed (edaa722126) does read a config's AutoTP (``tensor_parallel.autotp_size``,
+        ``deepspeed/__init__.py:209-211``) and Ulysses' ``sequence_parallel_size``
+        (:203-206), but memsym's DeepSpeed reader counts them as t = 1 and the whole sequence
+        per GPU (:data:`memsym.readers.deepspeed_notes.NOTED_TOP`), DeepSpeed pipelines only
+        a model-code ``PipelineModule`` (``deepspeed/__init__.py:213``), and a Hugging Face
+        model's recompute is its own gradient checkpointing of every decoder layer, given
+        beside the config (:data:`memsym.readers.deepspeed_notes.MODEL_CHECKPOINTING`): none
+        or full.
+    searched_sizes_reason : str
+        The line a search prints when it holds :attr:`searched_sizes`.
     """
 
     name: str
@@ -230,6 +244,33 @@ class Framework:
     moe_combine_keeps_outputs: bool = True
     moe_glu_clamp_copy: bool = False
     expert_tp: bool = False
+    searched_sizes: tuple = ()
+    searched_sizes_reason: str = ""
+
+    def held_sizes(self, **named) -> dict:
+        """The searched sizes a search of this framework takes where the caller named none
+        (:attr:`searched_sizes`): ``{"all": the sizes in the order given, "held": the names
+        held}``.
+
+        >>> FRAMEWORK["deepspeed"].held_sizes(tp=None, pp=[2], recompute=None)
+        {'all': ((1,), [2], ('none', 'full')), 'held': ('tp', 'recompute')}
+        >>> FRAMEWORK["megatron"].held_sizes(tp=None)
+        {'all': (None,), 'held': ()}
+        """
+        held = {k: v for k, v in self.searched_sizes if k in named and named[k] is None}
+        return {"all": tuple(held.get(k, v) for k, v in named.items()), "held": tuple(held)}
+
+    def expert_tp_refusal(self, t_e, t=None) -> str:
+        """The line refusing an experts' TP size ``t_e`` where :attr:`expert_tp` is False (the
+        experts split by the layers' TP size ``t``), one wording for estimate and search.
+
+        >>> FRAMEWORK["deepspeed"].expert_tp_refusal((2,))[:67]
+        'expert_tensor_parallel_size t_e=2 (--etp) is not a deepspeed option'
+        """
+        sizes = " ".join(map(str, t_e)) if isinstance(t_e, (tuple, list)) else t_e
+        return (f"expert_tensor_parallel_size t_e={sizes} (--etp) is not a {self.name} option: "
+                f"it splits the experts by the tensor-parallel size (t_e = t"
+                + ("" if t is None else f" = {t}") + ")")
 
     def overlaps_by_default(self, scheme: str) -> bool:
         """Whether the data-parallel collectives overlap under ``scheme`` with nothing set.
@@ -298,7 +339,15 @@ FRAMEWORK = {
         grads_set_to_none=False, fsdp_io_groups=False, dtensor_tp=False, overlap_ipg_buffers=2,
         config_suffix="json", reader_option="--deepspeed-config",
         config_lacks=("world_size", "seq_length"), config_precisions=("fp32", "bf16", "fp16"),
-        config_optimizers=("adam", "adamw"), reads_offload=True),
+        config_optimizers=("adam", "adamw"), reads_offload=True,
+        searched_sizes=(("tp", (1,)), ("pp", (1,)), ("cp", (1,)), ("vpp", (1,)),
+                        ("recompute", ("none", "full"))),
+        searched_sizes_reason="memsym's DeepSpeed reader reads ZeRO data parallelism and "
+                              "AutoEP's expert parallelism from a ds_config.json; its AutoTP "
+                              "and sequence parallelism it counts as t = 1 and the whole "
+                              "sequence, pipelines are model code (PipelineModule), and "
+                              "recompute is the model's own gradient checkpointing of every "
+                              "layer or none"),
     "torchtitan": Framework(
         name="torchtitan", title="torchtitan", schemes=("fsdp", "ddp"),
         default_scheme="fsdp",

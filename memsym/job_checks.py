@@ -310,9 +310,8 @@ def _check_expert_tp(layout: Layout, framework: str) -> None:
     # DeepSpeed splits the experts by the layers' TP size, so a t_e != t would go unpriced
     if layout.t_e is not None and layout.t_e != layout.t and \
             not framework_record(framework).expert_tp:
-        raise InvalidValueError(f"expert_tensor_parallel_size t_e={layout.t_e} (--etp) is not a "
-                                f"{framework} option: it splits the experts by the tensor-"
-                                f"parallel size (t_e = t = {layout.t})")
+        raise InvalidValueError(framework_record(framework).expert_tp_refusal(layout.t_e,
+                                                                             layout.t))
 
 
 def _check_dispatcher(x, layout: Layout, dispatcher: str, framework: str) -> None:

@@ -442,16 +442,26 @@ def test_deepspeed_zero12_row_is_the_emitted_overlap_comm_job(capsys, tmp_path, 
 
 def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
     """Unnamed, the sizes memsym's DeepSpeed reader does not read from a ds_config.json
-    (DeepSpeed reads AutoTP, Ulysses and activation_checkpointing keys, deepspeed/__init__.py
-    :203-211, but the reader counts t = 1, the whole sequence, no recompute) are held at 1
-    (recompute none) and the output says so, naming the reader: every ranked row is written, Mixtral's experts split by AutoEP (the
-    search's e divides its 8 experts, auto_ep_config.py:285)."""
-    code, out, err = run(capsys, "search", "mixtral-8x7b", "--gpu", GPU, "--gpus", 16,
-                         "--seq-length", 1024, "--global-batch-size", 64, "--top", 4,
-                         "--emit", "deepspeed")
+    (DeepSpeed reads AutoTP and Ulysses keys, deepspeed/__init__.py:203-211, but the reader
+    counts t = 1 and the whole sequence) are held at 1, and recompute at the model's own
+    gradient checkpointing or none; the output says so, naming the reader: every ranked row
+    is written, Mixtral's experts split by AutoEP (the search's e divides its 8 experts,
+    auto_ep_config.py:285).  Without --emit the same search ranks the same rows: the held
+    sizes are DeepSpeed's (Framework.searched_sizes), not the emitter's."""
+    words = ("search", "mixtral-8x7b", "--framework", "deepspeed", "--gpu", GPU, "--gpus", 16,
+             "--seq-length", 1024, "--global-batch-size", 64, "--top", 4)
+    code, out, err = run(capsys, *words, "--emit", "deepspeed")
     assert code == 0, err
-    assert "# held by --emit deepspeed: tp 1, pp 1, cp 1, vpp 1, recompute none: memsym's " \
-        "DeepSpeed reader reads ZeRO data parallelism" in out
+    assert "# held by --emit deepspeed: tp 1, pp 1, cp 1, vpp 1, recompute none or full: " \
+        "memsym's DeepSpeed reader reads ZeRO data parallelism" in out
+    code, plain, err = run(capsys, *words, "--json")
+    assert code == 0, err
+    keys = ("tp", "pp", "cp", "dp", "ep", "micro_batch_size", "recompute", "sharding")
+    rows = [tuple(r["layout"][k] for k in keys) for r in json.loads(plain)]
+    emitted = [line.split(":")[1].split(", SP")[0] for line in out.splitlines()
+               if line.startswith("# layout ")]
+    assert emitted == [f" t={t} p={p} c={c} d={d} e={e} v=1 b={b}, recompute {rc}, sharding {sh}"
+                       for t, p, c, d, e, b, rc, sh in rows]
     heads = [line for line in out.splitlines() if line.startswith("# layout ")]
     assert len(heads) == 4 and not any("not emitted" in line for line in heads)
     assert all(" t=1 p=1 c=1 " in line and " v=1 " in line for line in heads)
@@ -459,16 +469,22 @@ def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
 
 
 def test_deepspeed_refuses_what_its_config_cannot_hold(capsys):
-    """Tensor parallelism and recompute are not read from a ds_config.json by memsym: every row
-    refused is one stderr line and exit 2 when none is left."""
+    """Tensor parallelism and selective recompute are not read from a ds_config.json by memsym:
+    every row refused is one stderr line and exit 2 when none is left; a full recompute is
+    the model's gradient checkpointing, read back beside the config with its note."""
     code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 2,
                          "--pp", 1, "--global-batch-size", 64, "--top", 2,
                          "--emit", "deepspeed")
     assert (code, out) == (2, "") and err.count("\n") == 1 and "t = 2" in err
     res = search("llama2-7b", GPU, 8, framework="deepspeed", global_batch_size=64, tp=[1],
-                 pp=[1], cp=[1], recompute=["full"], sharding=["zero2"])
-    with pytest.raises(NotExpressible, match="recompute full"):
+                 pp=[1], cp=[1], recompute=["selective"], sharding=["zero2"])
+    with pytest.raises(NotExpressible, match="recompute selective"):
         emit("deepspeed", res.row(int(res.order()[0])), res.space, 8, "llama2-7b")
+    res = search("llama2-7b", GPU, 8, framework="deepspeed", global_batch_size=64,
+                 recompute=["full"], sharding=["zero2"])
+    got = emit("deepspeed", res.row(int(res.order()[0])), res.space, 8, "llama2-7b")
+    assert got.read_back("ds.json")[-2:] == ["--recompute-granularity", "full"]
+    assert "gradient_checkpointing_enable()" in got.notes[0]
 
 
 def test_deepspeed_emit_no_fit_hints_only_what_its_config_can_hold(capsys):

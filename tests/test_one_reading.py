@@ -563,9 +563,29 @@ def test_options_beside_a_framework_config_are_refused_not_dropped(capsys, tmp_p
                    '"bf16": {"enabled": true}}', encoding="utf-8")
     base = ["llama2-7b", "--deepspeed-config", cfg, "--world-size", 8, "--seq-length", 2048]
     assert estimate_json(capsys, *base)["layout"]["dp"] == 8
-    for extra in (["--tp", 2], ["--recompute-granularity", "full"], ["--bf16"]):
+    for extra in (["--tp", 2], ["--recompute-method", "uniform"], ["--bf16"]):
         code, out, err = run(capsys, "estimate", *base, *extra)
         assert code == 2 and out == "" and "config file sets the layout" in err, extra
+
+
+def test_a_deepspeed_config_takes_the_models_gradient_checkpointing_beside_it(capsys, tmp_path):
+    """No ds_config key checkpoints a Hugging Face model: its own gradient checkpointing does,
+    every decoder layer (transformers 5.25 GradientCheckpointingLayer), so
+    ``--recompute-granularity full`` beside the config is read as that, with a note, and is the
+    same job as the same layout given as memsym's options; selective has no counterpart."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}, '
+                   '"bf16": {"enabled": true}}', encoding="utf-8")
+    base = ["llama2-7b", "--deepspeed-config", cfg, "--world-size", 8, "--seq-length", 2048]
+    read = estimate_json(capsys, *base, "--recompute-granularity", "full")
+    plain = estimate_json(capsys, "llama2-7b", "--framework", "deepspeed", "--sharding", "zero3",
+                          "--world-size", 8, "--seq-length", 2048, "--micro-batch-size", 1,
+                          "--recompute-granularity", "full")
+    assert read["training"]["recompute"] == "full" and read["bytes"] == plain["bytes"]
+    assert read["bytes"]["activations"] < estimate_json(capsys, *base)["bytes"]["activations"]
+    assert any("the model's own gradient checkpointing" in n for n in read["notes"])
+    code, out, err = run(capsys, "estimate", *base, "--recompute-granularity", "selective")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "every decoder layer" in err
 
 
 def test_the_text_report_is_at_most_100_columns_with_numbered_references(capsys):
@@ -781,3 +801,20 @@ def test_plot_feasibility_searches_the_jobs_precision_and_refuses_what_it_cannot
                          "--data-parallel-sharding-strategy", "optim",
                          "--output", tmp_path / "fsdp.svg")
     assert code == 2 and out == "" and err.count("\n") == 1 and "megatron_fsdp" in err
+
+
+@pytest.mark.parametrize("value", ["deepspeed", "torchtitan"])
+def test_a_search_options_value_is_never_read_as_a_launcher(value):
+    """``deepspeed`` is DeepSpeed's launcher word (``deepspeed --num_gpus 8 train.py``), and
+    ``--framework deepspeed`` is memsym's own option: its value is the option's, so the search
+    stays a MODEL's search (no job read from pasted words, its own defaults not held)."""
+    from memsym.cli import build_parser
+    from memsym.cli.reading import prepare_search
+
+    raw = ["search", "llama2-7b", "--framework", value, "--gpu", "h100-80gb", "--gpus", "8"]
+    argv, words = prepare_search(build_parser("search"), raw)
+    assert (argv, words) == (raw, None)
+    # a pasted DeepSpeed launch still is a job's command
+    pasted = ["search", "deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2",
+              "--gpus", "8"]
+    assert prepare_search(build_parser("search"), pasted)[1] is not None

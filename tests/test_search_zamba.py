@@ -37,7 +37,8 @@ def test_zamba_search_rows_are_the_estimate_of_the_same_job(tmp_path):
 
 def test_zamba_tensor_parallel_rows_are_masked_by_one_rule(tmp_path):
     path = str(_write(tmp_path, SMALL["zamba"]))
-    res = search(path, "h100-80gb", 8, seq_length=64, framework="deepspeed")
+    # t named: a DeepSpeed search holds t = 1 unless told (Framework.searched_sizes)
+    res = search(path, "h100-80gb", 8, seq_length=64, framework="deepspeed", tp=[1, 2, 4])
     assert set(res.columns["t"].tolist()) == {1}
     assert res.excluded["mamba1-tp"] > 0
     # the estimate of one such job refuses it with the rule's message
@@ -48,7 +49,7 @@ def test_zamba_tensor_parallel_rows_are_masked_by_one_rule(tmp_path):
 def test_zamba_search_command_line_exits_0(tmp_path, capsys):
     path = str(_write(tmp_path, SMALL["zamba"]))
     code = main(["search", path, "--framework", "deepspeed", "--gpus", "8", "--gpu",
-                 "h100-80gb", "--seq-length", "64", "--top", "3"])
+                 "h100-80gb", "--seq-length", "64", "--top", "3", "--tp", "1", "2", "4"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "mamba1-tp" in out

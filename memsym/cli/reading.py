@@ -508,6 +508,11 @@ def prepare_search(parser, raw):
             job = True
             value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
             out.sources.append(f"{name} {value}".strip())
+        elif option and name in arities:
+            # memsym's own option: its values are its (--framework deepspeed names no launcher)
+            got, i = take_values(words, i + 1, name, arities[name], inline if eq else None)
+            out.job += [w, *got]
+            continue
         elif not option and _launcher_word(w):
             job = pasted = True         # a pasted command: its layout words are the job's
         elif option and name not in arities and name != "--world-size":

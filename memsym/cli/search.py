@@ -317,7 +317,8 @@ def run(args) -> int:
     assumed = sj is None and args.global_batch_size is None
     held, unspelled = None, ()
     if args.emit:   # the shared settings --emit cannot spell: refused before any searching
-        from ..emit import UNSPELLED, check_emittable, held_for_emit
+        from ..emit import check_emittable
+        from ..emit_rules import UNSPELLED, held_for_emit
         from ..search.space import from_job, make_space
 
         # the sizes its file cannot spell held (a job's own pinned already), said in the output

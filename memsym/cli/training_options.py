@@ -79,16 +79,24 @@ def framework_job_from_args(args):
     # Megatron-LM arguments, would be dropped silently, so they are refused
     host = set(_host_options(args)) | {"world_size", "seq_length"}
     if ds is not None:   # what a DeepSpeed config's "auto" values are filled from (HF Trainer)
-        host |= {"micro_batch_size", "num_microbatches", "precision"}
+        # and the model's own gradient checkpointing, which no config key switches on
+        host |= {"micro_batch_size", "num_microbatches", "precision", "recompute"}
+        if getattr(args, "recompute_granularity", None) not in (None, "none", "full"):
+            raise InvalidValueError(
+                f"--recompute-granularity {args.recompute_granularity} with --deepspeed-config: "
+                "a DeepSpeed job recomputes through the model's own gradient checkpointing, "
+                "every decoder layer (full) or none")
     said = sorted(k for k in _memsym_options(args) if k not in host and not k.startswith("_"))
     arch = [n for n in ARCH_OPTIONS if getattr(args, n, None) is not None]
     words = getattr(args, "job_words", None)
     if said or arch or (words is not None and words.megatron):
         what = ", ".join(said + arch) or words.megatron[0]
+        beside = ("; the micro-batch, precision and --recompute-granularity full, the model's "
+                  "gradient checkpointing, too" if ds else "")
         raise InvalidValueError(f"{what}: with {'--deepspeed-config' if ds else '--torchtitan-config'}"
                                 " the config file sets the layout and the training; give them "
                                 "there (only --world-size, --seq-length, the GPU and the "
-                                "allowances go beside it)")
+                                f"allowances go beside it{beside})")
     extra = _host_options(args)
     if args.seq_length is not None:
         extra["seq_length"] = args.seq_length
@@ -106,6 +114,8 @@ def framework_job_from_args(args):
             raise InvalidValueError("the DeepSpeed config leaves the data-parallel size unknown "
                                     "(no train_batch_size): give --world-size N")
         args.reading = {"read_as": "a DeepSpeed config", "ignored": list(cfg["ignored"])}
+        if getattr(args, "recompute_granularity", None) is not None:
+            extra["recompute"] = args.recompute_granularity
         return deepspeed_job(cfg, args.model, **extra)
     return torchtitan_job(read_torchtitan_config(tt, world_size=args.world_size), args.model,
                           **{k: v for k, v in extra.items() if k != "seq_length"})

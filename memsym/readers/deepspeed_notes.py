@@ -5,14 +5,15 @@ deepspeedai/DeepSpeed ``edaa722126``: ``runtime/config.py``, ``runtime/zero/conf
 
 from __future__ import annotations
 
-__all__ = ["NOTED_TOP", "NOTED_ZERO"]
+__all__ = ["MODEL_CHECKPOINTING", "NOTED_TOP", "NOTED_ZERO"]
 
 #: Top-level sections that change memory or time but that memsym does not model: read into
 #: a note, never dropped silently (DeepSpeed runtime/config.py reads each).
 NOTED_TOP = {
     "activation_checkpointing": "DeepSpeed's activation checkpointing acts only where the "
     "model calls deepspeed.checkpointing (Megatron-DeepSpeed); memsym counts no recompute from "
-    "it",
+    "it (the model's own gradient checkpointing: --recompute-granularity full beside the "
+    "config)",
     "tensor_parallel": "DeepSpeed AutoTP splits the linear layers: memsym counts t = 1",
     "sequence_parallel_size": "Ulysses sequence parallelism splits the sequence: memsym counts "
     "the whole sequence on each GPU",
@@ -58,3 +59,15 @@ NOTED_ZERO = {
     "reduce_scatter": "gradients all-reduced, not reduce-scattered: the time counts a "
     "reduce-scatter",
 }
+
+#: A DeepSpeed job's recompute, given beside its config (``--recompute-granularity full``):
+#: the model's own gradient checkpointing, which no ds_config key switches on.  transformers
+#: 5.25 wraps every decoder layer's ``forward`` in a checkpoint once
+#: ``gradient_checkpointing_enable`` (``modeling_utils.py:3202``) has run
+#: (``GradientCheckpointingLayer``, ``modeling_layers.py:55-90``): each layer keeps its input
+#: and reruns in the backward, memsym's full recompute of every layer; the Trainer's
+#: ``gradient_checkpointing`` argument (``training_args.py:926``) calls it.
+MODEL_CHECKPOINTING = ("recompute full: the model's own gradient checkpointing of every decoder "
+                       "layer (transformers' model.gradient_checkpointing_enable(), the "
+                       "Trainer's --gradient_checkpointing; GradientCheckpointingLayer, "
+                       "modeling_layers.py), which DeepSpeed's config does not switch on")

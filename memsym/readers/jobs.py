@@ -15,6 +15,7 @@ from ..job import job
 from ..model import Architecture, resolve_model
 from ..model.torchtitan_stages import torchtitan_end_stages, torchtitan_stages_per_rank
 from .deepspeed import HIDDEN_AUTO_KEYS, resolve_hidden_autos
+from .deepspeed_notes import MODEL_CHECKPOINTING
 from .megatron import MEGATRON_FSDP_SCHEMES
 from .torchtitan import V_SCHEDULES
 from .torchtitan_models import torchtitan_architecture
@@ -239,7 +240,10 @@ def deepspeed_job(cfg: dict, model, **options):
     if buckets:
         opts["zero_buckets"] = buckets
     opts.update(options)
-    return job(model, _notes=tuple(cfg.get("notes", ())),
+    notes = tuple(cfg.get("notes", ()))
+    if opts.get("recompute") == "full":   # given beside the config: the model's checkpointing
+        notes += (MODEL_CHECKPOINTING,)
+    return job(model, _notes=notes,
                _defaults=tuple(d for d in defaults if d[0] not in options), **opts)
 
 

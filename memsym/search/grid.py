@@ -208,10 +208,11 @@ def expert_tp_sizes(space: Space, t: int) -> tuple:
     (4,)
     """
     if space.etp is not None:      # asked for by name: each still checked by the rules
-        if not space.arch.num_experts or not FRAMEWORK[space.framework].expert_tp:
-            raise InvalidValueError(f"etp (the experts' TP) needs a model with experts and a "
-                                    f"framework that splits them ({space.arch.name}, "
-                                    f"{FRAMEWORK[space.framework].title})")
+        if not FRAMEWORK[space.framework].expert_tp:
+            raise InvalidValueError(FRAMEWORK[space.framework].expert_tp_refusal(space.etp))
+        if not space.arch.num_experts:
+            raise InvalidValueError(f"etp (the experts' TP) needs a model with experts "
+                                    f"({space.arch.name} has none)")
         return space.etp
     if not space.arch.num_experts or t == 1 or not FRAMEWORK[space.framework].expert_tp:
         return (t,)

@@ -303,3 +303,27 @@ def checked_efficiency(efficiency):
                                 f"the GEMMs: {float(lo):g} <= efficiency <= {float(hi):g}, "
                                 f"got {short(efficiency)}")
     return eff
+
+
+def space_differences(tr, space, **choices) -> list:
+    """``"name job-value (searched space-value)"`` of each field where the Training ``tr`` of a
+    job differs from the one ``space`` prices for the job's ``choices``
+    (:meth:`Space.training`: ``micro_batch_size``, ``recompute``, ``sharding``, ``offload``):
+    a map drawn from the search would be another job's.  The adapters' targets and format are
+    left out (the space holds them checked and spelled out).
+
+    Examples
+    --------
+    >>> from memsym.search.space import make_space
+    >>> from memsym.training import Training
+    >>> sp = make_space("llama2-7b", "h100-80gb", optimizer="sgd")
+    >>> space_differences(Training(optimizer="sgd", dropout=False), sp,
+    ...                   sharding="distributed-optimizer")
+    []
+    >>> space_differences(Training(dropout=False), sp, sharding="distributed-optimizer")
+    ['optimizer adam (searched sgd)']
+    """
+    mine = space.training(**choices)
+    return [f"{name} {tr.value(name)} (searched {mine.value(name)})" for name in FIELD_PARTS
+            if name not in ("lora_targets", "quantization")
+            and tr.value(name) != mine.value(name)]

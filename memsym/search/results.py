@@ -329,6 +329,12 @@ def _search_notes(space: Space, timed: bool) -> list:
         notes.append(f"step time not modelled for {space.arch.name}: ranked by headroom")
     elif space.global_batch_size is None:
         notes.append("no global batch size: layouts ranked by memory headroom (no step time)")
+    if space.framework_held:
+        f = FRAMEWORK[space.framework]
+        sizes = ", ".join(f"{k} {' or '.join(map(str, v))}" for k, v in f.searched_sizes
+                          if k in space.framework_held)
+        notes.append(f"held for {f.title}: {sizes} ({f.searched_sizes_reason}; name the sizes "
+                     "to search them)")
     notes += overlap_comm_bucket_note(space)
     return notes
 

@@ -21,7 +21,6 @@ from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, 
                                  SCHEMES as ALL_SCHEMES)
 from ..model import moe_layer_pattern
 from ..training import ALLOWANCES, Training
-from ..job_record import FIELD_PARTS
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 # re-exported: the search's callers import them here
 from .job_fields import (HELD_FIELDS, MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS,  # noqa: F401
@@ -267,6 +266,9 @@ class Space:
     #: the framework's default recompute modes the model's memory terms refuse, left out of
     #: the searched choices (a shared block's selective: memsym.terms.mamba); said in a note
     unmodelled_recompute: tuple = ()
+    #: the knobs the framework's searchable sizes held where the caller named none
+    #: (:attr:`memsym.frameworks.Framework.searched_sizes`); said in a note
+    framework_held: tuple = ()
 
     def __hash__(self) -> int:
         # a space keys every per-search cache (templates, stages, counts) and is hashed
@@ -419,6 +421,9 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
 
     framework = choose("framework", framework, FRAMEWORKS)
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
+    # the sizes its own file spells, held where none is named (search, min-gpus, plot, --emit)
+    held_sizes = FRAMEWORK[framework].held_sizes(tp=tp, pp=pp, cp=cp, vpp=vpp, recompute=recompute)
+    tp, pp, cp, vpp, recompute = held_sizes["all"]
     # None: the preset's recipe or the framework's default, as memsym.job.job resolves it
     # (torchtitan builds no dropout; Megatron-Bridge trains Llama without)
     dropout, _ = resolve_dropout(framework, None if dropout is None
@@ -435,17 +440,13 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     for scheme in shard:   # a scheme the precision is not modelled under: refused before searching
         byte_widths(states_scheme(scheme), prec, choose("optimizer", optimizer, OPTIMIZERS),
                     convention)
-    al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
-    for key, _ in al:
-        if key not in ALLOWANCES:
-            raise UnknownNameError("allowance", key, ALLOWANCES)
+    al = _allowances(allowances)
     # None: the step time predicts GEMM efficiency (memsym.timing.efficiency); a number is
     # the explicit, named override (the achieved GEMM efficiency eta_gemm)
     eff = None if efficiency is None else checked_efficiency(efficiency)
-    for what, val in (("first_stage_layers", first_stage_layers),
-                      ("last_stage_layers", last_stage_layers)):
-        if val is not None:
-            positive_whole(val, what)
+    first_stage_layers, last_stage_layers = (None if v is None else positive_whole(v, w)
+                                             for v, w in ((first_stage_layers, "first_stage_layers"),
+                                                          (last_stage_layers, "last_stage_layers")))
     if B is not None:
         dev.peak(prec)   # the step time needs the GPU's peak at this precision: refuse early
     dispatcher = _dispatcher(moe_dispatcher, arch, framework)
@@ -479,38 +480,24 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         dropout=dropout, schedule=schedule,
         allowances=al, finetune=finetune, lora_rank=positive_whole(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
-        first_stage_layers=None if first_stage_layers is None else int(first_stage_layers),
-        last_stage_layers=None if last_stage_layers is None else int(last_stage_layers),
+        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
         efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
         latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
         framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
         tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap),
         held=checked_held(held), etp=_int_list(etp, "etp"),
-        unmodelled_recompute=tuple(r for r in unmodelled if r in modes))
+        unmodelled_recompute=tuple(r for r in unmodelled if r in modes),
+        framework_held=held_sizes["held"])
 
 
-def space_differences(tr, space, **choices) -> list:
-    """``"name job-value (searched space-value)"`` of each field where the Training ``tr`` of a
-    job differs from the one ``space`` prices for the job's ``choices``
-    (:meth:`Space.training`: ``micro_batch_size``, ``recompute``, ``sharding``, ``offload``):
-    a map drawn from the search would be another job's.  The adapters' targets and format are
-    left out (the space holds them checked and spelled out).
-
-    Examples
-    --------
-    >>> from memsym.training import Training
-    >>> sp = make_space("llama2-7b", "h100-80gb", optimizer="sgd")
-    >>> space_differences(Training(optimizer="sgd", dropout=False), sp,
-    ...                   sharding="distributed-optimizer")
-    []
-    >>> space_differences(Training(dropout=False), sp, sharding="distributed-optimizer")
-    ['optimizer adam (searched sgd)']
-    """
-    mine = space.training(**choices)
-    return [f"{name} {tr.value(name)} (searched {mine.value(name)})" for name in FIELD_PARTS
-            if name not in ("lora_targets", "quantization")
-            and tr.value(name) != mine.value(name)]
+def _allowances(allowances) -> tuple:
+    """The allowance overrides as sorted ``(name, value)`` pairs, each name checked."""
+    al = tuple(sorted((k, v) for k, v in (allowances or {}).items()))
+    for key, _ in al:
+        if key not in ALLOWANCES:
+            raise UnknownNameError("allowance", key, ALLOWANCES)
+    return al
 
 
 def _dispatcher(name, arch, framework) -> str:
