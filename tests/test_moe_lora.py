@@ -167,6 +167,14 @@ def test_deepseek_v3_refusals_in_one_line(targets, fused, words):
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+def test_peft_experts_outside_the_converted_types_are_refused():
+    """GPT-OSS (model_type gpt_oss) is not among the types PEFT 0.20.0's v5 conversion
+    handles: its gate/up/down targets name no module of its fused experts."""
+    with pytest.raises(InvalidValueError, match="gpt_oss"):
+        lora_parameter_count(preset("gpt-oss-120b"), 8, ("q", "gate", "up", "down"))
+    assert lora_parameter_count(preset("gpt-oss-120b"), 8, ("q", "v")) > 0
+
+
 def test_peft_gate_without_up_is_refused():
     with pytest.raises(InvalidValueError, match="gate and up"):
         lora_parameter_count(preset("qwen3-30b-a3b"), 8, ("q", "gate"))
@@ -221,5 +229,6 @@ def test_peft_oracle_on_a_tiny_qwen3_moe():
     x = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
                      kv_channels=16, ffn_hidden_size=96, swiglu=True, normalization="RMSNorm",
                      vocab_size=128, position_embedding_type="rope", add_bias_linear=False,
-                     num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32)
+                     num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
+                     extra={"hf_model_type": "qwen3_moe"})
     assert trainable == lora_parameter_count(x, 2, ("q", "v", "gate", "up", "down"))

@@ -21,13 +21,15 @@ An MoE layer's adapters are counted as the frameworks build them:
 * Hugging Face PEFT (every other framework, and QLoRA) on transformers 5.25.0: the routed
   experts are fused 3-D parameters (``Qwen3MoeExperts`` / ``MixtralExperts``:
   ``gate_up_proj`` [E, 2f, h], ``down_proj`` [E, h, f]), no ``nn.Linear``.  PEFT >= 0.19
-  (``convert_peft_config_for_transformers``, src/peft/tuners/tuners_utils.py:820-837 and
+  (``convert_peft_config_for_transformers``, src/peft/tuners/tuners_utils.py:787-803 and
   src/peft/utils/transformers_weight_conversion.py:332-482 at v0.20.0) rewrites the targets
   of a Mixtral- or Qwen2-MoE-style model: gate and up (together only, else it raises) become
   the parameter target ``gate_up_proj`` at rank 2r, down becomes ``down_proj`` at rank r, and
   they leave ``target_modules``; a ``ParamWrapper`` on a 3-D parameter builds
-  ``lora_A = Linear(in, r E)`` and ``lora_B = Linear(r E, out)`` (src/peft/tuners/lora/layer.py,
-  ``ParamWrapper.update_layer``): E r (in + out) per fused matrix, one adapter per expert.
+  ``lora_A = Linear(in, r E)`` and ``lora_B = Linear(r E, out)`` (src/peft/tuners/lora/layer.py:
+  2236, 2348-2349, ``ParamWrapper.update_layer``): E r (in + out) per fused matrix, one
+  adapter per expert.  The router (a ``TopKRouter`` module, not ``nn.Linear``) is targeted
+  only by the name ``gate``, which memsym's targets never give (its ``gate`` is gate_proj).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ..errors import InvalidValueError
 from ..terms.adapters import LORA_TARGETS, lower_choice
 from .architecture import is_hybrid, lenient, moe_layer_pattern
 
-__all__ = ["lora_parameter_count", "lora_layer_adapters"]
+__all__ = ["lora_parameter_count", "lora_layer_adapters", "PEFT_MOE_TYPES", "PRESET_MODEL_TYPES"]
 
 _ATTENTION = ("q", "k", "v", "o")
 
@@ -149,21 +151,44 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
     return _peft_experts(x, keys, out, rank, shapes(fe))
 
 
+#: The model types whose fused experts PEFT 0.20.0's v5 target conversion reaches: PEFT's own
+#: "mixtral" and the types transformers 5.25.0 maps to the "mixtral" or "qwen2_moe" conversion
+#: (conversion_mapping.py:49-79 at 5.25.0; peft utils/transformers_weight_conversion.py:44-45,
+#: 413-416 at v0.20.0: any other type keeps its targets, which name no expert module).
+PEFT_MOE_TYPES = frozenset((
+    "mixtral", "minimax", "minimax_m2", "Dots3NoteTextModel", "afmoe", "deepseek_v2",
+    "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite",
+    "glm_moe_dsa", "glm4v_moe", "longcat_flash", "solar_open", "mellum", "qwen3_moe", "beam",
+    "qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text", "qwen3_next",
+    "hunyuan_v1_moe", "flex_olmo", "olmoe", "sarvam_mla", "exaone_moe", "cohere2_moe"))
+
+#: memsym's MoE presets -> their config.json ``model_type`` (a hub-read model carries its own
+#: in ``extra["hf_model_type"]``).
+PRESET_MODEL_TYPES = {"mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe",
+                      "qwen3-235b-a22b": "qwen3_moe", "gpt-oss-120b": "gpt_oss",
+                      "deepseek-v3": "deepseek_v3", "kimi-k2": "kimi_k2"}
+
+
 def _peft_experts(x, keys, out: dict, rank: int, shape: dict) -> dict:
     # PEFT >= 0.19 on transformers 5's fused experts (see the module's docstring)
+    mtype = (x.extra or {}).get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name)
+    if mtype not in PEFT_MOE_TYPES or not x.swiglu:
+        raise InvalidValueError(f"LoRA on {x.name!r}'s routed experts under PEFT (model_type "
+                                f"{mtype!r}): PEFT 0.20.0 reaches transformers 5's fused experts "
+                                "for Mixtral- and Qwen2-MoE-style types only; target attention")
     if x.moe_shared_expert_intermediate_size or not all(moe_layer_pattern(x)):
         raise InvalidValueError(f"LoRA on {x.name!r}'s MLP under PEFT: transformers 5's "
                                 "target conversion moves gate/up/down to the routed experts' "
                                 "fused parameters, so its dense or shared-expert MLPs' "
                                 "adapters are not modelled; target attention only")
-    if x.swiglu and len(keys & {"gate", "up"}) == 1:
+    if len(keys & {"gate", "up"}) == 1:
         raise InvalidValueError("LoRA on the routed experts under PEFT: gate and up are one "
                                 "fused gate_up_proj parameter in transformers 5; target both "
                                 "or neither (PEFT refuses one alone)")
-    mult = 2 if x.swiglu else 1                          # gate_up_proj at rank 2r
-    fused_in = rank * mult * (shape["up"][0] + mult * shape["up"][1]) if keys & {"gate", "up"} else 0
-    down = rank * (shape["down"][0] + shape["down"][1]) if "down" in keys else 0
-    out["experts"] = x.num_experts * (fused_in + down)
+    h, f = shape["down"][1], shape["down"][0]
+    gate_up = 2 * rank * (h + 2 * f) if "up" in keys else 0      # gate_up_proj at rank 2r
+    down = rank * (f + h) if "down" in keys else 0
+    out["experts"] = x.num_experts * (gate_up + down)
     return out
 
 
