@@ -30,7 +30,7 @@ from memsym.errors import InvalidValueError
 from memsym.job import job as make_job
 from memsym.model import lora_layer_adapters, lora_parameter_count, preset
 from memsym.readers.bridge_peft import recipe_peft
-from memsym.symbols import N_a, N_ae
+from memsym.symbols import N_a, N_ae, N_q, N_u
 from memsym.training.model_states import stage_counts
 
 ALL = ("q", "k", "v", "o", "gate", "up", "down")
@@ -103,6 +103,22 @@ def test_per_gpu_counts_after_ep_and_per_stage():
                  framework="deepspeed")
     c = stage_counts(j, 0)
     assert (c[N_a], c[N_ae]) == (ML * (212992 + 5_373_952), 0)
+
+
+def test_qlora_keeps_transformers_5_fused_experts_unquantized():
+    """bitsandbytes replaces nn.Linear modules only (transformers 5.25.0
+    integrations/bitsandbytes.py:189; bitsandbytes issue 1849): Mixtral's fused experts,
+    32 layers x 8 experts x 3 x 4096 x 14336 = 45097156608 weights, stay bf16 (N_u); N_q is
+    the attention's linear weights, 32 x (4096 (4096 + 2 * 1024) + 4096 * 4096)."""
+    j = make_job("mixtral-8x7b", world_size=8, finetune="qlora", framework="deepspeed")
+    c = stage_counts(j, 0)
+    assert c[N_q] == ML * (MH * (MQ + 2 * MKV) + MQ * MH) == 1_342_177_280
+    # N_u: the experts, the untied embedding and output layer 2 x 32000 x 4096, the norms
+    # (2 x 4096 a layer and the final 4096) and the routers 32 x 8 x 4096
+    experts = ML * ME * 3 * MH * MF
+    assert experts == 45_097_156_608
+    assert c[N_u] == experts + 2 * 32000 * MH + (2 * ML + 1) * MH + ML * ME * MH \
+        == 45_360_615_424
 
 
 def test_dense_layers_and_shared_experts_keep_their_widths():

@@ -107,7 +107,6 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
             counts[N_sc] = sp.Rational(sc.numerator, sc.denominator)
         return counts
 
-    quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
     # Megatron's fused linear_qkv and linear_fc1 carry one adapter each, and a layer's grouped
     # experts one shared adapter (lora_layer_adapters); a QLoRA job is the bitsandbytes + PEFT
@@ -115,6 +114,13 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     # separate projections and per-expert adapters on the fused experts
     fused = bool(framework_record(training.framework).megatron_options) \
         and training.adapters.finetune == "lora"
+    # N_q: the frozen linear weights the base's format applies to.  Under PEFT the base is
+    # transformers 5.25.0's model, whose routed experts are fused 3-D parameters, not
+    # nn.Linear: bitsandbytes replaces nn.Linear (and Conv1D) modules only
+    # (integrations/bitsandbytes.py:189, quantizer_bnb_4bit.py:83-87 at 5.25.0), so they
+    # stay 16-bit, in N_u (bitsandbytes issue 1849).  Megatron's experts are frozen as built
+    # with the linears.
+    quant = sp.Rational(lin, layout.t) + (sp_.experts_per_gpu if fused else 0)
     per_kind = {kind: models.lora_layer_adapters(x, training.adapters.lora_rank, targets,
                                                  fused=fused, moe=kind) for kind in set(pattern)}
     part = {key: sum(per_kind[pattern[i]][key] for i in sp_.layers)
