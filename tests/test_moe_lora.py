@@ -172,9 +172,28 @@ def test_cli_adapter_bytes_by_hand(capsys):
     assert got["optimizer"] == 12 * n_a // 4 + 12 * n_ae == 19_759_104
 
 
+def test_deepseek_v3_bridge_mlp_by_hand_with_its_mtp_layer():
+    """DeepSeek-V3 (h 7168, dense ffn 18432 on the first 3 layers, 58 MoE layers of 256
+    experts of 2048 and one shared expert of 2048, one MTP layer of the MoE kind) at r = 8 on
+    linear_fc1 and linear_fc2.  Dense layer: 8 (7168 + 2 * 18432) + 8 (18432 + 7168) = 557056;
+    MoE layer: shared experts 8 (7168 + 4096) + 8 (2048 + 7168) = 163840 TP-split, and the same
+    163840 in the grouped experts' shared adapters.  Bridge's matcher adapts the MTP layer's
+    linears too: one more MoE layer's worth, on the stage holding MTP (here the only one)."""
+    r, h, f, fe = 8, 7168, 18432, 2048
+    dense = r * (h + 2 * f) + r * (f + h)
+    moe = r * (h + 2 * fe) + r * (fe + h)
+    assert (dense, moe) == (557056, 163840)
+    x = preset("deepseek-v3")
+    assert lora_parameter_count(x, r, ("gate", "up", "down"), fused=True) \
+        == 3 * dense + 58 * 2 * moe == 20_676_608
+    j = make_job("deepseek-v3", ep=8, etp=1, world_size=8, finetune="lora", lora_rank=r,
+                 lora_targets=("gate", "up", "down"), framework="megatron")
+    c = stage_counts(j, 0)
+    assert (c[N_a], c[N_ae]) == (3 * dense + 59 * moe, 59 * moe)
+
+
 @pytest.mark.parametrize("targets, fused, words", [
     (("q", "v"), True, "MLA"),                       # DeepSeek-V3's attention is MLA
-    (("gate", "up", "down"), True, "MTP"),           # Bridge adapts its MTP layer too
     (("gate", "up", "down"), False, "shared-expert"),
 ])
 def test_deepseek_v3_refusals_in_one_line(targets, fused, words):

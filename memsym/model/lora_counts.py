@@ -71,9 +71,6 @@ def _check(x, keys, fused: bool) -> None:
                                 "and up) are not modelled as q, k, v, o targets; target the MLP")
     if x.num_experts and keys - set(_ATTENTION) and x.moe_latent_size:
         raise InvalidValueError("LoRA on latent MoE experts (moe_latent_size) is not modelled")
-    if fused and x.num_experts and x.mtp_num_layers:
-        raise InvalidValueError(f"LoRA on {x.name!r} under Megatron-Bridge: its MTP layers' "
-                                "adapters (Bridge matches them by name too) are not modelled")
 
 
 def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = False,
@@ -195,7 +192,8 @@ def _peft_experts(x, keys, out: dict, rank: int, shape: dict) -> dict:
 def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = False) -> int:
     """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapter, over
     every decoder layer (:func:`lora_layer_adapters`; Bridge's shared expert adapter once per
-    layer, PEFT's per-expert ones E times).
+    layer, PEFT's per-expert ones E times; Bridge's MTP layers' adapters are the stage's,
+    :func:`memsym.training.stage_counts`).
 
     Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).  Under
     Megatron (``fused``) Q, K and V are one module, linear_qkv (h -> q + 2kv), and a gated

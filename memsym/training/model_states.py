@@ -125,6 +125,15 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
                                                  fused=fused, moe=kind) for kind in set(pattern)}
     part = {key: sum(per_kind[pattern[i]][key] for i in sp_.layers)
             for key in ("tp", "expert", "experts")}
+    if fused and sp_.mtp:
+        # Bridge's ModuleMatcher matches the MTP layers' linears by name too (their
+        # mtp_model_layer is a decoder layer of the same spec, multi_token_prediction.py:
+        # 1203-1229 at d98e8a64dd); one block's weights when repeated
+        n_mtp = 1 if x.mtp_repeated else x.mtp_num_layers
+        for kind in models.stages.mtp_layer_kinds(x):
+            mtp_part = models.lora_layer_adapters(x, training.adapters.lora_rank, targets,
+                                                  fused=True, moe=kind)
+            part = {key: part[key] + n_mtp * mtp_part[key] for key in part}
     # N_a: TP-split adapters over t, PEFT's per-expert ones as the experts (e t_e); N_ae:
     # Bridge's shared expert adapter, split over expert TP and whole on every EP rank
     adapters = sp.Rational(part["tp"], layout.t) \
