@@ -15,6 +15,13 @@ parameters, gate_up_proj [E, 2f, h] and down_proj [E, h, f]; PEFT's v5 target co
 (utils/transformers_weight_conversion.py:332-482) maps gate + up to the parameter gate_up_proj
 at rank 2r and down to down_proj at rank r, and ParamWrapper builds lora_A (in -> r E) and
 lora_B (r E -> out): E r (in + out) per fused matrix.
+
+The two PEFT oracles at the end skip without ``peft``; they were run (and passed) with PEFT
+v0.20.0's and accelerate v1.14.0's sources (``git archive`` of their tags) on PYTHONPATH over
+transformers 5.25.0.  The same run showed PEFT building no adapter on a tiny GPT-OSS's experts
+(gate/up/down name no module there) nor on a tiny DeepSeek-V3's dense-layer and shared-expert
+MLPs (the conversion moves gate/up/down to the routed experts' parameters): the two cases
+memsym refuses below rather than count.
 """
 
 from __future__ import annotations
@@ -267,3 +274,29 @@ def test_peft_oracle_on_a_tiny_qwen3_moe():
                      num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
                      extra={"hf_model_type": "qwen3_moe"})
     assert trainable == lora_parameter_count(x, 2, ("q", "v", "gate", "up", "down"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="peft is not installed")
+def test_peft_oracle_on_a_tiny_mixtral():
+    """Mixtral's v4 names w1 (gate), w3 (up), w2 (down), which PEFT's Mixtral conversion maps
+    to the fused gate_up_proj and down_proj: PEFT's trainable count equals memsym's."""
+    torch = pytest.importorskip("torch")
+    import peft
+    import transformers
+    from memsym.model import Architecture
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers < 5 builds nn.Linear experts")
+    with torch.device("meta"):
+        model = transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+            num_experts_per_tok=2))
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(
+        r=2, lora_alpha=4, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "w1", "w3", "w2"]))
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    x = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
+                     kv_channels=16, ffn_hidden_size=32, swiglu=True, normalization="RMSNorm",
+                     vocab_size=128, position_embedding_type="rope", add_bias_linear=False,
+                     num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
+                     extra={"hf_model_type": "mixtral"})
+    assert trainable == lora_parameter_count(x, 2, "all")
