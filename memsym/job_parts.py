@@ -16,7 +16,7 @@ import sympy as sp
 from .errors import InvalidValueError
 from .printing import BUDGET, NamedPrinter, latex, shown_terms
 from .values import exact
-from .symbols import M_alloc, N, N_a, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
+from .symbols import M_alloc, N, N_a, N_ae, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
 from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
 from .job import Job, dropout_kept, recompute_modules_of
 from .unchecked_job import UncheckedJob
@@ -131,12 +131,12 @@ def _val(vals: dict, name: str):
 
 def _named_counts(total, vals, x, layout, stage, training=None):
     """The stage's parameter counts the total is written in (N_tp, N_rep, N_exp; LoRA N_q,
-    N_u, N_a; N_lin for FP8 caches, :func:`memsym.training.stage_counts`), with their values.
+    N_u, N_a, N_ae; N_lin for FP8 caches, :func:`memsym.training.stage_counts`), with their values.
 
     Returns (exprs by key, counts, stage parameters) or None when the total carries no
     count symbol with a value (a hand-built total in N).
     """
-    named = (N_tp, N_rep, N_exp, N_lin, N_q, N_u, N_a)
+    named = (N_tp, N_rep, N_exp, N_lin, N_q, N_u, N_a, N_ae)
     free = total.expr.free_symbols
     counts = {sym: vals[sym] for sym in named if sym in free and sym in vals}
     if not counts or any(sym in free and sym not in vals for sym in named):

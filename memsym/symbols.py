@@ -213,8 +213,13 @@ M_alloc = _register("M_alloc", r"M_{\mathrm{alloc}}", "memory the caching alloca
 r_lora = _register("r_lora", "r", "LoRA rank of each adapter", "1", "positive integer")
 L_lora = _register("L_lora", r"\hat{L}_{\mathrm{LoRA}}", "number of weight matrices LoRA adapts "
                    "(all layers together)", "1", "positive integer")
-N_a = _register("N_a", r"N_{\mathrm{a}}", "trainable adapter parameters held by one GPU",
+N_a = _register("N_a", r"N_{\mathrm{a}}", "trainable adapter parameters held by one GPU "
+                "(but N_ae)",
                 "parameters", "nonnegative")
+N_ae = _register("N_ae", r"N_{\mathrm{ae}}", "trainable adapter parameters of the routed "
+                 "experts held by one GPU (Megatron-Bridge's adapter shared by a layer's grouped "
+                 "experts: every EP rank holds it, its optimizer states split over expert data "
+                 "parallel)", "parameters", "nonnegative")
 N_u = _register("N_u", r"N_{\mathrm{u}}", "frozen parameters kept unquantized on one GPU "
                 "(embeddings, norms, output layer under QLoRA)", "parameters", "nonnegative")
 

@@ -1,17 +1,199 @@
 """Exact trainable LoRA parameters of an architecture (split from :mod:`memsym.model.counts`,
-which re-exports :func:`lora_parameter_count`, so that the counts module keeps room)."""
+which re-exports :func:`lora_parameter_count`, so that the counts module keeps room).
+
+An MoE layer's adapters are counted as the frameworks build them:
+
+* Megatron-Bridge (``fused``), ``LoRA`` / ``CanonicalLoRA`` with their defaults
+  (``share_expert_adapters=True``, ``normalize_moe_lora=False``,
+  ``experts_shared_outer_loras=False``; src/megatron/bridge/peft/lora.py:143-157, 189-261 at
+  067f987df0): Bridge's MoE models run grouped experts (``mlp.experts.linear_fc1`` /
+  ``linear_fc2``, ``is_grouped_expert_linear``, peft/utils.py:682-706), and a grouped expert
+  linear gets one ``ParallelLinearAdapter`` of the expert linear's in and out features,
+  shared by the rank's local experts (``in_features = m.in_features``,
+  ``out_features = m.out_features * tp_size`` of the expert-TP group, utils.py:603-655): an
+  expert-TP-split adapter that every EP rank holds whole (``_synchronize_shared_expert_parameters``
+  broadcasts it over EP, ``_allreduce_shared_expert_grad`` sums its gradient over EP,
+  utils.py:1294-1349).  CanonicalLoRA keeps the grouped experts' linear_fc1 one adapter
+  (``_should_treat_linear_fc1_as_unfused``, canonical_lora.py:43-46, 376-379).  The shared
+  experts (``mlp.shared_experts.linear_fc1/fc2``, not expert linears) match the same target
+  names and get TP-split adapters of the shared expert's width.  The router is targeted only
+  when ``router`` is named, which memsym's targets never do.
+* Hugging Face PEFT (every other framework, and QLoRA) on transformers 5.25.0: the routed
+  experts are fused 3-D parameters (``Qwen3MoeExperts`` / ``MixtralExperts``:
+  ``gate_up_proj`` [E, 2f, h], ``down_proj`` [E, h, f]), no ``nn.Linear``.  PEFT >= 0.19
+  (``convert_peft_config_for_transformers``, src/peft/tuners/tuners_utils.py:787-803 and
+  src/peft/utils/transformers_weight_conversion.py:332-482 at v0.20.0) rewrites the targets
+  of a Mixtral- or Qwen2-MoE-style model: gate and up (together only, else it raises) become
+  the parameter target ``gate_up_proj`` at rank 2r, down becomes ``down_proj`` at rank r, and
+  they leave ``target_modules``; a ``ParamWrapper`` on a 3-D parameter builds
+  ``lora_A = Linear(in, r E)`` and ``lora_B = Linear(r E, out)`` (src/peft/tuners/lora/layer.py:
+  2236, 2348-2349, ``ParamWrapper.update_layer``): E r (in + out) per fused matrix, one
+  adapter per expert.  The router (a ``TopKRouter`` module, not ``nn.Linear``) is targeted
+  only by the name ``gate``, which memsym's targets never give (its ``gate`` is gate_proj).
+"""
 
 from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from .architecture import is_hybrid, lenient
+from .architecture import is_hybrid, lenient, moe_layer_pattern
 
-__all__ = ["lora_parameter_count"]
+__all__ = ["lora_parameter_count", "lora_layer_adapters", "PEFT_MOE_TYPES", "PRESET_MODEL_TYPES"]
+
+_ATTENTION = ("q", "k", "v", "o")
+
+
+def _groups(keys, swiglu: bool, fused: bool) -> list:
+    """The adapted matrix groups: one per adapter.  Megatron's LoRA puts one adapter on each
+    of linear_qkv and linear_fc1; a part of one of them (q and v alone) is Bridge's
+    CanonicalLoRA (peft/canonical_lora.py:180-306 at 067f987df0), which has an adapter per
+    matrix everywhere (linear_q, linear_k, linear_v, linear_fc1_gate, linear_fc1_up), so
+    a job with any part is canonical throughout."""
+    single = [(k,) for k in LORA_TARGETS if k in keys]
+    if not fused:
+        return single
+    whole = [g for g in (("q", "k", "v"), ("gate", "up") if swiglu else ("up",)) if set(g) & keys]
+    if any(not set(g) <= keys for g in whole):
+        return single
+    return whole + [(k,) for k in LORA_TARGETS if k in keys and not any(k in g for g in whole)]
+
+
+def _count(groups, shapes, rank: int) -> int:
+    return sum(rank * (shapes[g[0]][0] + sum(shapes[k][1] for k in g)) for g in groups)
+
+
+def _check(x, keys, fused: bool) -> None:
+    if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
+        raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
+                                "are not modelled (its layers hold different projections)")
+    if x.multi_latent_attention and keys & set(_ATTENTION):
+        raise InvalidValueError(f"LoRA on {x.name!r}'s attention: MLA's projections (q/kv down "
+                                "and up) are not modelled as q, k, v, o targets; target the MLP")
+    if x.num_experts and keys - set(_ATTENTION) and x.moe_latent_size:
+        raise InvalidValueError("LoRA on latent MoE experts (moe_latent_size) is not modelled")
+
+
+def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = False,
+                        moe: bool = False) -> dict:
+    r"""One decoder layer's trainable LoRA parameters, by how they shard [parameters].
+
+    .. math:: N = r\,(d_{in} + d_{out}) \text{ per adapter}
+
+    ``"tp"``: split over the t tensor-parallel ranks (attention, dense MLP, shared experts);
+    ``"expert"``: Megatron-Bridge's adapter shared by a layer's grouped experts, split over
+    the t_e expert-TP ranks and held whole by every EP rank; ``"experts"``: PEFT's per-expert
+    adapters of all E experts, split as the experts are (over e t_e).  See the module's
+    docstring for the sources.
+
+    Parameters
+    ----------
+    arch : memsym.model.Architecture
+    rank : int
+        LoRA rank r [1].
+    targets : iterable of str
+        Subset of :data:`LORA_TARGETS` (``"all"`` for every one).
+    fused : bool
+        Megatron-Bridge's modules (linear_qkv, linear_fc1); else PEFT's separate projections.
+    moe : bool
+        The layer is an MoE layer.
+
+    Examples
+    --------
+    Qwen3-30B-A3B's MoE layer at r = 8 under Bridge, q and v (CanonicalLoRA) and the
+    grouped experts' linear_fc1 and linear_fc2: 8 (2048 + 4096) + 8 (2048 + 512) = 69632
+    split over TP, 8 (2048 + 2 * 768) + 8 (768 + 2048) = 51200 shared by the experts:
+
+    >>> from memsym.model import preset
+    >>> lora_layer_adapters(preset("qwen3-30b-a3b"), 8, ("q", "v", "gate", "up", "down"),
+    ...                     fused=True, moe=True)
+    {'tp': 69632, 'expert': 51200, 'experts': 0}
+
+    References
+    ----------
+    .. [bridge] src/megatron/bridge/peft/lora.py:159-262, peft/utils.py:549-706, 923-1349 at
+       067f987df0.
+    .. [peft] huggingface/peft v0.20.0, src/peft/utils/transformers_weight_conversion.py:332-482;
+       transformers 5.25.0, models/qwen3_moe/modeling_qwen3_moe.py:211-220.
+    """
+    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
+        raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
+    x, rank = lenient(arch), int(rank)
+    keys = {lower_choice("LoRA target", name, LORA_TARGETS)
+            for name in (LORA_TARGETS if targets == "all" else targets)}
+    if not x.swiglu:
+        keys.discard("gate")  # an ungated MLP has no gate projection
+    _check(x, keys, fused)
+    hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
+    kv = x.num_query_groups * x.kv_channels
+
+    def shapes(f):
+        return {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
+                "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
+
+    groups = _groups(keys, x.swiglu, fused)
+    attention = [g for g in groups if g[0] in _ATTENTION]
+    mlp = [g for g in groups if g[0] not in _ATTENTION]
+    if not moe:
+        return {"tp": _count(groups, shapes(x.ffn_hidden_size), rank), "expert": 0, "experts": 0}
+    out = {"tp": _count(attention, shapes(1), rank), "expert": 0, "experts": 0}
+    if not mlp:
+        return out
+    fe, fs = x.moe_ffn_hidden_size, x.moe_shared_expert_intermediate_size
+    if fused:
+        # grouped experts: linear_fc1 whole even under CanonicalLoRA (canonical_lora.py:46)
+        whole = [("gate", "up") if x.swiglu else ("up",)] if keys & {"gate", "up"} else []
+        out["expert"] = _count(whole + [("down",)] * ("down" in keys), shapes(fe), rank)
+        out["tp"] += _count(mlp, shapes(fs), rank) if fs else 0
+        return out
+    return _peft_experts(x, keys, out, rank, shapes(fe))
+
+
+#: The model types whose fused experts PEFT 0.20.0's v5 target conversion reaches: PEFT's own
+#: "mixtral" and the types transformers 5.25.0 maps to the "mixtral" or "qwen2_moe" conversion
+#: (conversion_mapping.py:49-79 at 5.25.0; peft utils/transformers_weight_conversion.py:44-45,
+#: 413-416 at v0.20.0: any other type keeps its targets, which name no expert module).
+PEFT_MOE_TYPES = frozenset((
+    "mixtral", "minimax", "minimax_m2", "Dots3NoteTextModel", "afmoe", "deepseek_v2",
+    "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite",
+    "glm_moe_dsa", "glm4v_moe", "longcat_flash", "solar_open", "mellum", "qwen3_moe", "beam",
+    "qwen3_omni_moe", "qwen3_omni_moe_thinker", "qwen3_omni_moe_text", "qwen3_next",
+    "hunyuan_v1_moe", "flex_olmo", "olmoe", "sarvam_mla", "exaone_moe", "cohere2_moe"))
+
+#: memsym's MoE presets -> their config.json ``model_type`` (a hub-read model carries its own
+#: in ``extra["hf_model_type"]``).
+PRESET_MODEL_TYPES = {"mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe",
+                      "qwen3-235b-a22b": "qwen3_moe", "gpt-oss-120b": "gpt_oss",
+                      "deepseek-v3": "deepseek_v3", "kimi-k2": "kimi_k2"}
+
+
+def _peft_experts(x, keys, out: dict, rank: int, shape: dict) -> dict:
+    # PEFT >= 0.19 on transformers 5's fused experts (see the module's docstring)
+    mtype = (x.extra or {}).get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name)
+    if mtype not in PEFT_MOE_TYPES or not x.swiglu:
+        raise InvalidValueError(f"LoRA on {x.name!r}'s routed experts under PEFT (model_type "
+                                f"{mtype!r}): PEFT 0.20.0 reaches transformers 5's fused experts "
+                                "for Mixtral- and Qwen2-MoE-style types only; target attention")
+    if x.moe_shared_expert_intermediate_size or not all(moe_layer_pattern(x)):
+        raise InvalidValueError(f"LoRA on {x.name!r}'s MLP under PEFT: transformers 5's "
+                                "target conversion moves gate/up/down to the routed experts' "
+                                "fused parameters, so its dense or shared-expert MLPs' "
+                                "adapters are not modelled; target attention only")
+    if len(keys & {"gate", "up"}) == 1:
+        raise InvalidValueError("LoRA on the routed experts under PEFT: gate and up are one "
+                                "fused gate_up_proj parameter in transformers 5; target both "
+                                "or neither (PEFT refuses one alone)")
+    h, f = shape["down"][1], shape["down"][0]
+    gate_up = 2 * rank * (h + 2 * f) if "up" in keys else 0      # gate_up_proj at rank 2r
+    down = rank * (f + h) if "down" in keys else 0
+    out["experts"] = x.num_experts * (gate_up + down)
+    return out
 
 
 def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = False) -> int:
-    """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapted matrix.
+    """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapter, over
+    every decoder layer (:func:`lora_layer_adapters`; Bridge's shared expert adapter once per
+    layer, PEFT's per-expert ones E times; Bridge's MTP layers' adapters are the stage's,
+    :func:`memsym.training.stage_counts`).
 
     Equals :func:`lora_parameters` when every target is square (d_in = d_out = h).  Under
     Megatron (``fused``) Q, K and V are one module, linear_qkv (h -> q + 2kv), and a gated
@@ -26,7 +208,7 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = F
     rank : int
         LoRA rank r.
     targets : iterable of str
-        Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer); dense layers only.
+        Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer).
 
     Examples
     --------
@@ -40,33 +222,8 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = F
     >>> lora_parameter_count(preset("llama3-8b"), 8, "all", fused=True)
     17825792
     """
-    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
-        raise InvalidValueError(f"LoRA rank must be a whole number >= 1, got {rank!r}")
     x = lenient(arch)
-    if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
-        raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
-                                "are not modelled (its layers hold different projections)")
-    if targets == "all":
-        targets = LORA_TARGETS
-    hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
-    kv = x.num_query_groups * x.kv_channels
-    f = x.ffn_hidden_size
-    shapes = {"q": (hs, q), "k": (hs, kv), "v": (hs, kv), "o": (q, hs),
-              "gate": (hs, f), "up": (hs, f), "down": (f, hs)}
-    keys = {lower_choice("LoRA target", name, LORA_TARGETS) for name in targets}
-    if not x.swiglu:
-        keys.discard("gate")  # an ungated MLP has no gate projection
-    groups = [(k,) for k in LORA_TARGETS if k in keys]
-    if fused:   # Megatron's linear_qkv and linear_fc1: one adapter for the whole module;
-        # part of one (q and v alone) is Bridge's CanonicalLoRA (peft/canonical_lora.py:180 at
-        # 067f987df0: linear_q, linear_k, linear_v adapters of their own), one per matrix
-        whole = [g for g in (("q", "k", "v"), ("gate", "up") if x.swiglu else ("up",))
-                 if set(g) <= keys]
-        groups = whole + [(k,) for k in LORA_TARGETS
-                          if k in keys and not any(k in g for g in whole)]
-    total = 0
-    for group in groups:
-        chosen = [k for k in group if k in keys]
-        din = shapes[chosen[0]][0]
-        total += int(rank) * (din + sum(shapes[k][1] for k in chosen))
-    return total * x.num_layers
+    pattern = moe_layer_pattern(x)
+    kinds = {kind: sum(lora_layer_adapters(x, rank, targets, fused=fused, moe=kind).values())
+             for kind in set(pattern)}
+    return sum(kinds[kind] for kind in pattern)

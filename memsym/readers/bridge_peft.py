@@ -56,16 +56,17 @@ def lora_targets(modules) -> tuple:
 
 
 def _refuse_moe_variants(values, model):
-    # LoRA on experts: memsym counts one adapter per adapted matrix of a layer, which is
-    # share_expert_adapters=True's grouped adapter (one per rank's local experts)
+    # LoRA on experts: memsym counts LoRA's defaults (lora.py:155-157 at 067f987df0), one
+    # ParallelLinearAdapter shared by a layer's grouped experts, whole on every EP rank
+    # (memsym.model.lora_layer_adapters); the other layouts are refused, naming the key
     if not getattr(model, "num_experts", None):
         return
     for key, default in (("peft.normalize_moe_lora", False), ("peft.share_expert_adapters", True),
                          ("peft.experts_shared_outer_loras", False)):
         if values.get(key, default) != default:
             raise InvalidValueError(f"{key}={values[key]!r}: this LoRA layout of the experts' "
-                                    "adapters is not modelled (memsym counts one adapter per "
-                                    "adapted matrix of a layer)")
+                                    "adapters is not modelled (memsym counts Bridge's default, "
+                                    "one adapter shared by a layer's grouped experts)")
 
 
 def recipe_peft(values: dict, model, opts: dict, notes: list, computed=()) -> None:

@@ -49,7 +49,7 @@ _BRIDGE_FROZEN = Source("megatron-bridge-peft", "peft/base.py:176-193 at 067f987
 # replaces nn.Linear layers only, and leaves the output layer out (get_keys_to_not_convert)
 _QLORA_UNQUANTIZED = Source("qlora", "§3, Eq. 5 (NF4 linear layers): bitsandbytes quantizes "
                             "nn.Linear layers only, the embedding, norms and output layer stay "
-                            "16-bit")
+                            "16-bit (and transformers 5's fused MoE experts, 3-D parameters)")
 _FROZEN = Source("lora", "§4.2, Practical Benefits (frozen W_0: no gradients or optimizer "
                  "states); storage width = the format's bits / 8 per weight")
 

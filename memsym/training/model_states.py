@@ -17,12 +17,12 @@ from ..errors import choose
 from ..job import Job, Layout, Training, job as make_job
 from .. import model as models
 from ..model.muon_matrices import scalar_adam_parameters
-from ..symbols import (N_a, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, b_g, b_m, b_mg, b_o,
+from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, b_g, b_m, b_mg, b_o,
                        c, d, e, t, t_e)
 from ..terms import muon
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
-from ..terms.adapters import LORA_TARGETS, lora, megatron_adapter_widths
+from ..terms.adapters import LORA_TARGETS, adapter_state, lora, megatron_adapter_widths
 from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
                                  model_state, te_weight_cache)
 from ..term import Total
@@ -107,17 +107,39 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
             counts[N_sc] = sp.Rational(sc.numerator, sc.denominator)
         return counts
 
-    quant = sp.Rational(lin, layout.t) + sp_.experts_per_gpu
     targets = LORA_TARGETS if training.adapters.lora_targets == "all" else training.adapters.lora_targets
-    # Megatron's fused linear_qkv and linear_fc1 carry one adapter each (lora_parameter_count);
-    # a QLoRA job is the bitsandbytes + PEFT one whatever the framework (state_terms),
-    # with an adapter on each of transformers' separate projections
+    # Megatron's fused linear_qkv and linear_fc1 carry one adapter each, and a layer's grouped
+    # experts one shared adapter (lora_layer_adapters); a QLoRA job is the bitsandbytes + PEFT
+    # one whatever the framework (state_terms), with an adapter on each of transformers'
+    # separate projections and per-expert adapters on the fused experts
     fused = bool(framework_record(training.framework).megatron_options) \
         and training.adapters.finetune == "lora"
-    adapters = sp.Rational(models.lora_parameter_count(x, training.adapters.lora_rank, targets,
-                                                       fused=fused) * len(sp_.layers),
-                           x.num_layers * layout.t)
-    counts = {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters, N_ll: largest}
+    # N_q: the frozen linear weights the base's format applies to.  Under PEFT the base is
+    # transformers 5.25.0's model, whose routed experts are fused 3-D parameters, not
+    # nn.Linear: bitsandbytes replaces nn.Linear (and Conv1D) modules only
+    # (integrations/bitsandbytes.py:189, quantizer_bnb_4bit.py:83-87 at 5.25.0), so they
+    # stay 16-bit, in N_u (bitsandbytes issue 1849).  Megatron's experts are frozen as built
+    # with the linears.
+    quant = sp.Rational(lin, layout.t) + (sp_.experts_per_gpu if fused else 0)
+    per_kind = {kind: models.lora_layer_adapters(x, training.adapters.lora_rank, targets,
+                                                 fused=fused, moe=kind) for kind in set(pattern)}
+    part = {key: sum(per_kind[pattern[i]][key] for i in sp_.layers)
+            for key in ("tp", "expert", "experts")}
+    if fused and sp_.mtp:
+        # Bridge's ModuleMatcher matches the MTP layers' linears by name too (their
+        # mtp_model_layer is a decoder layer of the same spec, multi_token_prediction.py:
+        # 1203-1229 at d98e8a64dd); one block's weights when repeated
+        n_mtp = 1 if x.mtp_repeated else x.mtp_num_layers
+        for kind in models.stages.mtp_layer_kinds(x):
+            mtp_part = models.lora_layer_adapters(x, training.adapters.lora_rank, targets,
+                                                  fused=True, moe=kind)
+            part = {key: part[key] + n_mtp * mtp_part[key] for key in part}
+    # N_a: TP-split adapters over t, PEFT's per-expert ones as the experts (e t_e); N_ae:
+    # Bridge's shared expert adapter, split over expert TP and whole on every EP rank
+    adapters = sp.Rational(part["tp"], layout.t) \
+        + sp.Rational(part["experts"], layout.e * layout.expert_tp)
+    counts = {N_q: quant, N_u: sp_.per_gpu - quant, N_a: adapters,
+              N_ae: sp.Rational(part["expert"], layout.expert_tp), N_ll: largest}
     if fused and training.states.precision in ("fp8", "fp4"):
         # Megatron LoRA: TE casts and caches the frozen linear weights as trained ones
         # (state_terms): the decoder's linears and experts, and the MTP layers' under FP8
@@ -233,6 +255,8 @@ def state_terms(experts: bool, training: Training) -> tuple:
                    sharded=training.states.sharding in ("zero3", "fsdp"),
                    main_grads=megatron, unquantized_dtype=base,
                    params_dtype_base=megatron)
+        if megatron and experts:
+            tot = _expert_adapters(tot, training, dtype)
         if megatron and training.states.precision in ("fp8", "fp4"):
             # the frozen base runs through TE's linears under the FP8 / NVFP4 autocast: each
             # weight cast and cached as a trained one, rowwise and columnwise, since dgrad
@@ -279,6 +303,26 @@ def state_terms(experts: bool, training: Training) -> tuple:
     if training.states.optimizer == "muon":   # cited where Muon makes its states
         return muon.muon_states(terms, layer_wise=training.states.sharding != "ddp")
     return tuple(terms)
+
+
+def _expert_adapters(tot: Total, training: Training, dtype: str) -> Total:
+    """``tot`` with Megatron-Bridge's shared expert adapters ``N_ae`` added to its adapter
+    Terms: ``is_expert`` Megatron-core linears (``allreduce`` False under EP or t_e != t,
+    tensor_parallel/layers.py:1032-1090 at d98e8a64dd) live in DDP's expert buffers, reduced
+    and, under the distributed optimizer, split over expert data parallel, d c t / (e t_e)
+    ranks (distributed_data_parallel.py:191, 285-286, 711-714), as the experts' own states."""
+    st = training.states
+    widths = megatron_adapter_widths(
+        st.precision, st.grad_dtype, optimizer=st.optimizer, scheme=st.sharding,
+        shards=d * c * t / (e * t_e) if st.sharding == "distributed-optimizer" else 1,
+        precision_aware=st.precision_aware, fp8_recipe=st.fp8_recipe,
+        **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    widths.pop("adapter_dtype"), widths.pop("base_dtype")
+    extra = {term.key: term.expr for term in adapter_state(dtype, N_ae, main_grads=True).subs(widths)}
+    return Total(tot.name, tuple(
+        replace(term, expr=term.expr + extra[term.key],
+                description=term.description + " (and the experts' shared adapters, N_ae)")
+        if term.key in extra else term for term in tot.terms))
 
 
 def _megatron_fsdp_terms(experts: bool, training: Training) -> tuple:
