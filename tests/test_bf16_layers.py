@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 
+from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
@@ -179,3 +180,21 @@ def test_pipeline_stages_take_the_bf16_layers():
     # one BF16 layer at the end only: the last stage is the slowest by one layer's excess
     only_end = job_step_time(_llama8b(bf16_layers=(0, 1), **kw)).total
     assert fp8 < only_end < mixed
+
+
+def test_cli_flags_read_megatrons_names(capsys):
+    # memsym's own command line takes Megatron's spellings: stage 0's FP8 weights lose one
+    # layer's (1 byte a weight under --fp8-param-gather), as the job API counts them
+    base = ["estimate", "llama3-8b", "--pp", "2", "--seq-length", "8192", "--precision", "fp8",
+            "--fp8-recipe", "tensorwise", "--fp8-param-gather"]
+    assert main(base) == 0
+    before = capsys.readouterr().out
+    assert main(base + ["--first-last-layers-bf16"]) == 0
+    after = capsys.readouterr().out
+    fp8_all, fp8_mixed = (int(next(line.split()[1] for line in out.splitlines()
+                                   if line.startswith("fp8_weights")).replace(",", ""))
+                          for out in (before, after))
+    assert fp8_all - fp8_mixed == LAYER_LINEAR
+    assert "(first 1 / last 1 layers in BF16)" in after
+    assert main(["estimate", "llama3-8b", "--pp", "2", "--first-last-layers-bf16"]) == 2
+    assert "bf16_layers" in capsys.readouterr().err
