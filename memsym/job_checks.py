@@ -140,6 +140,35 @@ def _check_fp8_glu_input(x, training: Training) -> None:
                                 "refuses another activation)")
 
 
+def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
+    """``bf16_layers`` (Megatron's ``--first-last-layers-bf16``): two whole numbers; under fp8
+    or fp4 on Megatron (the flag is a TransformerConfig field, and without FP8 / FP4 every
+    layer runs in BF16 anyway: memsym refuses the no-op), not with delayed scaling, and under
+    FP8 at most floor(L/p) each (TransformerConfig.__post_init__, transformer_config.py:
+    1528-1557 at d98e8a64dd)."""
+    pair = training.states.bf16_layers
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise InvalidValueError(f"bf16_layers must be (first, last) layer counts, got {pair!r:.40}")
+    start, end = (whole(n, "bf16_layers", minimum=0) for n in pair)
+    if not start and not end:
+        return
+    st = training.states
+    if st.precision not in ("fp8", "fp4") or not framework_record(training.framework).megatron_options:
+        raise InvalidValueError("bf16_layers is Megatron's --first-last-layers-bf16 under fp8 or "
+                                f"fp4 (framework megatron), not {training.framework} in "
+                                f"{st.precision}: without FP8/FP4 every layer runs in BF16")
+    if st.precision == "fp8" and st.fp8_recipe == "delayed":
+        raise InvalidValueError("Delayed scaling does not support first / last layer in BF16 "
+                                "(Megatron's TransformerConfig, transformer_config.py:1528-1530 "
+                                "at d98e8a64dd)")
+    for name, n in (("start", start), ("end", end)):
+        if st.precision == "fp8" and n > x.num_layers // layout.p:
+            raise InvalidValueError(f"num_layers_at_{name}_in_bf16 ({n}) must be between 0 and "
+                                    "number of layers per pipeline stage "
+                                    f"({x.num_layers // layout.p}) (Megatron's TransformerConfig, "
+                                    "transformer_config.py:1538-1557 at d98e8a64dd)")
+
+
 def _check_megatron_fsdp(training: Training) -> None:
     """Megatron-FSDP's strategy: Megatron's, and the job's sharding the scheme that shards the
     same states (:data:`MEGATRON_FSDP_SCHEMES`); its double buffer only with Megatron-FSDP;
@@ -276,6 +305,7 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("mla_down_proj_fusion (--mla-down-proj-fusion) needs "
                                 "multi-latent attention (Megatron-LM's validate_args)")
     _check_fp8_glu_input(x, training)
+    _check_bf16_layers(x, layout, training)
     if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
         choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)
         if names["precision"] != "fp8":

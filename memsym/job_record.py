@@ -9,8 +9,7 @@ lists, the one whole-number validator and :math:`m = B/(b\,d)`; :func:`memsym.jo
 
 from __future__ import annotations
 
-import dataclasses
-import numbers
+import dataclasses, numbers
 from dataclasses import dataclass
 
 from sympy import Rational
@@ -23,7 +22,6 @@ from .vocabulary import recompute_modules
 __all__ = ["Layout", "Training", "Batch", "PipelineSchedule", "ModelStates", "Memory", "Adapters",
            "CommOverlap", "PARTS", "FIELD_PARTS", "DEFAULTS", "OPTION_ALIASES", "REPORTED_DEFAULTS",
            "whole", "microbatches", "recompute_modules_of"]
-
 
 # the parts ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -147,11 +145,12 @@ class ModelStates:
         How model states are counted: ``"framework"`` (default: what Megatron-core, DeepSpeed
         or FSDP2 allocate: the distributed optimizer's 6 + 12/d B/parameter), ``"seed000"``
         (read as ZeRO-2, 2 + 16/d; alias ``"memsym"``), ``"zero-paper"`` (ZeRO §5), ``"megatron-lm"``.
-    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe, fp4_param_gather
-        The gradient-buffer dtype (None: the framework's, fp32 for Megatron's 16-bit
-        training, ``"bf16"`` = ``--grad-reduce-in-bf16``; Megatron-FSDP's main grads),
-        ``--use-precision-aware-optimizer``, ``--fp8-param-gather`` (:func:`byte_widths`),
-        ``--fp8-recipe`` (None: per-tensor; ``"mxfp8"``: ``FP8_RECIPES``), ``--fp4-param-gather``.
+    grad_dtype, precision_aware, fp8_param_gather, fp8_recipe, fp4_param_gather, bf16_layers
+        The gradient-buffer dtype (None: the framework's, fp32 for Megatron's 16-bit training,
+        ``"bf16"`` = ``--grad-reduce-in-bf16``; Megatron-FSDP's main grads), ``--use-precision-
+        aware-optimizer``, ``--fp8-param-gather`` (:func:`byte_widths`), ``--fp8-recipe`` (None:
+        per-tensor; ``"mxfp8"``: ``FP8_RECIPES``), ``--fp4-param-gather``; (first, last) decoder
+        layers in BF16 under fp8/fp4 (``--first-last-layers-bf16``, :mod:`memsym.training.bf16_layers`).
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         Megatron's precision-aware optimizer dtypes (fp32; :mod:`memsym.terms.recipe_buffers`).
     zero_buckets : tuple of (str, int)
@@ -179,6 +178,7 @@ class ModelStates:
     fp8_param_gather: bool = False
     fp8_recipe: str | None = None
     fp4_param_gather: bool = False
+    bf16_layers: tuple[int, int] = (0, 0)
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
@@ -376,7 +376,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
                                 "wgrad_deferral_limit")),
     ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
-        "fsdp_double_buffer", "fp4_param_gather")),
+        "fsdp_double_buffer", "fp4_param_gather", "bf16_layers")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
         "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store")),

@@ -231,6 +231,9 @@ N_rep = _register("N_rep", r"N_{\mathrm{rep}}", "parameters of the pipeline stag
                   "nonnegative")
 N_exp = _register("N_exp", r"N_{\mathrm{exp}}", "routed-expert parameters of the pipeline stage, "
                   "all e t_e ranks together", "parameters", "nonnegative")
+N_xq = _register("N_xq", r"N_{\mathrm{xq}}", "routed-expert parameters of the pipeline stage in "
+                 "FP8 / NVFP4 weights, all e t_e ranks together: N_exp less the BF16 layers' "
+                 "(--first-last-layers-bf16)", "parameters", "nonnegative")
 N_sc = _register("N_sc", r"N_{\mathrm{sc}}", "parameters of one GPU that Muon leaves to its "
                  "scalar Adam (embedding, output layer, 1-D norms)", "parameters", "nonnegative")
 N_q = _register("N_q", r"N_{\mathrm{q}}", "frozen linear-layer parameters on one GPU (quantized "

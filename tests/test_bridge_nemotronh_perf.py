@@ -33,13 +33,15 @@ def test_nano_h100_fp8cs_reads_its_cuda_graph_modules():
     assert values["model.recompute_modules"] == ["layernorm"]
 
 
-def test_super_nvfp4_is_read_as_fp4_with_a_note():
+def test_super_nvfp4_is_read_as_fp4_with_its_bf16_layers():
     # gb300/nemotronh.py:180: _nemotron_3_super_nvfp4_precision (nemotronh/common.py: the
-    # nemotron_3_super_bf16_with_nvfp4_mixed recipe, fp4_param_gather False)
+    # nemotron_3_super_bf16_with_nvfp4_mixed recipe, fp4_param_gather False); that recipe's
+    # first_last_layers_bf16 with num_layers_at_end_in_bf16 14 (training/mixed_precision.py:
+    # 427-428 at 067f987df0): the last 14 layers in BF16, no first ones (its default 0, :73)
     _, opts, notes = bridge_job_options(read_bridge_recipe(
         "nemotron_3_super_pretrain_64gpu_gb300_nvfp4_config"))
     assert opts["precision"] == "fp4" and not opts.get("fp4_param_gather")
-    assert any("last 14 layers run in BF16" in n for n in notes)
+    assert opts["bf16_layers"] == (0, 14)
 
 
 def test_lightning_recipes_are_not_read_as_nano():

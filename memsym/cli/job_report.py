@@ -142,6 +142,7 @@ def _training_fields(j) -> dict:
             "precision": training.states.precision,
             "fp8_recipe": training.states.fp8_recipe,
             "fp4_param_gather": training.states.fp4_param_gather,
+            "bf16_layers": list(training.states.bf16_layers),
             "optimizer": training.states.optimizer,
             "sharding": training.states.sharding,
             "megatron_fsdp": training.states.megatron_fsdp,

@@ -370,6 +370,15 @@ def _run_rows():
         flag("--fp4-param-gather", group="training", field="fp4_param_gather", value=True,
               help="Megatron's flag (--precision fp4, distributed optimizer): the linear "
               "weights are kept in NVFP4 only, gathered in NVFP4"),
+        flag("--first-last-layers-bf16", group="training", field="bf16_layers", value=(1, 1),
+              effect="memory, time", help="Megatron's flag (--precision fp8 or fp4, not the "
+              "delayed recipe): the first and last decoder layers run in BF16 (16-bit weights, "
+              "no FP8 copy, 16-bit saved inputs, BF16 GEMMs); how many: the two options below"),
+        *(option(f"--num-layers-at-{end}-in-bf16", group="training", type=T.layer_count,
+                 metavar="N", field="bf16_layers", effect="memory, time",
+                 source=MEGATRON_ARGS + ": 1 (TransformerConfig)", help=f"Megatron's: with "
+                 f"--first-last-layers-bf16, the {which} N decoder layers in BF16")
+          for end, which in (("start", "first"), ("end", "last"))),
         option("--framework", group="training", choices=FRAMEWORKS,
            field="framework", default="megatron", source=JOB_DEFAULTS, commands=JOB_AND_SEARCH,
            search="same", effect="memory, time",

@@ -131,7 +131,9 @@ def _states_text(trn: dict) -> str:
     if "precision" not in trn:
         return ""
     prec = trn["precision"] + (f" ({trn['fp8_recipe']})" if trn.get("fp8_recipe") else "") \
-        + (" (NVFP4 parameters, fp4_param_gather)" if trn.get("fp4_param_gather") else "")
+        + (" (NVFP4 parameters, fp4_param_gather)" if trn.get("fp4_param_gather") else "") \
+        + (" (first {} / last {} layers in BF16)".format(*trn["bf16_layers"])
+           if any(trn.get("bf16_layers") or ()) else "")
     out = f"; precision {prec}, sharding {scheme_words(trn['sharding'], trn.get('optimizer'))}"
     if trn.get("megatron_fsdp"):
         out += f" (Megatron-FSDP {trn['megatron_fsdp']}"

@@ -255,6 +255,10 @@ def _memsym_options(args) -> dict:
         opts["fp8_param_gather"] = True
     if getattr(args, "fp4_param_gather", False):
         opts["fp4_param_gather"] = True
+    if getattr(args, "first_last_layers_bf16", False):   # Megatron's counts: 1 by default
+        opts["bf16_layers"] = tuple(1 if n is None else n for n in (
+            getattr(args, "num_layers_at_start_in_bf16", None),
+            getattr(args, "num_layers_at_end_in_bf16", None)))
     if getattr(args, "lora_regather", False):
         opts["lora_regather"] = True
     if getattr(args, "should_pad_vocab", False) and args.convention != "megatron-bridge":

@@ -20,7 +20,7 @@ __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
 #: MixedPrecisionConfig's own defaults of the fields memsym reads (training/mixed_precision.py
 #: at 067f987df0): grad_reduce_in_fp32 True (:47), fp8 None (:49), fp8_recipe "tensorwise"
 #: (:50-52), fp8_param_gather False (:61), fp4 None (:63), fp4_param_gather False (:66), no
-#: BF16 layers (:53, :73-74).
+#: BF16 layers (first_last_layers_bf16 False :53, num_layers_at_start/end_in_bf16 0 :73-74).
 _CONFIG_DEFAULTS = {"fp8": None, "fp8_recipe": "tensorwise", "fp8_param_gather": False,
                     "fp4": None, "fp4_param_gather": False, "grad_reduce_in_fp32": True,
                     "bf16_layers": (0, 0)}
@@ -34,14 +34,8 @@ _NAMED_CONFIGS = {
     "fp16_mixed": ("fp16", {"grad_reduce_in_fp32": False}),                     # :201-213 (:212)
     "bf16_with_fp8_delayed_scaling_mixed": ("bf16", {                            # :217-232
         "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True}),   # :226, :227, :231
-    "fp16_with_fp8_delayed_scaling_mixed": ("fp16", {                            # :236-251
-        "grad_reduce_in_fp32": False, "fp8": "hybrid", "fp8_recipe": "delayed",  # :212, :245-246
-        "fp8_param_gather": True}),                                              # :250
     "bf16_with_mxfp8_mixed": ("bf16", {                                          # :255-266
         "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True}),       # :262-264
-    "fp16_with_mxfp8_mixed": ("fp16", {                                          # :270-281
-        "grad_reduce_in_fp32": False, "fp8": "e4m3", "fp8_recipe": "mxfp8",      # :277-278
-        "fp8_param_gather": True}),                                              # :279
     "bf16_with_fp8_current_scaling_mixed": ("bf16", {                            # :285-303
         "fp8": "hybrid", "fp8_recipe": "tensorwise", "bf16_layers": (1, 1),     # :297-301
         "fp8_param_gather": True}),                                              # :302
@@ -51,20 +45,26 @@ _NAMED_CONFIGS = {
     "nanov2_bf16_with_fp8_current_scaling_mixed": ("bf16", {                     # :329-347
         "fp8": "hybrid", "fp8_recipe": "blockwise", "bf16_layers": (2, 2),      # :341-345
         "fp8_param_gather": True}),                                              # :346
-    "fp16_with_fp8_current_scaling_mixed": ("fp16", {                            # :351-369
-        "grad_reduce_in_fp32": False, "fp8": "hybrid", "fp8_recipe": "tensorwise",   # :363-364
-        "bf16_layers": (1, 1), "fp8_param_gather": True}),                       # :365-368
     "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", {                         # :373-385
         "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False}),  # :382-384
-    "fp16_with_fp8_subchannel_scaling_mixed": ("fp16", {                         # :389-401
-        "grad_reduce_in_fp32": False, "fp8": "hybrid", "fp8_recipe": "blockwise",    # :398-399
-        "fp8_param_gather": False}),                                             # :400
     "bf16_with_nvfp4_mixed": ("bf16", {                                          # :405-417
         "fp4": "e2m1", "fp8_param_gather": False, "fp4_param_gather": True}),   # :413-416
     "nemotron_3_super_bf16_with_nvfp4_mixed": ("bf16", {                         # :421-429
         "fp4": "e2m1", "fp8_param_gather": False, "fp4_param_gather": True,     # (:426)
         "bf16_layers": (0, 14)}),                                                # :427-428
 }
+#: Each fp16 config is ``fp16_mixed()`` (grad_reduce_in_fp32 False, :212) with the FP8 fields
+#: of its bf16 twin, set line for line alike (fp16 -> bf16 twin, the fp16 function's lines).
+_FP16_TWINS = {"fp16_with_fp8_delayed_scaling_mixed": "bf16_with_fp8_delayed_scaling_mixed",  # :236-251
+               "fp16_with_mxfp8_mixed": "bf16_with_mxfp8_mixed",                              # :270-281
+               "fp16_with_fp8_current_scaling_mixed": "bf16_with_fp8_current_scaling_mixed",  # :351-369
+               "fp16_with_fp8_subchannel_scaling_mixed":
+                   "bf16_with_fp8_subchannel_scaling_mixed"}                                  # :389-401
+_NAMED_CONFIGS.update({fp16: ("fp16", {"grad_reduce_in_fp32": False, **_NAMED_CONFIGS[bf16][1]})
+                       for fp16, bf16 in _FP16_TWINS.items()})
+
+#: MixedPrecisionConfig's counts of BF16 layers (:73-74), in bf16_layers' order.
+_BF16_COUNTS = ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
 
 #: The named configs memsym reads -> (precision, whether its FP8/FP4 parameters are gathered):
 #: fp8 for any fp8 format (bf16 or fp16 16-bit weights with FP8 GEMMs), fp4 for NVFP4 (e2m1:
@@ -107,9 +107,11 @@ def recipe_precision(values, notes) -> dict:
     else:
         raise InvalidValueError(f"mixed_precision={str(recipe)[:60]}: memsym reads "
                                 f"{', '.join(_NAMED_CONFIGS)}")
+    fields.update(first_last_layers_bf16=any(fields["bf16_layers"]),
+                  **dict(zip(_BF16_COUNTS, fields["bf16_layers"])))
     for key in ("fp8", "fp8_recipe", "fp4", "fp8_param_gather", "fp4_param_gather",
-                "grad_reduce_in_fp32"):      # the recipe's overrides of the config's fields
-        if "mixed_precision." + key in values:
+                "grad_reduce_in_fp32", "first_last_layers_bf16", *_BF16_COUNTS):
+        if "mixed_precision." + key in values:   # the recipe's overrides of the config's fields
             fields[key] = values["mixed_precision." + key]
     fp8, fp4 = (fields[k] not in (None, False) for k in ("fp8", "fp4"))
     if fp8 and fp4:
@@ -119,13 +121,17 @@ def recipe_precision(values, notes) -> dict:
     prec = "fp8" if fp8 else "fp4" if fp4 else base
     gather = recipe_flag(values, f"mixed_precision.{prec}_param_gather",
                          fields[f"{prec}_param_gather"]) if prec in ("fp8", "fp4") else False
-    start, end = fields["bf16_layers"]
-    if prec in ("fp8", "fp4") and (start or end):   # first_last_layers_bf16
-        which = " and ".join(f"{w} {n}" for w, n in (("first", start), ("last", end)) if n)
-        notes.append(f"{recipe}: its {which} layers run in {base.upper()} (first_last_layers_"
-                     "bf16, training/mixed_precision.py); counted at the run's "
-                     f"{prec.upper()} like the others")
     out = {"precision": prec}
+    # first_last_layers_bf16 with its counts reach TransformerConfig (update_config_with_
+    # precision_overrides, :138-157): memsym.training.bf16_layers; without it, none
+    pair = tuple(int(fields[k]) for k in _BF16_COUNTS) \
+        if recipe_flag(values, "mixed_precision.first_last_layers_bf16",
+                       fields["first_last_layers_bf16"]) else (0, 0)
+    if prec in ("fp8", "fp4") and any(pair):
+        out["bf16_layers"] = pair
+        if base == "fp16":
+            notes.append(f"{recipe}: its BF16 layers (first_last_layers_bf16) run in FP16, "
+                         "the run's 16-bit dtype: the same 2 bytes and rate")
     if prec in ("fp8", "fp4") and gather:
         out[prec + "_param_gather"] = True
     if prec == "fp8":
@@ -193,7 +199,7 @@ def recipe_sharding(values, prec: dict, notes) -> str:
                    else "with FP8 without fp8_param_gather" if scheme == "fsdp"
                    else "with FP8")
             prec.update(precision="bf16")
-            for key in ("fp8_param_gather", "fp8_recipe", "fp4_param_gather"):
+            for key in ("fp8_param_gather", "fp8_recipe", "fp4_param_gather", "bf16_layers"):
                 prec.pop(key, None)
             notes.append(f"Megatron-FSDP {strategy} {why} (supported by Bridge): memsym counts "
                          "the job as bf16, without the FP8 weights and FP8 saved inputs")

@@ -121,6 +121,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
             opts["fp8_recipe"] = prec["fp8_recipe"]
     else:
         opts["precision"] = params
+    if any(prec.get("bf16_layers", ())):   # --first-last-layers-bf16 under FP8 / FP4
+        opts["bf16_layers"] = tuple(prec["bf16_layers"])
     if prec.get("grad_dtype") not in (None, "fp32"):
         opts["grad_dtype"] = prec["grad_dtype"]
     if prec.get("precision_aware_optimizer"):

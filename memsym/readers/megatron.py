@@ -34,8 +34,8 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  parse_megatron_argv)
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from .megatron_precision import (FP4_FORMATS, FP4_RECIPES, FP8_FORMATS, MEGATRON_FP8_RECIPES,
-                                 MUON_DESTS, megatron_fsdp_options, megatron_muon,
-                                 megatron_optimizer, megatron_precision)
+                                 MUON_DESTS, megatron_bf16_layers, megatron_fsdp_options,
+                                 megatron_muon, megatron_optimizer, megatron_precision)
 from .megatron_training import (attention_kernels, checked_recompute_modules, keeps_no_scores,
                                 megatron_layout, megatron_training)
 from .megatron_userbuffers import UB_DEST, megatron_ub_option
@@ -424,6 +424,11 @@ def _override_precision(r: MegatronArguments, opts: dict):
             opts["fp8_recipe"] = recipe
         else:
             r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
+    if r.given("first_last_layers_bf16"):   # the preset's own recipe counts as given
+        pair = megatron_bf16_layers(r, r.given("fp8") or r.given("fp4"),
+                                    r.raw.get("fp8_recipe", "delayed") if r.given("fp8") else None)
+        if any(pair):
+            opts["bf16_layers"] = pair
 
 
 def _override_attention(r: MegatronArguments, opts: dict):

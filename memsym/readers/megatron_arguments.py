@@ -126,6 +126,7 @@ MODELLED = {
     "attention_backend", "use_flash_attn", "transformer_impl", "hidden_dropout",
     "attention_dropout",
     "bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "fp4", "fp4_recipe", "fp4_param_gather",
+    "first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
     "grad_reduce_in_bf16",
     "accumulate_allreduce_grads_in_fp32", "use_precision_aware_optimizer", "main_grads_dtype",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",

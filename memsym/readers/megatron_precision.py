@@ -20,7 +20,7 @@ from ..vocabulary import MEGATRON_FSDP_SCHEMES, MUON_TP_MODES
 from ._values import MAX_BATCH
 from .megatron_arguments import MegatronArguments
 
-__all__ = ["megatron_precision", "megatron_optimizer", "megatron_fsdp_options", "megatron_muon",
+__all__ = ["megatron_precision", "megatron_bf16_layers", "megatron_optimizer", "megatron_fsdp_options", "megatron_muon",
            "MUON_DESTS", "FP8_FORMATS", "MEGATRON_FP8_RECIPES", "FP4_FORMATS", "FP4_RECIPES"]
 
 #: The values Megatron-LM's argparse accepts for --fp8-format, --fp8-recipe, --fp4-format and
@@ -112,12 +112,49 @@ def megatron_precision(r: MegatronArguments) -> dict:
     if fp4_pg and not fp4:   # validate_args: --fp4-param-gather needs --fp4-format
         raise InvalidValueError("--fp4-param-gather must be used together with --fp4-format "
                                 "(Megatron's validate_args)")
+    bf16_layers = megatron_bf16_layers(r, bool(fp8 or fp4), recipe if fp8 else None)
     return {"params_dtype": params, "grad_reduce_in_fp32": accumulate, "grad_dtype": grad,
             "main_grads_dtype": main_grads, "main_params_dtype": dtypes["main_params_dtype"]
             if params != "fp32" else "fp32", "exp_avg_dtype": dtypes["exp_avg_dtype"],
             "exp_avg_sq_dtype": dtypes["exp_avg_sq_dtype"], "precision_aware_optimizer": pa,
             "fp8": fp8, "fp8_recipe": recipe if fp8 else None, "fp8_param_gather": fp8_pg,
-            "fp4": fp4, "fp4_param_gather": fp4_pg}
+            "fp4": fp4, "fp4_param_gather": fp4_pg, "bf16_layers": bf16_layers}
+
+
+def megatron_bf16_layers(r: MegatronArguments, quantized: bool, fp8_recipe) -> tuple:
+    """``(first, last)``: the decoder layers ``--first-last-layers-bf16`` keeps in BF16, with
+    ``--num-layers-at-start-in-bf16`` and ``--num-layers-at-end-in-bf16`` (TransformerConfig
+    fields, argparse from the dataclass: 1 each by default, transformer_config.py:649-658 at
+    d98e8a64dd); ``(0, 0)`` without the flag, or without FP8 / FP4, where every layer runs in
+    BF16 anyway (``get_fp8_context`` enters no context, fp8_utils.py:848-852: noted).
+
+    Raises
+    ------
+    InvalidValueError
+        With the delayed recipe (Megatron's default ``--fp8-recipe``): TransformerConfig
+        refuses it (transformer_config.py:1528-1530).
+
+    Examples
+    --------
+    >>> from memsym.readers.megatron_arguments import parse_megatron_argv
+    >>> r = MegatronArguments(*parse_megatron_argv(["--first-last-layers-bf16",
+    ...                                             "--num-layers-at-end-in-bf16", "2"])[::2])
+    >>> megatron_bf16_layers(r, True, "tensorwise")
+    (1, 2)
+    """
+    if not r.flag("first_last_layers_bf16"):
+        return (0, 0)
+    pair = tuple(r.int(f"num_layers_at_{w}_in_bf16", 1, lo=0) for w in ("start", "end"))
+    if not quantized:
+        r.note(f"{r.name('first_last_layers_bf16')} without --fp8-format or --fp4-format: "
+               "every layer runs in BF16 already")
+        return (0, 0)
+    if fp8_recipe == "delayed":
+        raise InvalidValueError("Delayed scaling does not support first / last layer in BF16 "
+                                "(Megatron's TransformerConfig with --first-last-layers-bf16 and "
+                                "--fp8-recipe delayed, its default: transformer_config.py:"
+                                "1528-1530 at d98e8a64dd)")
+    return pair
 
 
 def megatron_optimizer(r: MegatronArguments, arch: dict, lay: dict, prec: dict) -> dict:

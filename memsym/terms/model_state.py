@@ -350,7 +350,8 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
     elif offload != "optimizer+params":
         if (precision == "fp8" and fp8_param_gather) or fp4_param_gather:
             terms.append(Term("weights", per_gpu(b_hp, shard_w, psi - lin),
-                              "16-bit weights outside the linear layers (embeddings, norms)",
+                              "16-bit weights outside the quantized linear ones (embeddings, norms, "
+                              "any BF16 layers)",
                               src_w, label="weights"))
         else:
             what = ("sharded parameters in their original dtype (dim-0 shards)" if scheme == "fsdp"

@@ -53,7 +53,8 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     middle stage where the middle ones differ (a fourth entry).  The dense ones are
     split over TP, the experts over EP x expert TP; the end stages hold the embedding or the
     output layer and the final norm (the fourth value: not linear-layer weights, gathered at
-    16 bits under FP8 / NVFP4 parameters).  A hybrid's layer is the mean of its kinds' weights
+    16 bits under FP8 / NVFP4 parameters; so are the dense weights of the rank's BF16 layers,
+    ``Settings.bf16_layers``: both ends' at p = 1, else the larger end's).  A hybrid's layer is the mean of its kinds' weights
     (``Shape.kinds``).
 
     Parameters
@@ -108,6 +109,8 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
         ends_gpu = np.where((p > 1) & (v_first < v_rest), 0.0,
                             np.where(p > 1, (2 * x.V * x.h + x.h) / t, ends_gpu))
     expert_gpu = layers_max * per_layer_expert / (e * t_e)
+    n_bf = st.bf16_layers if st.precision in ("fp8", "fp4") else (0, 0)   # gathered 16-bit
+    ends_gpu = ends_gpu + np.where(p == 1, sum(n_bf), max(n_bf)) * per_layer_dense / t
     return dense_gpu, expert_gpu, layers_max, ends_gpu
 
 

@@ -34,7 +34,7 @@ __all__ = ["pipeline_parts", "ep_alone_passes"]
 
 def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, layer: tuple, *,
                    eta_gemm=None, first=None, last=None, chunks=None, mtp_layers: int = 0,
-                   exact_schedule: bool = False) -> dict:
+                   exact_schedule: bool = False, bf16=None) -> dict:
     r"""The pipeline's seconds of a grid of layouts and what they are made of [s].
 
     .. math::
@@ -47,17 +47,16 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     backward (the longest path then runs along the last stage, the fill and drain through
     the others); with a heavier first or middle stage (the embedding, an uneven split, MTP
     under the V placement) the schedule runs off it: below it where the first stage is the
-    slowest in both passes (its fill overlaps), either side otherwise.  So 1F1B's layouts (no custom layout) take the exact
-    makespan of their first, middle and last stages
+    slowest in both passes (its fill overlaps), either side otherwise.  So 1F1B's layouts (no
+    custom layout) take the exact makespan of their first, middle and last stages
     (:func:`memsym.timing.one_f_one_b.one_f_one_b_makespan`, the simulated schedule's).
     Interleaved (v > 1) the form is exact with equal stages only (unequal ones: off the
     simulated schedule by up to a few per cent): schedules of at most
     :data:`memsym.timing.interleaved.MAX_PASSES` chunk passes take their longest path
     (:func:`memsym.timing.interleaved.exact_interleaved`, the simulated schedule's), larger
     ones keep the form, as GPipe does; with ``exact_schedule`` every layout takes the
-    simulated schedule.  Returns a dict: ``pipeline``
-    (the makespan), ``bubble``,
-    ``edges`` (:func:`ep_alone_passes`) [s]; ``launchable``; ``stages`` (the decoder layers
+    simulated schedule.  Returns a dict: ``pipeline`` (the makespan), ``bubble``, ``edges``
+    (:func:`ep_alone_passes`) [s]; ``launchable``; ``stages`` (the decoder layers
     of the first, middle, last (and heaviest middle) stages [layers]); ``tau`` (each stage's
     forward and backward [s]); ``msg`` [bytes], ``p2p`` and ``p2p_exposed`` [s] (the PP
     message, its seconds and its exposed seconds per stage-microbatch); ``mtp_busy`` (the MTP
@@ -93,6 +92,8 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
         :func:`memsym.timing.mtp.mtp_depth`'s work beside it.
     exact_schedule : bool
         The makespan as the simulated schedule.
+    bf16 : tuple, optional
+        The end stages' BF16 layers and one's excess over the mean layer [s] (:func:`_bf16_ends`).
 
     Examples
     --------
@@ -118,9 +119,10 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     lf, lb, ep_alone, mtp = layer
     out_f, out_b, emb = _output_ends(x, st, dev, clu, overlap, (t, c, d, b), eta_gemm,
                                      mtp_layers, layer)
+    emb, emb_b, out_f, out_b = _bf16_ends(emb, out_f, out_b, bf16)
     msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
     stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first, last, chunks, lf, lb,
-                                              (emb, out_f, out_b), p2p_exposed, mtp_layers)
+                                              (emb, out_f, out_b, emb_b), p2p_exposed, mtp_layers)
     pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
                                              exact_schedule, chunk_tau)
     edges = ep_alone_passes(x, overlap, p, v, m, _groups(st, p, m, v), ep_alone)
@@ -130,6 +132,16 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     return {"pipeline": pipeline, "bubble": bubble, "edges": edges, "launchable": launchable,
             "stages": stages, "tau": tau, "msg": msg, "p2p": p2p, "p2p_exposed": p2p_exposed,
             "mtp_busy": np.where(out_stage == busiest, mtp_layers, 0)}
+
+
+def _bf16_ends(emb, out_f, out_b, bf16) -> tuple:
+    """``(emb, emb_b, out_f, out_b)``: the end stages' own seconds with their BF16 layers'
+    excess over the mean layer [s] (``bf16``: ``(n_first, n_last, delta_f, delta_b)``,
+    :func:`memsym.timing.mean_layer.bf16_layer_excess`).  The first layers run beside the
+    embedding (rank 0, chunk 0), the last beside the output layer (the last rank's last
+    chunk), as the MTP layers do (:mod:`memsym.training.bf16_layers`)."""
+    n_first, n_last, bf_f, bf_b = bf16 or (0, 0, 0.0, 0.0)
+    return (emb + n_first * bf_f, n_first * bf_b, out_f + n_last * bf_f, out_b + n_last * bf_b)
 
 
 def _groups(st: Settings, p, m, v) -> np.ndarray:
@@ -204,12 +216,13 @@ def _stage_durations(st, L, p, v, first, last, chunks, lf: dict, lb: dict, ends,
     """The stages' decoder layers (:func:`_stages`), their :func:`stage_times` and, where
     ``chunks`` is given, each chunk's (:func:`chunk_times`); ``lf`` / ``lb``: the mean
     decoder layer's forward / backward parts, ``ends``: the embedding, the output
-    layer's forward and backward [s]; ``mtp``: MTP layers on the output stage."""
+    layer's forward and backward, the first stage's own backward [s]; ``mtp``: MTP layers on the output stage."""
     stages = _stages(st, L, p, v, first, last, chunks, mtp)
     layer_f, layer_b = sum(lf.values()), sum(lb.values())
-    tau = stage_times(st, stages, layer_f, layer_b, *ends)
-    chunk_tau = None if chunks is None else chunk_times(st, chunks, layer_f, layer_b,
-                                                         *ends, p2p_exposed)
+    emb, out_f, out_b, emb_b = ends
+    tau = stage_times(st, stages, layer_f, layer_b, emb, out_f, out_b, emb_b)
+    chunk_tau = None if chunks is None else chunk_times(st, chunks, layer_f, layer_b, emb,
+                                                         out_f, out_b, p2p_exposed, emb_b)
     return stages, tau, chunk_tau
 
 

@@ -26,7 +26,7 @@ from .moe_host import floored_growth
 from .mtp import mtp_block, mtp_settings
 from .records import Overlap, Settings
 
-__all__ = ["mean_layer", "layer_parts"]
+__all__ = ["mean_layer", "layer_parts", "bf16_layer_excess"]
 
 
 def mean_layer(x, st: Settings, dev, clu, t, c, e, t_e, b, d, *, eta_gemm,
@@ -182,6 +182,64 @@ def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap
             ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
                         + (raw["ep"][1] - bw["ep"]))     # the backward has no floor
     return lf, lb, raw_layer, ep_alone, (lf, lb)
+
+
+def bf16_layer_excess(x, st: Settings, dev, clu, knobs: tuple, lf: dict, lb: dict, *,
+                      eta_gemm, overlap: Overlap) -> tuple:
+    r"""What one decoder layer run in BF16 takes beyond the run's mean layer [s].
+
+    Forward and backward; 0 unless the run has ``bf16_layers`` under fp8 or fp4.
+
+    .. math:: \Delta^{\text{fwd}} = \sum_{part} \bar t^{\text{fwd}}_{part}\bigl|_{16\,\text{bit}}
+        - \sum_{part} \bar t^{\text{fwd}}_{part}
+
+    (the backward alike): the mean layer (:func:`mean_layer`) repriced with the GEMMs at the
+    16-bit rate and no quantize kernels (the settings at ``precision="bf16"``); a BF16 layer
+    of Megatron's ``--first-last-layers-bf16`` runs outside any FP8 / NVFP4 autocast
+    (:mod:`memsym.training.bf16_layers`).  Its kind is the mean layer's (the kinds spread
+    evenly over the layers, as :func:`mean_layer` assumes).
+
+    Parameters
+    ----------
+    x : memsym.timing.gemm.Shape
+        The model's shape.
+    st : Settings
+        What the step does beyond the layout (``bf16_layers``).
+    dev : GPU
+        The GPU.
+    clu : Cluster
+        The interconnect.
+    knobs : tuple of array_like
+        ``(t, c, e, t_e, b, d)``: as :func:`mean_layer` takes them [GPUs], b [sequences].
+    lf, lb : dict
+        The run's mean layer's forward and backward parts [s].
+    eta_gemm : float or None
+        A fixed achieved GEMM efficiency in (0, 1] [1] (None: the efficiency curve).
+    overlap : Overlap
+        Which communication hides behind compute.
+
+    Examples
+    --------
+    >>> from memsym.hardware import cluster_for, gpu; from memsym.model import preset
+    >>> from memsym.timing.gemm import shape_of
+    >>> dev, one = gpu("h100"), np.array(1.0)
+    >>> x, st = shape_of(preset("llama3-8b")), Settings(seq_length=4096, precision="fp8")
+    >>> lf, lb, *_ = mean_layer(x, st, dev, cluster_for(dev.name), *(one,) * 6, eta_gemm=0.5,
+    ...                         overlap=Overlap())
+    >>> bf16_layer_excess(x, st, dev, cluster_for(dev.name), (one,) * 6, lf, lb, eta_gemm=0.5,
+    ...                   overlap=Overlap())
+    (0.0, 0.0)
+
+    References
+    ----------
+    megatron-core: fp8_utils.py:711-728, 836-850; transformer_block.py:685-697 at d98e8a64dd.
+    """
+    if st.precision not in ("fp8", "fp4") or not any(st.bf16_layers):
+        return 0.0, 0.0
+    bf16 = dataclasses.replace(st, precision="bf16", fp8_recipe=None, fp8_param_gather=False,
+                               fp4_param_gather=False, bf16_layers=(0, 0))
+    f16, b16, *_ = mean_layer(x, bf16, dev, clu, *knobs, eta_gemm=eta_gemm, overlap=overlap)
+    return (sum(f16.values()) - sum(lf.values()), sum(b16.values()) - sum(lb.values()))
 
 
 def layer_parts(lf: dict, lb: dict, per_stage_mb, ep_once=0.0, mtp=None) -> dict:

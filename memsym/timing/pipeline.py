@@ -235,7 +235,8 @@ def _end_layers(x, st: Settings, dev, b, t, c, eta_gemm) -> tuple:
     return out_f, out_b, emb
 
 
-def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b) -> dict:
+def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b,
+                emb_b=0.0) -> dict:
     r"""Forward and backward seconds of one micro-batch on the first, middle and last stages.
 
     ``layers``: their decoder layers, the middle ones' mean; a fourth entry: the heaviest
@@ -258,6 +259,8 @@ def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b
         One decoder layer's forward and backward [s].
     emb, out_f, out_b : array_like
         The embedding's, the output layer's forward and backward seconds [s].
+    emb_b : array_like
+        The first stage's own backward beyond its layers [s] (its BF16 layers' excess).
 
     Examples
     --------
@@ -276,7 +279,7 @@ def stage_times(st: Settings, layers: tuple, layer_f, layer_b, emb, out_f, out_b
     out_role = "first" if st.output_first else "last"
     for role, n in zip(("first", "middle", "last", "middle_max"), layers):
         fr = n * layer_f + (emb if role == "first" else 0) + (out_f if role == out_role else 0)
-        br = n * layer_b + (out_b if role == out_role else 0)
+        br = n * layer_b + (emb_b if role == "first" else 0) + (out_b if role == out_role else 0)
         tau[role] = (fr, br)
     return tau
 
@@ -407,7 +410,7 @@ def _bubble_entry(sched: str, pp_: int, mm_: int, vv_: int, N, ratio: float) -> 
 
 
 def chunk_times(st: Settings, chunks: tuple, layer_f, layer_b, emb, out_f, out_b,
-                p2p_exposed) -> tuple:
+                p2p_exposed, emb_b=0.0) -> tuple:
     r"""Forward and backward seconds of each chunk pass of one micro-batch on each rank.
 
     .. math::
@@ -437,6 +440,8 @@ def chunk_times(st: Settings, chunks: tuple, layer_f, layer_b, emb, out_f, out_b
         The embedding, the output layer's forward and backward [s].
     p2p_exposed : float or numpy.ndarray
         Exposed PP p2p of one stage-micro-batch (v chunk passes), each direction [s].
+    emb_b : float or numpy.ndarray
+        The first chunk's own backward beyond its layers [s] (as :func:`stage_times`).
 
     Returns
     -------
@@ -466,7 +471,8 @@ def chunk_times(st: Settings, chunks: tuple, layer_f, layer_b, emb, out_f, out_b
             head, tail = r == 0 and j == 0, r == out_rank and j == v - 1
             fw[r].append(((v * n) * layer_f + (v * emb if head else 0)
                           + (v * out_f if tail else 0) + p2p_exposed) / v)
-            bw[r].append(((v * n) * layer_b + (v * out_b if tail else 0) + p2p_exposed) / v)
+            bw[r].append(((v * n) * layer_b + (v * emb_b if head else 0)
+                          + (v * out_b if tail else 0) + p2p_exposed) / v)
     return fw, bw
 
 

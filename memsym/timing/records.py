@@ -90,6 +90,10 @@ class Settings:
         Megatron's ``--fp8-param-gather`` (fp8) and ``--fp4-param-gather`` (fp4): the
         parameter all-gather moves the linear weights in FP8 (1 B; MXFP8 still 2 B) or NVFP4
         (1/2 B) (:func:`memsym.terms.widths.param_gather_bytes`).
+    bf16_layers : tuple of (int, int)
+        Under fp8 / fp4, Megatron's first and last decoder layers in BF16 [layers]
+        (``--first-last-layers-bf16``; :mod:`memsym.training.bf16_layers`): on the first and
+        last stages, each priced as a layer at 16 bits (:func:`memsym.timing.step.step_time_grid`).
     distributed_optimizer : bool
         Gradient reduce-scatter + parameter all-gather (else an all-reduce).
     grad_bytes : int
@@ -183,6 +187,7 @@ class Settings:
     fp8_recipe: str | None = None
     fp8_param_gather: bool = False
     fp4_param_gather: bool = False
+    bf16_layers: tuple = (0, 0)
     grad_bytes: int = 4
     group_size: int | None = None
     torch_rounds: bool = False

@@ -35,7 +35,7 @@ from .data_parallel import data_parallel_sync, gather_wait_fraction, parameters_
 from .gemm import shape_of
 from .layer import as_array
 from .makespan import pipeline_parts
-from .mean_layer import layer_parts, mean_layer
+from .mean_layer import bf16_layer_excess, layer_parts, mean_layer
 from .pipeline import most_layers_per_rank
 from .records import Overlap, Settings, StepTime
 from ..job import canonical, dropout_kept, recompute_modules_of
@@ -136,9 +136,15 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     lf, lb, raw_layer, ep_alone, mtp = mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
                                                   eta_gemm=eta_gemm, overlap=overlap,
                                                   mtp_layers=mtp_layers)
+    # Megatron's BF16 first / last layers (Settings.bf16_layers): the first stage's and the
+    # last's, each what a 16-bit layer takes beyond the mean one (p = 1: both on the one)
+    bf_f, bf_b = bf16_layer_excess(x, st, dev, clu, (t, c, e, t_e_, b, d), lf, lb,
+                                   eta_gemm=eta_gemm, overlap=overlap)
+    n_bf = st.bf16_layers if bf_f or bf_b else (0, 0)
     pp = pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m), (lf, lb, ep_alone, mtp),
                         eta_gemm=eta_gemm, first=first_stage_layers, last=last_stage_layers,
-                        chunks=chunk_layers, mtp_layers=mtp_layers, exact_schedule=exact_schedule)
+                        chunks=chunk_layers, mtp_layers=mtp_layers, exact_schedule=exact_schedule,
+                        bf16=(*n_bf, bf_f, bf_b))
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
     dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(x, st, p, t, e, t_e_,
                                                                      pp["stages"])
@@ -376,6 +382,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     precision=states.precision, fp8_recipe=states.fp8_recipe,
                     fp8_param_gather=bool(states.fp8_param_gather),
                     fp4_param_gather=bool(states.fp4_param_gather),
+                    bf16_layers=tuple(states.bf16_layers)
+                    if states.precision in ("fp8", "fp4") else (0, 0),
                     # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                     distributed_optimizer=states.sharding != "ddp",
                     # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the

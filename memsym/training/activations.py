@@ -1,10 +1,9 @@
 """The activations one pipeline stage holds at its peak: its decoder layers' micro-batches in
 flight, the embedding, the output layer and loss, and the recompute working set.
 
-:func:`stage_activations` (an architecture and a layout) and
-:func:`resolved_stage_activations` (a job) build the Total; the helpers here count the
-micro-batches each model chunk keeps in flight under the pipeline schedule and the
-recompute method's share of a chunk's layers.
+:func:`stage_activations` (an architecture and a layout) and :func:`resolved_stage_activations`
+(a job) build the Total; the helpers here count the micro-batches each model chunk keeps in
+flight under the pipeline schedule and the recompute method's share of a chunk's layers.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
                                  clamped_glu_copy, fp8_glu_input, lora_gathered_inputs,
-                                 mtp_input_activations,
-                                 output_activations, unfused_glu_products)
+                                 mtp_input_activations, output_activations, unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
 from ..terms.eager_glu import eager_clamped_glu_input
 from ..terms.hf_norms import final_norm_excess
@@ -37,6 +35,7 @@ from ..terms.transformer_layer import token_split
 from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
+from .bf16_layers import bf16_activation_excess
 from .traits import (activation_width, boundary_bytes, logits_gathered, loss_kind, output_stage,
                      resolve_arch, sequence_parallel_on, stage_role)
 
@@ -45,8 +44,7 @@ _DERIVED = Source("memsym-derivation", "memsym/training/activations.py, stage_ac
 
 #: Where each full-recompute method's split of a chunk's layers is defined.
 _RECOMPUTE_METHOD_SOURCES = {
-    "uniform": "Megatron-LM transformer_block.py _checkpointed_forward",
-    "block": "Megatron-LM transformer_block.py _checkpointed_forward",
+    **dict.fromkeys(("uniform", "block"), "Megatron-LM transformer_block.py _checkpointed_forward"),
     "every": "torchtitan distributed/activation_checkpoint.py _apply_layer_sac",
 }
 
@@ -207,17 +205,16 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     """The decoder layers pipeline rank ``stage`` holds under the layout's split."""
     pattern = models.moe_layer_pattern(x)
     pl = layout.pipeline_layout
-    rng = models.stage_layers(x, layout.p, stage, layout.first_stage_layers,
-                              layout.last_stage_layers, pl)
+    rng = models.stage_layers(x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers, pl)
     kinds, hybrid = [pattern[i] for i in rng], models.stages.hybrid_kinds(x, rng)
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
                and pl is None and len(set(pattern)) == 1 and not hybrid)
     # Zamba's shared blocks: the per-use adapters' rank and placement, the Mamba version
+    # (transformers shards no Zamba Mamba-1 mixer: memsym.terms.mamba1)
     shared_block = dict(adapter_rank=x.shared_adapter_rank or 0,
                         attention_adapters=bool(x.shared_attention_adapters),
-                        mamba1=x.mamba_version == 1,
-                        # transformers shards no Zamba Mamba-1 mixer (memsym.terms.mamba1)
-                        tensor_parallel=layout.t != 1) if x.shared_blocks else None
+                        mamba1=x.mamba_version == 1, tensor_parallel=layout.t != 1) \
+        if x.shared_blocks else None
     return _StageLayers(pattern, kinds, hybrid, uniform, shared_block)
 
 
@@ -548,7 +545,10 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
         live, held_layers = _layout_in_flight(layout, training, stage, layers.pattern, per_layer,
                                               group, j.m if isinstance(j.m, int) else None)
     terms = [_layers_term(held_layers, layers, schedule, interleaved, recompute, layer_model[2],
-                          training)]
+                          training)] + bf16_activation_excess(   # first_last_layers_bf16
+        x, layout, training, stage, lambda trn: _layer_model(x, layout, trn, recompute),
+        lambda j: chunks / (vv or 1) if live is None else live[j], recompute,
+        (layout.c > 1, layers.shared_block))
     terms += rb.offloaded_layers(layers.pattern[:training.memory.cpu_offloading_num_layers],
                                  per_layer)
     if framework_record(training.framework).torch_pipelining and pp > 1 and mm is not None:

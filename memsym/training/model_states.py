@@ -17,8 +17,8 @@ from ..errors import choose
 from ..job import Job, Layout, Training, job as make_job
 from .. import model as models
 from ..model.muon_matrices import scalar_adam_parameters
-from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, b_g, b_m, b_mg, b_o,
-                       c, d, e, t, t_e)
+from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, N_xq, b_g, b_m,
+                       b_mg, b_o, c, d, e, t, t_e)
 from ..terms import muon
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
@@ -28,6 +28,7 @@ from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_
 from ..term import Total
 from ..terms.widths import default_grad_dtype
 from ..unchecked_job import UncheckedJob
+from .bf16_layers import rank_bf16_layers
 from .traits import output_stage
 
 #: Model-state Terms that the frameworks allocate at the optimizer step and free before the
@@ -96,12 +97,18 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     # multi_token_prediction.py:1385-1402, 1927-1929 at d98e8a64dd)
     mtp = models.stages.mtp_parameters(x, layout.t) if sp_.mtp and training.states.precision == "fp8" \
         else {"tp": 0, "experts": 0}
+    # the rank's BF16 layers (first_last_layers_bf16): 16-bit weights, no FP8 / NVFP4 copy
+    bf16 = [models.layer_parameters(x, pattern[i])
+            for _, _, i in rank_bf16_layers(x, layout, training, stage)]
+    bf16_lin, bf16_experts = (sum(q[k] for q in bf16) for k in ("tp", "experts"))
     if training.adapters.finetune == "full":
         # N_lin: the dense linear weights whose casts TE keeps (the MTP layers' experts are in
         # N_exp, whose copies model_state counts apart)
         counts = {N_tp: sp.Integer(sp_.tp), N_rep: sp.Integer(sp_.replicated),
-                  N_exp: sp.Integer(sp_.experts), N_lin: sp.Rational(lin + mtp["tp"], layout.t),
-                  N_ll: largest}
+                  N_exp: sp.Integer(sp_.experts),
+                  N_lin: sp.Rational(lin - bf16_lin + mtp["tp"], layout.t), N_ll: largest}
+        if bf16_experts_apart(training) and x.num_experts:   # state_terms' N_xq
+            counts[N_xq] = sp.Integer(sp_.experts - bf16_experts)
         if training.states.optimizer == "muon":     # Muon's scalar-Adam parameters
             sc = scalar_adam_parameters(x, sp_, layout.t)
             counts[N_sc] = sp.Rational(sc.numerator, sc.denominator)
@@ -144,8 +151,23 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
         # Megatron LoRA: TE casts and caches the frozen linear weights as trained ones
         # (state_terms): the decoder's linears and experts, and the MTP layers' under FP8
         mtp_experts = sp.Rational(mtp["experts"], layout.e * layout.expert_tp)
-        counts[N_lin] = quant + sp.Rational(mtp["tp"], layout.t) + mtp_experts
+        counts[N_lin] = quant + sp.Rational(mtp["tp"], layout.t) + mtp_experts \
+            - sp.Rational(bf16_lin, layout.t) - sp.Rational(bf16_experts, layout.e * layout.expert_tp)
     return counts
+
+
+def bf16_experts_apart(training: Training) -> bool:
+    """Whether the stage's routed experts are counted apart from their FP8 / NVFP4 ones
+    (``N_xq`` of :func:`stage_counts`): full training in fp8 or fp4 with BF16 layers.
+
+    Examples
+    --------
+    >>> bf16_experts_apart(Training(precision="fp8", bf16_layers=(1, 1)))
+    True
+    """
+    st = training.states
+    return training.adapters.finetune == "full" and st.precision in ("fp8", "fp4") \
+        and any(st.bf16_layers)
 
 
 def largest_layer(x, layers, t: int, e: int, t_e: int) -> sp.Rational:
@@ -212,7 +234,7 @@ def state_training(training: Training) -> Training:
     """
     keep = ("framework", "finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
-            "fp4_param_gather", "megatron_fsdp",
+            "fp4_param_gather", "megatron_fsdp", "bf16_layers",
             *rb.OPTIMIZER_DTYPES)
     return Training(**{name: training.value(name) for name in keep})
 
@@ -296,8 +318,10 @@ def state_terms(experts: bool, training: Training) -> tuple:
                                              else d * c))
     if experts:
         edp = d * c * t / (e * t_e)
+        # the BF16 layers' experts are 16-bit: FP8 / NVFP4 only N_xq of them (stage_counts)
+        lin_x = N_xq / (e * t_e) if bf16_experts_apart(training) else None
         ex = model_state(training.states.sharding, convention=conv, offload=training.states.offload,
-                         params=N_exp / (e * t_e), dp=edp, **fp8).subs(widths)
+                         params=N_exp / (e * t_e), dp=edp, linear_params=lin_x, **fp8).subs(widths)
         terms += [replace(term, key="expert_" + term.key, label="expert " + term.label,
                           description="routed experts: " + term.description) for term in ex]
     if training.states.optimizer == "muon":   # cited where Muon makes its states
