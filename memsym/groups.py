@@ -15,7 +15,8 @@ STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
 ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activations",
                    "output_activations", "mtp_activations", "mtp_input_activations",
                    "pipeline_buffers", "recompute_working_set", "phase_transient",
-                   "cpu_offloaded_activations", "dispatcher_gather_buffer")
+                   "cpu_offloaded_activations", "dispatcher_gather_buffer",
+                   "bf16_layer_activations")
 #: Framework buffers allocated through PyTorch's allocator beside states and activations, one
 #: row each: the CUDA graphs' static buffers and pools (memsym.terms.cuda_graphs), FSDP2's
 #: side-stream pools (memsym.terms.sharding_transients.fsdp2_stream_pools).

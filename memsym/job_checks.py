@@ -143,9 +143,8 @@ def _check_fp8_glu_input(x, training: Training) -> None:
 def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
     """``bf16_layers`` (Megatron's ``--first-last-layers-bf16``): two whole numbers; under fp8
     or fp4 on Megatron (the flag is a TransformerConfig field, and without FP8 / FP4 every
-    layer runs in BF16 anyway: memsym refuses the no-op), not with delayed scaling, and under
-    FP8 at most floor(L/p) each (TransformerConfig.__post_init__, transformer_config.py:
-    1528-1557 at d98e8a64dd)."""
+    layer runs in BF16 anyway: memsym refuses the no-op), not with delayed scaling
+    (TransformerConfig.__post_init__, transformer_config.py:1528-1530 at d98e8a64dd)."""
     pair = training.states.bf16_layers
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise InvalidValueError(f"bf16_layers must be (first, last) layer counts, got {pair!r:.40}")
@@ -161,12 +160,7 @@ def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
         raise InvalidValueError("Delayed scaling does not support first / last layer in BF16 "
                                 "(Megatron's TransformerConfig, transformer_config.py:1528-1530 "
                                 "at d98e8a64dd)")
-    for name, n in (("start", start), ("end", end)):
-        if st.precision == "fp8" and n > x.num_layers // layout.p:
-            raise InvalidValueError(f"num_layers_at_{name}_in_bf16 ({n}) must be between 0 and "
-                                    "number of layers per pipeline stage "
-                                    f"({x.num_layers // layout.p}) (Megatron's TransformerConfig, "
-                                    "transformer_config.py:1538-1557 at d98e8a64dd)")
+    # at most floor(L/p) each under FP8: the rule bf16-layers-stage (memsym.rules_layout)
 
 
 def _check_megatron_fsdp(training: Training) -> None:

@@ -111,7 +111,8 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "precision": training.states.precision,
                   "muon": training.states.optimizer == "muon",
                   "fp4_param_gather": bool(training.states.fp4_param_gather),
-                  "fp8_param_gather": bool(training.states.fp8_param_gather)})
+                  "fp8_param_gather": bool(training.states.fp8_param_gather),
+                  "bf16_layers": tuple(training.states.bf16_layers)})
     return k
 
 

@@ -234,6 +234,17 @@ LAYOUT_RULES = (
          Source("pytorch-pipelining", "torch/distributed/pipelining/schedules.py, "
                 "Schedule1F1B.__init__ (n_microbatches >= number of stages) and "
                 "ScheduleInterleaved1F1B.__init__ (n_microbatches % number_of_rounds)")),
+    Rule("bf16-layers-stage", "under FP8 the BF16 first / last layers are at most the layers "
+         "per pipeline stage, floor(L/p) each",
+         lambda x, k: (k.get("precision") == "fp8")
+         & (max(k.get("bf16_layers", (0, 0))) > x.num_layers // k["p"]),
+         lambda x, k: (f"num_layers_at_{'start' if k['bf16_layers'][0] > x.num_layers // k['p'] else 'end'}"
+                       f"_in_bf16 ({max(k['bf16_layers'])}) must be between 0 and number of "
+                       f"layers per pipeline stage ({x.num_layers // k['p']})"),
+         Source("megatron-lm", MLM_CONFIG_POST_INIT + " (transformer_config.py:1538-1557 at "
+                "d98e8a64dd: num_layers_at_start_in_bf16 / _end_ against num_layers // "
+                "pipeline_model_parallel_size under fp8)"),
+         InvalidValueError),
 )
 
 #: The rules on the sequence and the batch, in the order the table checks them.

@@ -198,3 +198,52 @@ def test_cli_flags_read_megatrons_names(capsys):
     assert "(first 1 / last 1 layers in BF16)" in after
     assert main(["estimate", "llama3-8b", "--pp", "2", "--first-last-layers-bf16"]) == 2
     assert "bf16_layers" in capsys.readouterr().err
+
+
+def _json(capsys, *argv):
+    import json
+
+    assert main([str(a) for a in argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_estimate_adds_up_the_bf16_layers_activations(capsys):
+    """The report's activations hold the BF16 layers' 16-bit saved inputs (a term of the
+    stage's activations, memsym.groups.ACTIVATION_KEYS): the bytes add up to the peak phase.
+    Llama 3 8B at CP 2 (s/c = 4096 tokens), one BF16 layer at each end, p = 1."""
+    out = _json(capsys, "estimate", "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_fp8cs_config",
+                "model.context_parallel_size=2", "--world-size", 8, "--gpu", "h100-80gb", "--json")
+    acts = out["activation_bytes"]
+    assert acts["bf16_layer_activations"] > 0
+    assert out["bytes"]["activations"] == sum(acts.values())
+    assert out["bytes"]["total"] == out["phases"][out["phases"]["peak"]]
+
+
+def test_a_search_holds_the_bf16_layers_as_the_estimate_prices_them(capsys):
+    """A Bridge fp8cs recipe searched: each row is the job with its BF16 layers, the bytes and
+    the step time the estimate of that layout gives (one reading of the job on both paths)."""
+    recipe = "llama3_8b_pretrain_2gpu_h100_fp8cs_config"
+    rows = _json(capsys, "search", "--bridge-recipe", recipe, "--gpu", "h100-80gb", "--gpus", 8,
+                 "--top", 1, "--json")
+    lay = rows[0]["layout"]
+    est = _json(capsys, "estimate", "--bridge-recipe", recipe,
+                f"model.tensor_model_parallel_size={lay['tp']}",
+                f"model.pipeline_model_parallel_size={lay['pp']}",
+                f"model.context_parallel_size={lay['cp']}",
+                f"train.micro_batch_size={lay['micro_batch_size']}",
+                "--world-size", 8, "--gpu", "h100-80gb", "--json")
+    assert est["training"]["bf16_layers"] == [1, 1]
+    assert rows[0]["bytes"]["total"] == est["bytes"]["total"]
+    assert rows[0]["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-9)
+
+
+def test_the_search_masks_pipeline_stages_smaller_than_the_bf16_layers(capsys):
+    """Megatron refuses more BF16 layers at one end than a stage holds under FP8
+    (transformer_config.py:1538-1557 at d98e8a64dd): with 10 at the start, p = 4 (8 layers a
+    stage of 32) is excluded by the rule, p = 2 (16) is searched."""
+    from memsym.search import search
+
+    res = search("llama3-8b", "h100-80gb", 8, pp=[2, 4], precision="fp8", fp8_recipe="tensorwise",
+                 held={"bf16_layers": (10, 0)})
+    assert res.excluded["bf16-layers-stage"] > 0
+    assert set(res.columns["p"].tolist()) == {2}

@@ -500,8 +500,9 @@ def _held_settings(space: Space, rc: str) -> dict:
     """The :class:`memsym.timing.records.Settings` fields a job's held settings give
     (:data:`memsym.search.job_fields.HELD_FIELDS`), as the job's step time reads them: FP8
     parameter gathers, the reduced gradient's width, the selective recompute's modules, Muon's
-    TP mode, Newton-Schulz steps and Nesterov, MLA's down-projection fusion and the bias-activation
-    fusion (off: a clamped GLU's eager kernels, memsym.timing.moe_eager)."""
+    TP mode, Newton-Schulz steps and Nesterov, MLA's down-projection fusion, the bias-activation
+    fusion (off: a clamped GLU's eager kernels, memsym.timing.moe_eager) and the BF16 first /
+    last layers of an FP8 / FP4 run."""
     held = dict(space.held)
     out = {"fp8_param_gather": bool(held.get("fp8_param_gather", False)),
            "grad_bytes": 2 if held.get("grad_dtype") in ("bf16", "fp16") else 4}
@@ -515,6 +516,8 @@ def _held_settings(space: Space, rc: str) -> dict:
             out[name] = held[field]
     if rc == "selective" and held.get("recompute_modules") is not None:
         out["recompute_modules"] = recompute_modules_of(space.training(recompute=rc))
+    if space.precision in ("fp8", "fp4") and any(held.get("bf16_layers", ())):
+        out["bf16_layers"] = tuple(held["bf16_layers"])   # first_last_layers_bf16, as step.py
     return out
 
 

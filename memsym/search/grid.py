@@ -260,7 +260,8 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
               "first_stage_layers": space.first_stage_layers,
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
               "moe_dispatcher": space.moe_dispatcher, "muon": space.optimizer == "muon",
-              "precision": space.precision, "m": None if B is None else B // (grid["b"] * grid["d"])})
+              "precision": space.precision, "m": None if B is None else B // (grid["b"] * grid["d"]),
+              "bf16_layers": tuple(dict(space.held).get("bf16_layers", (0, 0)))})
     return k
 
 

@@ -140,7 +140,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     # last's, each what a 16-bit layer takes beyond the mean one (p = 1: both on the one)
     bf_f, bf_b = bf16_layer_excess(x, st, dev, clu, (t, c, e, t_e_, b, d), lf, lb,
                                    eta_gemm=eta_gemm, overlap=overlap)
-    n_bf = st.bf16_layers if bf_f or bf_b else (0, 0)
+    # (arrays over a search's rows: the excess is zero unless there are BF16 layers)
+    n_bf = st.bf16_layers if st.precision in ("fp8", "fp4") and any(st.bf16_layers) else (0, 0)
     pp = pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m), (lf, lb, ep_alone, mtp),
                         eta_gemm=eta_gemm, first=first_stage_layers, last=last_stage_layers,
                         chunks=chunk_layers, mtp_layers=mtp_layers, exact_schedule=exact_schedule,
