@@ -142,3 +142,20 @@ def test_the_default_is_said_without_a_gpu_and_a_note_with_blackwell():
     assert on_b200.training == job("llama3-8b", gpu="h100", **base).training
     assert not any("FP8" in n for n in job("llama3-8b", gpu="h100", **base).notes)
     assert not any("TN-only" in n for n in job("llama3-8b", **base, fp8_recipe="mxfp8").notes)
+
+
+def test_the_search_prices_blackwell_fp8_caches_as_the_estimate():
+    """One reading on both paths: a search row on a B200 carries the rowwise-only FP8 cache the
+    estimate of the same layout counts (the template job is given the GPU where a term reads
+    it, memsym.search.templates)."""
+    from memsym.job import job
+    from memsym.search import search
+    from memsym.training.estimate import job_memory
+
+    res = search("llama3-8b", "b200", 8, tp=[1], pp=[1], cp=[1], sharding=["distributed-optimizer"],
+                 recompute=["none"], micro_batch_sizes=[1], precision="fp8",
+                 fp8_recipe="tensorwise", sequence_parallel=[False])
+    row = res.row(int(res.order()[0]))
+    est = job_memory(job("llama3-8b", gpu="b200", world_size=8, precision="fp8",
+                         fp8_recipe="tensorwise", sharding="distributed-optimizer"))
+    assert row["memory"] == pytest.approx(float(est.bytes_total), rel=1e-12)   # 96,037,472,460.8
