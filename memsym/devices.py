@@ -88,6 +88,9 @@ class GPU:
     #: GPUs one NVLink switch domain joins (GB200 / GB300 NVL72: 72), where it is larger than
     #: a node; None: the node (``Cluster.gpus_per_node``) is the domain.
     nvlink_domain: int | None = None
+    #: CUDA compute capability ``(major, minor)`` (NVIDIA's CUDA GPUs table; H100 (9, 0), B200
+    #: (10, 0), B300 (10, 3)); None where not NVIDIA or not given: read as TN-only FP8 GEMMs.
+    compute_capability: tuple | None = None
 
     def __post_init__(self):
         if self.memory_unit not in ("GB", "GiB"):
@@ -115,6 +118,31 @@ class GPU:
 
         scale = GB if self.memory_unit == "GB" else 2**30
         return int(Fraction(str(self.memory_stated)) * scale)
+
+    @property
+    def non_tn_fp8_gemm(self) -> bool:
+        r"""Whether FP8 GEMMs take non-TN layouts here, so that Transformer Engine keeps no
+        FP8 transpose of a per-tensor-scaled tensor [1].
+
+        .. math:: (10, 0) \le \mathrm{cc} < (12, 0) \ \lor\ \mathrm{cc} \ge (13, 0)
+
+        TE's own test of the device's compute capability cc; without one (AMD, a GPU
+        registered without it) False, the TN-only reading that counts the transpose.
+
+        Examples
+        --------
+        >>> from memsym.hardware import gpu
+        >>> [gpu(n).non_tn_fp8_gemm for n in ("h100-80gb", "b200", "gb300", "mi300x-192gb")]
+        [False, True, True, False]
+
+        References
+        ----------
+        transformer-engine d0067d0da6: pytorch/utils.py:657-663
+        (``is_non_tn_fp8_gemm_supported``), common/transformer_engine.cpp:1191-1204
+        (``nvte_is_non_tn_fp8_gemm_supported``: sm_arch >= 100 and < 120, or >= 130).
+        """
+        cc = self.compute_capability
+        return cc is not None and ((10, 0) <= tuple(cc) < (12, 0) or tuple(cc) >= (13, 0))
 
     @property
     def capacity_bytes(self) -> int:

@@ -89,7 +89,19 @@ def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), sou
                None if nvlink_gb is None else nvlink_gb * GB,
                source or "nvidia-datasheets", locator, note, tuple(aliases), bridge, pcie_gb * GB,
                hbm_gb * GB, sms, klass, total, total_src,
-               None if fp4_tf is None else fp4_tf * TFLOPS, domain)
+               None if fp4_tf is None else fp4_tf * TFLOPS, domain, _COMPUTE_CAPABILITY.get(name))
+
+
+# REF: nvidia-cuda-gpus (NVIDIA's "CUDA GPUs: Compute Capability" table): A100 8.0, RTX 3090
+# and RTX A6000 8.6, RTX 4090 and L40S 8.9, H100 and H200 9.0, B200 and GB200 10.0, B300 and
+# GB300 10.3.  GPU.non_tn_fp8_gemm reads it as Transformer Engine does (FP8 GEMMs in any
+# layout from 10.0: no FP8 transpose is kept).  AMD parts have none.
+_COMPUTE_CAPABILITY = {
+    "a100-40gb": (8, 0), "a100-80gb": (8, 0), "rtx3090-24gb": (8, 6), "rtx-a6000-48gb": (8, 6),
+    "rtx4090-24gb": (8, 9), "l40s-48gb": (8, 9), "h100-80gb": (9, 0), "h100-pcie-80gb": (9, 0),
+    "h100-nvl-94gb": (9, 0), "h200-141gb": (9, 0), "b200": (10, 0), "gb200": (10, 0),
+    "b300": (10, 3), "gb300": (10, 3),
+}
 
 
 # REF: PyTorch's out-of-memory message, "GPU 0 has a total capacity of X GiB" (cudaMemGetInfo's

@@ -222,6 +222,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                      "RoPE on the recomputed q and k are not priced")
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev, clu, cap = _hardware(gpu, cluster, gpus_per_node, capacity)
+    _fp8_layout_notes(trn, dev, notes)
     framework_default = {"sharding": fw.default_scheme_source, "dropout": why}
     defaulted = [k for k in defaulted if k not in SETTING_DEFAULTS or SETTING_DEFAULTS[k][1](x, trn)]
     applied = tuple(_defaults) + tuple(
@@ -230,6 +231,25 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                                       else REPORTED_DEFAULTS[k])) for k in defaulted)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
                tuple(dict.fromkeys(notes)), applied)
+
+
+def _fp8_layout_notes(trn: Training, dev, notes: list) -> None:
+    """Say, under per-tensor FP8, whether the FP8 transpose is counted: Transformer Engine keeps
+    none where the GPU's FP8 GEMMs take non-TN layouts (it reads the device, pytorch/utils.py:
+    657-663 at d0067d0da6; :attr:`memsym.hardware.GPU.non_tn_fp8_gemm`), and without a GPU
+    memsym counts it, as on Hopper (the default, named)."""
+    if trn.states.precision != "fp8" or trn.states.fp8_recipe == "mxfp8":
+        return
+    if dev is None:
+        if not trn.states.fp8_param_gather:
+            notes.append("no --gpu: FP8 GEMMs read as TN-only (memsym's default, Hopper's, "
+                         "compute capability 9.0): per-tensor FP8 keeps each weight's FP8 "
+                         "transpose (Transformer Engine csrc/quantizer.cpp:375); give --gpu for "
+                         "Blackwell, which keeps none")
+    elif dev.non_tn_fp8_gemm:
+        notes.append(f"per-tensor FP8 on {dev.name} (compute capability "
+                     f"{'.'.join(map(str, dev.compute_capability))}): Transformer Engine runs "
+                     "FP8 GEMMs in any layout and keeps no FP8 transpose of a weight or input")
 
 
 def _architecture(model, opts: dict):

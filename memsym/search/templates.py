@@ -31,10 +31,12 @@ def _unchecked(space: Space, lay: Layout, trn) -> UncheckedJob:
     # not a memsym.job.Job: the layout stands for every t > 1 (t = 2) and every v > 1 (v = 2),
     # which the rule table could refuse for this model; the search checks each row it binds
     # (memsym.search.grid).  m is the symbol each row binds, when the global batch is given;
-    # the GPU and cluster only where a term reads them (HybridEP's NVLink domain), so that
-    # every other template is built as before
-    where = dict(gpu=space.gpu, cluster=space.cluster) if space.moe_dispatcher == "hybridep" \
-        else {}
+    # the GPU and cluster only where a term reads them (HybridEP's NVLink domain; FP8's
+    # weight caches on a GPU with non-TN FP8 GEMMs, memsym.terms.widths), so that every other
+    # template is built as before
+    reads_gpu = space.moe_dispatcher == "hybridep" or (
+        space.precision == "fp8" and getattr(space.gpu, "non_tn_fp8_gemm", False))
+    where = dict(gpu=space.gpu, cluster=space.cluster) if reads_gpu else {}
     return UncheckedJob(space.arch, lay, trn, m if space.global_batch_size is not None else None,
                         **where)
 

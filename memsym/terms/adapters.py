@@ -413,11 +413,10 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     parameter's dtype (fp16_mixed sets it False); its optimizer keeps an fp32 main copy of a
     16-bit parameter, an fp32 ``.float()`` copy of a 16-bit gradient and the moments, split over
     the data-parallel ranks by the distributed optimizer (``shards`` = d c), whole otherwise.
-    The frozen base has no gradient slot (requires_grad False) and stays at the parameters'
-    width, ``b_hp``.  Each width is per adapter parameter except ``"base_dtype"``, the frozen
-    base's storage (a key of :data:`QUANTIZATIONS`), and, under fp8 and fp4, ``b_f8``: the
-    bytes per frozen linear weight of Transformer Engine's cached copies, as a trained
-    weight's (:func:`memsym.terms.model_state.te_weight_cache`).
+    The frozen base has no gradient slot (requires_grad False) and stays at the parameters' width,
+    ``b_hp``.  Each width is per adapter parameter except ``"base_dtype"``, the frozen base's
+    storage (a key of :data:`QUANTIZATIONS`), and, under fp8 and fp4, ``b_f8``: the bytes per frozen
+    linear weight of TE's cached copies, a trained weight's (:func:`memsym.terms.model_state.te_weight_cache`).
 
     Parameters
     ----------
@@ -437,8 +436,8 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
         Megatron ``--fp8-recipe`` (fp8 only): the frozen base's cached copies [1].
     **optimizer_dtypes
-        ``precision_aware`` and the precision-aware optimizer's dtypes, passed to
-        :func:`memsym.terms.widths.byte_widths`.
+        ``precision_aware``, the precision-aware optimizer's dtypes and ``non_tn_fp8_gemm`` (the
+        base's cache: no FP8 transpose), passed to :func:`memsym.terms.widths.byte_widths`.
 
     Returns
     -------
@@ -493,7 +492,8 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
            b_o: adapter[b_o] / n}
     if precision in ("fp8", "fp4"):
         # the frozen base's TE casts are a trained weight's (te_weight_cache): the same widths
-        out[b_f8] = byte_widths(scheme, precision, "none", fp8_recipe=fp8_recipe)[b_f8]
+        out[b_f8] = byte_widths(scheme, precision, "none", fp8_recipe=fp8_recipe, non_tn_fp8_gemm=
+                                optimizer_dtypes.get("non_tn_fp8_gemm", False))[b_f8]
     elif fp8_recipe is not None:
         byte_widths(scheme, precision, "none", fp8_recipe=fp8_recipe)   # its one-line refusal
     return out

@@ -60,7 +60,9 @@ _MC_DDP = Source("megatron-core", "core/optimizer/optimizer.py, Float16Optimizer
                  "(fp32 main params of every param; main_grad.float())")
 _TE_FP8 = Source("transformer-engine", "pytorch/module/base.py, quantize_weight with "
                  "is_first_microbatch (_fp8_workspaces); csrc/extensions/cast.cu, cast (rowwise data "
-                 "+ data_transpose for columnwise usage); MXFP8: tensor/mxfp8_tensor.py, "
+                 "+ data_transpose for columnwise usage); csrc/quantizer.cpp:363, 375, 679, 689 "
+                 "(no data_transpose where FP8 GEMMs take non-TN layouts, compute capability 10.x, "
+                 "11.x, >= 13.0: pytorch/utils.py:657-663); MXFP8: tensor/mxfp8_tensor.py, "
                  "MXFP8Quantizer.inner_tensor_specs")
 # the same cache for a frozen weight: neither the usages nor the caching read the weight's
 # requires_grad (lines at d0067d0da6; Megatron-core's wrappers at d98e8a64dd)
@@ -101,7 +103,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
                 grad_dtype: str | None = None, precision_aware: bool = False,
                 fp8_param_gather: bool = False, linear_params=None,
                 optimizer: str = "adam", fp8_recipe: str | None = None,
-                fp4_param_gather: bool = False) -> Total:
+                fp4_param_gather: bool = False, non_tn_fp8_gemm: bool = False) -> Total:
     r"""Per-GPU memory of weights, gradients and optimizer states [bytes].
 
     With :math:`\Psi` the parameters of one model-parallel shard (default
@@ -144,10 +146,10 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
         Parameters held by this GPU's model-parallel shard [parameters]; default ``N/(p t)``.
     dp : sympy.Expr, optional
         The group the states are sharded over [GPUs]; default ``d``.
-    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer, fp8_recipe, fp4_param_gather :
-        Which framework tensors exist (framework only; pass the same to :func:`byte_widths`):
-        a ``main_gradients`` term when the framework copies 16-bit grads to fp32, an
-        ``fp8_weights`` term for fp8 (MXFP8 under ``fp8_recipe="mxfp8"``).
+    precision, grad_dtype, precision_aware, fp8_param_gather, optimizer, fp8_recipe, fp4_param_gather, non_tn_fp8_gemm :
+        Which framework tensors exist (framework only; pass the same to :func:`byte_widths`): a
+        ``main_gradients`` term when the framework copies 16-bit grads to fp32, an ``fp8_weights``
+        term for fp8 (MXFP8 under ``fp8_recipe="mxfp8"``; no transpose if ``non_tn_fp8_gemm``).
     linear_params : sympy.Expr, optional
         Of ``params``, those in linear-layer weights [parameters]; default all of ``params``
         (FP8 only; an over-count by the embeddings and norms).
@@ -194,7 +196,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
     if convention == "framework":
         return _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
                                 fp8_param_gather, linear_params, optimizer, fp8_recipe,
-                                fp4_param_gather)
+                                fp4_param_gather, non_tn_fp8_gemm)
     return _textbook_state(scheme, given, convention, offload, psi, dp)
 
 
@@ -235,7 +237,8 @@ def _textbook_state(scheme, given, convention, offload, psi, dp) -> Total:
     return Total(f"model states per GPU ({scheme}, {given}, offload {offload})", tuple(terms))
 
 
-def _quantized_weights(lin, mx: str, fp4_param_gather: bool, fp8_param_gather: bool) -> Term:
+def _quantized_weights(lin, mx: str, fp4_param_gather: bool, fp8_param_gather: bool,
+                       transpose: bool = True) -> Term:
     """The low-precision linear weights of :func:`_framework_state`: NVFP4 parameters, FP8 /
     MXFP8 parameters, or Transformer Engine's cached copies beside the 16-bit weights."""
     if fp4_param_gather:
@@ -247,10 +250,11 @@ def _quantized_weights(lin, mx: str, fp4_param_gather: bool, fp8_param_gather: b
         return Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
                     "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights")
     else:
-        return te_weight_cache(lin, mx)
+        return te_weight_cache(lin, mx, transpose=transpose)
 
 
-def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False) -> Term:
+def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False,
+                    transpose: bool = True) -> Term:
     r"""Transformer Engine's cached low-precision copies of the linear weights [bytes].
 
     .. math:: M = b_{f8}\,\Psi_{\mathrm{lin}}
@@ -278,6 +282,9 @@ def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False) -
         The format named in the description.
     frozen : bool
         The weights are frozen (cite why frozen weights keep the same cache).
+    transpose : bool
+        Per-tensor FP8 keeps the transpose (False where the GPU's FP8 GEMMs take non-TN
+        layouts: the rowwise data serves dgrad, ``b_f8 = 1``); MXFP8 and NVFP4 ignore it.
 
     Examples
     --------
@@ -296,7 +303,8 @@ def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False) -
     """
     what = {"MXFP8 ": "rowwise + columnwise, a scale byte per 32 each",
             "NVFP4 ": "rowwise + columnwise, 4-bit with a scale byte per 16 each"}.get(
-                fmt, "rowwise + transpose")
+                fmt, "rowwise + transpose" if transpose else "rowwise only: the GPU's FP8 GEMMs "
+                "take non-TN layouts, no transpose")
     return Term("fp8_weights", as_expr(linear_params) * b_f8, "Transformer Engine's cached "
                 + fmt + "copies of the " + ("frozen " if frozen else "") + "linear weights ("
                 + what + ")", _TE_FROZEN if frozen else _TE_FP8, label="fp8 weight cache")
@@ -304,7 +312,7 @@ def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False) -
 
 def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_aware,
                      fp8_param_gather, linear_params, optimizer, fp8_recipe=None,
-                     fp4_param_gather=False) -> Total:
+                     fp4_param_gather=False, non_tn_fp8_gemm=False) -> Total:
     """:func:`model_state` under ``convention="framework"``."""
     precision = choose("precision", precision, PRECISIONS)
     optimizer = choose("optimizer", optimizer, OPTIMIZERS)
@@ -361,7 +369,8 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
                 what += " (param_data of the buffer)" if scheme == "distributed-optimizer" else ""
             terms.append(Term("weights", per_gpu(b_hp, shard_w), what, src_w, label="weights"))
         if precision in ("fp8", "fp4"):
-            terms.append(_quantized_weights(lin, mx, fp4_param_gather, fp8_param_gather))
+            terms.append(_quantized_weights(lin, mx, fp4_param_gather, fp8_param_gather,
+                                            not non_tn_fp8_gemm))
     on_gpu_g = not (offload != "none" and scheme in ("zero2", "zero3", "fsdp"))
     if on_gpu_g and optimizer != "none":
         what = {"ddp": "gradient buffer (grad_data), whole on every rank",

@@ -209,7 +209,7 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                 precision_aware: bool = False, main_params_dtype: str = "fp32",
                 exp_avg_dtype: str = "fp32", exp_avg_sq_dtype: str = "fp32",
                 store_param_remainders: bool = True, fp8_recipe: str | None = None,
-                fp4_param_gather: bool = False) -> dict:
+                fp4_param_gather: bool = False, non_tn_fp8_gemm: bool = False) -> dict:
     """Bytes per parameter of weights, gradients, main-gradient copy, master copy and moments.
 
     Under ``convention="framework"`` the widths are the framework's tensors: Megatron-core
@@ -217,14 +217,14 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     ``grad_reduce_in_fp32``), fp16 params an fp16 buffer plus an fp32 ``.float()`` shard;
     DeepSpeed (zero1/2/3) 16-bit params and grads plus an fp32 gradient partition; FSDP2
     (fsdp) keeps fp32 sharded params and grads (they are the master copy) and only the
-    moments beside them.  FP8 (Transformer Engine) keeps the bf16 weight and caches FP8
-    copies (``b_f8 = 2``: rowwise + transpose) unless ``fp8_param_gather`` (then 1-byte
-    weights, no cache); under ``fp8_recipe="mxfp8"`` both are MXFP8 rowwise + columnwise data
-    with a scale byte per 32 elements each (``b_f8 = 2 + 2/32``, :func:`fp8_weight_bytes`).
-    NVFP4 (fp4) keeps rowwise and columnwise copies, 4-bit with a scale byte per 16 elements
-    each (``b_f8 = 9/8``, :func:`nvfp4_weight_bytes`), beside the bf16 weight or, with
-    ``fp4_param_gather``, instead of it.  The textbook conventions keep their widths (ZeRO:
-    fp16 gradients, seed 000: fp32 gradients sharded, Megatron-LM's estimator: fp32 gradients).
+    moments beside them.  FP8 (Transformer Engine) keeps the bf16 weight and caches FP8 copies
+    (``b_f8 = 2``: rowwise + transpose; 1, no transpose, where ``non_tn_fp8_gemm``) unless
+    ``fp8_param_gather`` (then 1-byte weights, no cache); under ``fp8_recipe="mxfp8"`` both are
+    MXFP8 rowwise + columnwise data with a scale byte per 32 elements each (``b_f8 = 2 + 2/32``,
+    :func:`fp8_weight_bytes`).  NVFP4 (fp4) keeps rowwise and columnwise copies, 4-bit with a
+    scale byte per 16 elements each (``b_f8 = 9/8``, :func:`nvfp4_weight_bytes`), beside the
+    bf16 weight or, with ``fp4_param_gather``, instead of it.  The textbook conventions keep
+    their widths (ZeRO: fp16 gradients, seed 000: fp32 gradients sharded, Megatron-LM: fp32).
 
     Parameters
     ----------
@@ -244,13 +244,13 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
         shard, ``b_f8 = 1`` the FP8 model-weight shard).
     precision_aware : bool
         Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
-    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
-        Megatron ``--fp8-recipe`` (framework, fp8; :data:`FP8_RECIPES`).
+    fp8_recipe, non_tn_fp8_gemm : {None, "delayed", "tensorwise", "mxfp8"}, bool
+        Megatron ``--fp8-recipe`` (framework, fp8; :data:`FP8_RECIPES`); the GPU's FP8 GEMMs take
+        non-TN layouts (:attr:`memsym.hardware.GPU.non_tn_fp8_gemm`).
     fp4_param_gather : bool
-        Megatron ``--fp4-param-gather`` (Bridge ``fp4_param_gather``): NVFP4 linear weights
-        only, gathered in NVFP4 (framework, fp4, distributed optimizer).  The widths are
-        those without it; :func:`memsym.terms.model_state.model_state` drops the 16-bit
-        linear weights.
+        Megatron ``--fp4-param-gather`` (Bridge ``fp4_param_gather``): NVFP4 linear weights only,
+        gathered in NVFP4 (framework, fp4, distributed optimizer).  The widths are those without
+        it; :func:`memsym.terms.model_state.model_state` drops the 16-bit linear weights.
     main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype : str
         The precision-aware optimizer's dtypes, keys of :data:`STATE_DTYPES`.
     store_param_remainders : bool
@@ -293,7 +293,7 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                                    precision_aware, main_params_dtype, exp_avg_dtype,
                                    exp_avg_sq_dtype, store_param_remainders)
         if precision == "fp8":
-            widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather)
+            widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather, non_tn_fp8_gemm)
         if precision == "fp4":   # NVFP4 rowwise + columnwise, beside or instead of the bf16 weight
             widths[b_f8] = nvfp4_weight_bytes(fp4_param_gather)
         return widths
@@ -322,34 +322,38 @@ def _convention_widths(scheme, precision, optimizer, convention) -> dict:
             b_o: sp.Integer(OPTIMIZERS[optimizer])}
 
 
-def fp8_weight_bytes(fp8_recipe: str | None = None, fp8_param_gather: bool = False) -> sp.Expr:
+def fp8_weight_bytes(fp8_recipe: str | None = None, fp8_param_gather: bool = False,
+                     non_tn_fp8_gemm: bool = False) -> sp.Expr:
     r"""Bytes of Transformer Engine's FP8 copies per linear-layer weight [bytes/parameter].
 
     They are kept beside (or, with ``fp8_param_gather``, instead of) the 16-bit weight.
-    Per-tensor scaling (delayed, tensorwise): the rowwise FP8 copy and its transpose, 1 + 1
-    (only the 1-byte FP8 weight under ``fp8_param_gather``: the transpose is made when the
-    backward needs it).  MXFP8 cannot transpose a quantized tensor (its scales run along one
-    dimension), so the weight keeps rowwise and columnwise data, each with one E8M0 scale byte
-    per 32 elements (TE ``MXFP8Quantizer.inner_tensor_specs``; ``linear.py`` sets the weight
-    quantizer's columnwise usage whenever the input needs a gradient), with or without
-    ``fp8_param_gather`` (the MXFP8 parameter holds both):
+    Per-tensor scaling (delayed, tensorwise): the rowwise FP8 copy and its transpose, 1 + 1,
+    or the 1-byte FP8 weight under ``fp8_param_gather``; where FP8 GEMMs take non-TN layouts
+    (``non_tn_fp8_gemm``: compute capability 10.x, 11.x, >= 13) TE allocates no transpose, the
+    rowwise data serves both usages: 1.  MXFP8 cannot transpose a quantized tensor (its scales
+    run along one dimension): rowwise and columnwise data, each with one E8M0 scale byte per 32
+    elements (``MXFP8Quantizer.inner_tensor_specs``; ``linear.py`` asks columnwise usage
+    whenever the input needs a gradient), with or without ``fp8_param_gather``, on any GPU:
 
-    .. math:: b_{f8} = 2\,(1 + 1/32) = 33/16
+    .. math:: b_{f8} = 2\ \text{(TN-only)},\quad 1\ \text{(non-TN)},\quad
+              2\,(1 + 1/32) = 33/16\ \text{(MXFP8)}
 
     Examples
     --------
-    >>> fp8_weight_bytes(), fp8_weight_bytes(None, True), fp8_weight_bytes("mxfp8", True)
-    (2, 1, 33/16)
+    >>> [fp8_weight_bytes(*a) for a in ((), (None, True), ("tensorwise", False, True), ("mxfp8", True, True))]
+    [2, 1, 1, 33/16]
 
     References
     ----------
-    transformer-engine: pytorch/tensor/mxfp8_tensor.py (MXFP8Quantizer.get_scale_shape),
-    pytorch/module/linear.py (weight_quantizer.set_usage), pytorch/module/base.py (quantize_weight).
+    transformer-engine at d0067d0da6: pytorch/tensor/mxfp8_tensor.py (MXFP8Quantizer.get_scale_shape),
+    module/linear.py:467-475 (weight_quantizer.set_usage), module/base.py:757-767, 792-885
+    (quantize_weight), csrc/quantizer.cpp:363, 375, 679, 689 (``_transpose`` only when
+    ``columnwise_usage && !is_non_tn_fp8_gemm_supported``), float8_tensor_storage.py:292-297.
     """
     recipe = None if fp8_recipe is None else choose("FP8 recipe", fp8_recipe, FP8_RECIPES)
     if recipe == "mxfp8":
         return 2 * (1 + sp.Rational(1, MXFP8_BLOCK))
-    return sp.Integer(1 if fp8_param_gather else 2)
+    return sp.Integer(1 if fp8_param_gather or non_tn_fp8_gemm else 2)
 
 
 def nvfp4_element_bytes() -> sp.Expr:
@@ -564,12 +568,9 @@ def _framework_widths(scheme, precision, optimizer, grad_dtype, fp8_param_gather
     weight = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}[precision]
     if scheme == "fsdp":
         weight = 4  # sharded params stay in their original fp32; param_dtype is the compute copy
+    # b_f8 of fp8 (and fp4) is set by byte_widths (fp8_weight_bytes: TE's cached FP8 copies, or
+    # with fp8_param_gather the FP8 weight, under Megatron-FSDP its uint8 model_weight_buffer shard)
     f8 = 0
-    if precision == "fp8":
-        # TE keeps the bf16 weight and caches FP8 rowwise + transpose (1 + 1 B), or with
-        # fp8_param_gather keeps only the FP8 weight (fp8_model_init): b_f8 is then that weight
-        # (under Megatron-FSDP its uint8 model_weight_buffer shard, beside the fp32 b_hp shard).
-        f8 = 1 if fp8_param_gather else 2
     grad = STATE_DTYPES[gdt]
     main_grad = 4 if has_main_grad_copy(scheme, precision, gdt, precision_aware) else 0
     # fp32 masters: none for fp32 Megatron params (they are the main params) and none for

@@ -240,10 +240,12 @@ def state_training(training: Training) -> Training:
 
 
 @functools.lru_cache(maxsize=1024)
-def state_terms(experts: bool, training: Training) -> tuple:
+def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False) -> tuple:
     """The model-state Terms of one stage, in the count symbols of :func:`stage_counts`
     (``experts``: the stage holds routed experts, :func:`stage_has_experts`; ``training``:
-    :func:`state_training` of the job's).
+    :func:`state_training` of the job's; ``non_tn_fp8_gemm``: the job's GPU runs FP8 GEMMs in
+    non-TN layouts, :attr:`memsym.hardware.GPU.non_tn_fp8_gemm`, so per-tensor FP8 caches no
+    transpose).
 
     Examples
     --------
@@ -270,6 +272,7 @@ def state_terms(experts: bool, training: Training) -> tuple:
                 st.precision, st.grad_dtype, optimizer=st.optimizer, scheme=st.sharding,
                 shards=d * c if st.sharding == "distributed-optimizer" else 1,
                 precision_aware=st.precision_aware, fp8_recipe=st.fp8_recipe,
+                non_tn_fp8_gemm=non_tn_fp8_gemm,
                 **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
             dtype, base = widths.pop("adapter_dtype"), widths.pop("base_dtype")
         quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else base)
@@ -285,7 +288,8 @@ def state_terms(experts: bool, training: Training) -> tuple:
             # reads it (te_weight_cache); b_f8 from megatron_adapter_widths
             fmt = "MXFP8 " if training.states.fp8_recipe == "mxfp8" else \
                 "NVFP4 " if training.states.precision == "fp4" else "FP8 "
-            tot = Total(tot.name, tot.terms + (te_weight_cache(N_lin, fmt, frozen=True),))
+            tot = Total(tot.name, tot.terms + (te_weight_cache(
+                N_lin, fmt, frozen=True, transpose=not non_tn_fp8_gemm),))
         return tuple(tot.subs(widths).terms)
     conv = choose("convention", training.states.convention, CONVENTIONS)
     if training.states.megatron_fsdp and training.states.precision not in ("fp8", "fp4") \
@@ -297,7 +301,8 @@ def state_terms(experts: bool, training: Training) -> tuple:
                                         megatron_fsdp=True)
     framework = dict(grad_dtype=grad_dtype, precision_aware=training.states.precision_aware,
                      fp8_param_gather=training.states.fp8_param_gather,
-                     fp4_param_gather=training.states.fp4_param_gather)
+                     fp4_param_gather=training.states.fp4_param_gather,
+                     non_tn_fp8_gemm=non_tn_fp8_gemm)
     recipe = dict(fp8_recipe=training.states.fp8_recipe) if training.states.fp8_recipe else {}
     widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
                          **framework, **recipe, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})

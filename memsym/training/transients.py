@@ -429,7 +429,9 @@ def states_and_transients(j: Job | UncheckedJob, stage: int,
     :func:`phase_transients` (given the stage's ``activations`` where the caller has them)
     with the step-only states (:data:`STEP_STATE_KEYS`) in the optimizer phase."""
     training = j.training
-    terms = state_terms(stage_has_experts(j.model, j.layout, stage), state_training(training))
+    # the GPU decides whether per-tensor FP8 keeps a transpose (none given: TN-only, Hopper)
+    terms = state_terms(stage_has_experts(j.model, j.layout, stage), state_training(training),
+                        bool(getattr(j.gpu, "non_tn_fp8_gemm", False)))
     if _pools_apart(training):   # the gradients are in the reduce-scatter pool (stream_pools)
         terms = tuple(term for term in terms if term.key not in _GRAD_KEYS)
     step = tuple(term for term in terms
