@@ -598,10 +598,11 @@ def test_v_placement_ranks_hold_what_torchtitan_puts_there(tmp_path):
 # dropout: the probabilities each transformers model applies (DeepSpeed runs that model)
 # --------------------------------------------------------------------------------------------
 
-def _one_per_type():
+def one_case_per_type(table: dict) -> list:
+    """The first case (in sorted order) of each ``model_type`` in ``table``, sorted."""
     seen = {}
-    for case in sorted(SMALL):
-        seen.setdefault(SMALL[case]["model_type"], case)
+    for case in sorted(table):
+        seen.setdefault(table[case]["model_type"], case)
     return sorted(seen.values())
 
 
@@ -665,8 +666,16 @@ def _dropout_masks(path) -> int:
     return Draws.count
 
 
+def assert_masks_follow_dropout(path) -> dict:
+    """transformers' model of ``path`` draws a dropout mask exactly when a probability memsym
+    reads from the file is above zero; the probabilities read."""
+    dropout = from_hf_config(path).extra["hf_dropout"]
+    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+    return dropout
+
+
 @pytest.mark.torch
-@pytest.mark.parametrize("case", _one_per_type())
+@pytest.mark.parametrize("case", one_case_per_type(SMALL))
 @pytest.mark.parametrize("p", [None, 0.1])
 def test_deepspeed_dropout_follows_the_transformers_model(tmp_path, case, p):
     # oracle: transformers' model in training mode keeps a mask exactly when memsym's DeepSpeed

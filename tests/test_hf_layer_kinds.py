@@ -17,7 +17,7 @@ from memsym.model import (active_parameter_count, from_hf_config, parameter_coun
                           parameter_counts, preset)
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _small, _write
+from test_hf_configs import _TOKENS, _small, _write, assert_masks_follow_dropout
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 from in_process import estimate
 
@@ -408,18 +408,14 @@ def test_dbrx_reads_only_the_nested_fields_transformers_reads(tmp_path):
 @pytest.mark.torch
 @pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32", "qwen3_next", "minimax"])
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
-    from test_hf_configs import _dropout_masks
-
     cfg = dict(SMALL[case])
     if case.startswith("dbrx"):
         cfg.update(resid_pdrop=0.1, emb_pdrop=0.1,
                    attn_config={**cfg["attn_config"], "attn_pdrop": 0.1})
     else:
         cfg.update(attention_dropout=0.1)
-    path = _write(tmp_path, cfg)
-    dropout = from_hf_config(path).extra["hf_dropout"]
+    dropout = assert_masks_follow_dropout(_write(tmp_path, cfg))
     assert all(p == 0.1 for p in dropout.values())
-    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
 
 
 @pytest.mark.torch

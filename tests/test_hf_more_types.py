@@ -18,7 +18,8 @@ from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _small, _write
+from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
+                             one_case_per_type)
 from test_hf_hybrid import SMALL as HYBRID_SMALL
 from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count, fuzz_configs
 
@@ -608,26 +609,15 @@ def test_stages_add_up_to_the_count(tmp_path, case):
     assert sum(s.total for s in stages) == total + tied_copy
 
 
-def _one_per_type():
-    seen = {}
-    for case in sorted(SMALL):
-        seen.setdefault(SMALL[case]["model_type"], case)
-    return sorted(seen.values())
-
-
 @pytest.mark.torch
-@pytest.mark.parametrize("case", _one_per_type())
+@pytest.mark.parametrize("case", one_case_per_type(SMALL))
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero
-    from test_hf_configs import _dropout_masks
-
     cfg = dict(SMALL[case])
     dropout_fields = from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"]
     cfg.update({k: 0.1 for k in dropout_fields})
-    path = _write(tmp_path, cfg)
-    dropout = from_hf_config(path).extra["hf_dropout"]
-    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+    assert_masks_follow_dropout(_write(tmp_path, cfg))
 
 
 def test_fuzzed_configs(tmp_path):

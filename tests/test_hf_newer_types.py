@@ -22,7 +22,8 @@ from memsym.errors import InvalidValueError, MemsymError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _dropout_masks, _small, _write
+from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
+                             one_case_per_type)
 
 # the model types this file covers (the older ones are in tests/test_hf_configs.py)
 NEWER_TYPES = {"llama4_text", "llama4", "gemma3", "olmoe", "smollm3", "glm4", "glm4_moe",
@@ -445,21 +446,12 @@ def test_the_cli_refuses_a_hybrid_in_one_line(tmp_path, capsys):
 # dropout as the newer transformers models apply it
 # --------------------------------------------------------------------------------------------
 
-def _one_per_type():
-    seen = {}
-    for case in sorted(SMALL):
-        seen.setdefault(SMALL[case]["model_type"], case)
-    return sorted(seen.values())
-
-
 @pytest.mark.torch
-@pytest.mark.parametrize("case", _one_per_type())
+@pytest.mark.parametrize("case", one_case_per_type(SMALL))
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero (Seed-OSS defaults to 0.1)
-    path = _write(tmp_path, SMALL[case])
-    dropout = from_hf_config(path).extra["hf_dropout"]
-    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+    assert_masks_follow_dropout(_write(tmp_path, SMALL[case]))
 
 
 def fuzz_configs(tmp_path, small: dict, keys, extra_values=()):
