@@ -488,6 +488,18 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 # the new structures through the pipeline stages, and MTP when the framework builds it
 # --------------------------------------------------------------------------------------------
 
+def assert_stages_add_up(arch, p=None):
+    """At t = 1 over p pipeline stages (default one layer each), the stages hold every
+    parameter of ``arch`` once, plus the last stage's copy of a tied output weight (V h), as
+    Megatron allocates it."""
+    from memsym.model import stage_parameters
+
+    p = arch.num_layers if p is None else p
+    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
+    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
+    assert sum(st.total for st in stages) == parameter_count(arch) + tied_copy
+
+
 @pytest.mark.parametrize("case", ["gptj", "gptj-tied", "bloom", "gemma3_text", "olmo",
                                   "cohere-qk-norm-bias", "phimoe-biases", "falcon-new-one-norm-ffn"])
 def test_stages_add_up_to_the_count(tmp_path, case):
@@ -496,11 +508,7 @@ def test_stages_add_up_to_the_count(tmp_path, case):
     total = parameter_count(arch)
     one = stage_parameters(arch, t=1, p=1, stage=0, pad_vocab=False)
     assert one.total == total
-    # p = 3 (one layer each): the stages hold every parameter once, plus the last stage's copy
-    # of a tied output weight (V h), as Megatron allocates it
-    stages = [stage_parameters(arch, t=1, p=3, stage=i, pad_vocab=False) for i in range(3)]
-    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(s.total for s in stages) == total + tied_copy
+    assert_stages_add_up(arch, 3)       # p = 3: one layer each
 
 
 def test_deepseek_v3_mtp_counted_when_the_framework_builds_it(tmp_path):

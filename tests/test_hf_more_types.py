@@ -19,7 +19,7 @@ from memsym.model import active_parameter_count, from_hf_config, parameter_count
 from memsym.model.hf_config import HF_MODEL_TYPES
 
 from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
-                             one_case_per_type)
+                             assert_stages_add_up, one_case_per_type)
 from test_hf_hybrid import SMALL as HYBRID_SMALL
 from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count, fuzz_configs
 
@@ -598,15 +598,7 @@ def test_active_equals_total_for_the_dense_types(tmp_path):
 @pytest.mark.parametrize("case", ["mamba2", "mamba-switches", "hunyuan_v1_moe", "phi",
                                   "granitemoeshared", "cohere2"])
 def test_stages_add_up_to_the_count(tmp_path, case):
-    # one layer per pipeline stage: the stages hold every parameter once, plus the last stage's
-    # copy of a tied output weight (V h), as Megatron allocates it
-    from memsym.model import stage_parameters
-
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    total, p = parameter_count(arch), arch.num_layers
-    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
-    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(s.total for s in stages) == total + tied_copy
+    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
 
 
 @pytest.mark.torch

@@ -23,7 +23,7 @@ from memsym.model import active_parameter_count, from_hf_config, parameter_count
 from memsym.model.hf_config import HF_MODEL_TYPES
 
 from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
-                             one_case_per_type)
+                             assert_stages_add_up, one_case_per_type)
 
 # the model types this file covers (the older ones are in tests/test_hf_configs.py)
 NEWER_TYPES = {"llama4_text", "llama4", "gemma3", "olmoe", "smollm3", "glm4", "glm4_moe",
@@ -135,15 +135,7 @@ def test_every_newer_type_has_a_small_config():
 @pytest.mark.parametrize("case", ["apertus", "llama4_text-interleave-2", "ernie4_5_moe",
                                   "glm4_moe", "olmoe-bias-tied", "gemma3"])
 def test_stages_add_up_to_the_count(tmp_path, case):
-    # one layer per pipeline stage: the stages hold every parameter once, plus the last stage's
-    # copy of a tied output weight (V h), as Megatron allocates it
-    from memsym.model import stage_parameters
-
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    total, p = parameter_count(arch), arch.num_layers
-    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
-    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(s.total for s in stages) == total + tied_copy
+    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
 
 
 # --------------------------------------------------------------------------------------------
