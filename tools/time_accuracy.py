@@ -14,7 +14,6 @@ beside the package, not in it (as ``tools/measured.py`` does for the measured me
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 import tomllib
@@ -42,6 +41,7 @@ from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.layer import layer_time  # noqa: E402
 from memsym.timing.step import Overlap, Settings, overlap_of, step_time_grid  # noqa: E402
+from tools.reference import page_main  # noqa: E402
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 from tools.time_scaling import scaling_lines  # noqa: E402
 
@@ -906,28 +906,13 @@ def table4() -> list:
 
 def main(argv=None) -> int:
     """``python tools/time_accuracy.py [--check | --stdout]``: exit 0, 1 (stale) or 2."""
-    parser = argparse.ArgumentParser(prog="python tools/time_accuracy.py",
-                                     description="Regenerate docs/time-accuracy.md from "
-                                     "formulas/measured_time.toml.")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true",
-                      help="write nothing; exit 1 if docs/time-accuracy.md is stale")
-    mode.add_argument("--stdout", action="store_true", help="print the page instead of writing it")
-    args = parser.parse_args(argv)
-    try:
-        if args.stdout:
-            sys.stdout.write(accuracy_markdown())
-            return 0
-        if args.check:
-            stale = DOC_PATH.read_text(encoding="utf-8") != accuracy_markdown()
-            if stale:
-                print(f"stale: {DOC_PATH} (run python tools/time_accuracy.py)", file=sys.stderr)
-            return 1 if stale else 0
-        print(f"wrote {write_docs()}")
-    except (MemsymError, OSError) as err:  # one line, like the memsym command: no traceback
-        print(f"python tools/time_accuracy.py: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return page_main(argv, prog="python tools/time_accuracy.py",
+                     description="Regenerate docs/time-accuracy.md from "
+                     "formulas/measured_time.toml.",
+                     check_help="write nothing; exit 1 if docs/time-accuracy.md is stale",
+                     stale=lambda _: ([DOC_PATH] if DOC_PATH.read_text(encoding="utf-8")
+                                      != accuracy_markdown() else []),
+                     write=lambda _: [write_docs()], render=accuracy_markdown)
 
 
 if __name__ == "__main__":
