@@ -22,16 +22,9 @@ from hypothesis import strategies as st
 
 from bounded import run_python, time_limit
 from memsym import errors, limits
-from memsym.cli import main
 from memsym.readers import read_deepspeed_config, read_torchtitan_toml
 from memsym.readers._values import check_text
-
-
-def cli(capsys, *argv):
-    """(exit status, stdout, stderr) of one in-process command."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from in_process import run as cli
 
 
 def refused_one_line(capsys, *argv, said=()):
