@@ -573,10 +573,9 @@ def describe(run) -> dict:
             "kind": "MoE" if arch.num_experts else "dense", "group": group}
 
 
-def slices(results=None, keys=("gpu",)) -> dict:
-    """Error statistics of the validation runs grouped by ``keys`` (fields of
-    :func:`describe`): key tuple -> dict(n, mean_abs, median_abs, mean, worst) [1]."""
-    results = validate() if results is None else results
+def _validation_errors(results, keys) -> dict:
+    """The errors [1] of the validation runs among ``results``, in their order, grouped by
+    ``keys`` (fields of :func:`describe`): key tuple -> list."""
     by = {r["id"]: r for r in runs()}
     groups = {}
     for r in results:
@@ -584,6 +583,13 @@ def slices(results=None, keys=("gpu",)) -> dict:
             continue
         d = describe(by[r.id])
         groups.setdefault(tuple(d[k] for k in keys), []).append(r.error)
+    return groups
+
+
+def slices(results=None, keys=("gpu",)) -> dict:
+    """Error statistics of the validation runs grouped by ``keys`` (fields of
+    :func:`describe`): key tuple -> dict(n, mean_abs, median_abs, mean, worst) [1]."""
+    groups = _validation_errors(validate() if results is None else results, keys)
     out = {}
     for k in sorted(groups):
         e = np.asarray(groups[k])
@@ -615,13 +621,8 @@ def _ratio_rows(results):
 def summary(results=None) -> dict:
     """Mean absolute errors on the non-calibration runs, per source group [1]."""
     results = validate() if results is None else results
-    by = {r["id"]: r for r in runs()}
-    groups = {}
-    for r in results:
-        if r.role != "validation":
-            continue
-        groups.setdefault(describe(by[r.id])["group"], []).append(abs(r.error))
-    out = {k: float(np.mean(v)) for k, v in groups.items()}
+    groups = _validation_errors(results, ("group",))
+    out = {k: float(np.mean([abs(e) for e in v])) for (k,), v in groups.items()}
     out["all"] = float(np.mean([abs(r.error) for r in results if r.role == "validation"]))
     return out
 
