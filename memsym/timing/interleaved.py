@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..terms.pipeline_order import rank_order, ready_passes
+from .one_f_one_b import pass_durations
 from .pipeline import microbatch_group
 
 __all__ = ["MAX_PASSES", "schedule_levels", "interleaved_makespan", "exact_interleaved"]
@@ -199,17 +200,13 @@ def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
     pipeline = np.asarray(pipeline, dtype=float)
     if st.schedule == "gpipe":
         return pipeline
-    roles = ("first", "middle", "last")
-    shape = np.broadcast_shapes(pipeline.shape, np.shape(p), np.shape(m), np.shape(v),
-                                np.shape(p2p_exposed),
-                                *(np.shape(x) for r in roles for x in tau[r]))
+    shape, fwd, bwd = pass_durations(pipeline, tau, p2p_exposed, p, m, v)
     P, M, V = (np.broadcast_to(x, shape).ravel() for x in (p, m, v))
     rows = np.flatnonzero((V > 1) & (P > 1) & (2 * P * M * V <= MAX_PASSES))
     out = np.array(np.broadcast_to(pipeline, shape))
     if not rows.size:
         return out
-    fwd = [np.broadcast_to(tau[r][0] + p2p_exposed, shape).ravel() for r in roles]
-    bwd = [np.broadcast_to(tau[r][1] + p2p_exposed, shape).ravel() for r in roles]
+    fwd, bwd = [x.ravel() for x in fwd], [x.ravel() for x in bwd]
     keys = np.stack([P[rows], M[rows], V[rows]]).astype(np.int64)
     uniq, inv = np.unique(keys, axis=1, return_inverse=True)
     flat = out.reshape(-1)
