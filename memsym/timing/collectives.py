@@ -283,7 +283,7 @@ def intra_bandwidth(cluster) -> float:
     Parameters
     ----------
     cluster : Cluster
-        The interconnect.
+        Its intra-node link kind and line rate are read.
 
     Examples
     --------
@@ -310,7 +310,7 @@ def nvlink_domain(cluster) -> int:
     Parameters
     ----------
     cluster : Cluster
-        The interconnect.
+        Its NVLink domain (when it names one) or its GPUs per node are read.
 
     Examples
     --------

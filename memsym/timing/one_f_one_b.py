@@ -117,13 +117,13 @@ def pass_durations(pipeline, tau: dict, p2p_exposed, p, m, v) -> tuple:
     Parameters
     ----------
     pipeline : numpy.ndarray
-        The pipeline seconds of every row [s].
+        Only its shape is read: one row per layout [s].
     tau : dict
-        Each stage role's (forward, backward) seconds [s].
+        Role name to its stage's (forward, backward) of one micro-batch [s].
     p2p_exposed : array_like
-        Exposed PP p2p seconds per direction and stage-microbatch [s].
+        What every pass adds: exposed p2p [s].
     p, m, v : array_like
-        Pipeline-parallel size [GPUs], micro-batches [1] and model chunks per rank [1].
+        Their shapes only: stages [GPUs], micro-batches [1], chunks [1].
 
     Returns
     -------
