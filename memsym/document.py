@@ -52,7 +52,9 @@ _GIB = 2**30
 # ---------------------------------------------------------------------------------------------
 
 
-def _cited(parts: JobParts, solve=None, cluster=None) -> list[str]:
+def _cited(parts: JobParts, solve=None, cluster=None) -> tuple:
+    """(the bibliography keys the document cites, in order of first citation; key -> its
+    number, from 1)."""
     keys = []
     for s_ in parts.terms:
         if s_.source.key not in keys:
@@ -61,7 +63,7 @@ def _cited(parts: JobParts, solve=None, cluster=None) -> list[str]:
         for key in ("narayanan", "nccl-tests"):
             if key not in keys:
                 keys.append(key)
-    return keys
+    return keys, {k: i + 1 for i, k in enumerate(keys)}
 
 
 def _tex_locator(text: str) -> str:
@@ -358,9 +360,7 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     geo, width = _check_paper(paper)
     parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title,
                       budget=FILL * width)
-    bib = references()
-    keys = _cited(parts, solve, cluster)
-    numbers = {k: i + 1 for i, k in enumerate(keys)}
+    bib, keys, numbers = references(), *_cited(parts, solve, cluster)
     cap = capacity_of(estimate, solve, capacity)
     body = [_intro(parts)]
     body += [escape(x) for x in parts.context]
@@ -453,9 +453,7 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
     True
     """
     parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title)
-    bib = references()
-    keys = _cited(parts, solve, cluster)
-    numbers = {k: i + 1 for i, k in enumerate(keys)}
+    bib, keys, numbers = references(), *_cited(parts, solve, cluster)
     cap = capacity_of(estimate, solve, capacity)
     labels = dict((g, lab) for g, lab, _ in GROUPS)
     out = [f"## {parts.title.replace(' x ', ' × ')}", "",

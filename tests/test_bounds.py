@@ -22,16 +22,9 @@ from hypothesis import strategies as st
 
 from bounded import run_python, time_limit
 from memsym import errors, limits
-from memsym.cli import main
 from memsym.readers import read_deepspeed_config, read_torchtitan_toml
 from memsym.readers._values import check_text
-
-
-def cli(capsys, *argv):
-    """(exit status, stdout, stderr) of one in-process command."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from in_process import run as cli
 
 
 def refused_one_line(capsys, *argv, said=()):
@@ -61,6 +54,17 @@ DEEP_JSON = "[" * 100_000 + "]" * 100_000
 # ------------------------------------------------------------------------------------------------
 # 1. config readers: digits, nesting, values, dotted keys, file size, before parsing
 # ------------------------------------------------------------------------------------------------
+def _named_llama(folder, name):
+    """``folder`` made, holding the config.json of a two-layer Llama (h 256, 4 heads, f 512,
+    V 1000) whose ``_name_or_path`` is ``name``."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "_name_or_path": name, "hidden_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
+        "vocab_size": 1000, "max_position_embeddings": 4096}))
+    return folder
+
+
 def test_the_structure_limits_are_documented_constants():
     # the values the docstrings of memsym.limits give (each far above real configs)
     assert limits.MAX_NESTING == 64 and limits.MAX_KEY_PARTS == 64
@@ -242,12 +246,7 @@ def test_plot_cli_with_a_mathtext_title_and_model_name(tmp_path, capsys):
     code, stdout, err = cli(capsys, "plot", "breakdown", "llama2-7b", "--seq-length", "4096",
                             "--title", r"$\frac{$", "-o", str(out))
     assert code == 0 and err == "" and out.stat().st_size > 0
-    folder = tmp_path / "a$^{$b"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "_name_or_path": "a$^{$b", "hidden_size": 256,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
-        "vocab_size": 1000, "max_position_embeddings": 4096}))
+    folder = _named_llama(tmp_path / "a$^{$b", "a$^{$b")
     for kind in ("breakdown", "feasibility"):
         out = tmp_path / f"{kind}.png"
         code, stdout, err = cli(capsys, "plot", kind, str(folder), "--seq-length", "4096",
@@ -481,12 +480,7 @@ def test_a_model_name_with_a_backslash_is_estimated(tmp_path, capsys):
     from memsym.model import from_hf_config, resolve
     from memsym.training import Layout, Training, training_memory
 
-    folder = tmp_path / "bs"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "_name_or_path": "C:\\models\\llama", "hidden_size": 256,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
-        "vocab_size": 1000, "max_position_embeddings": 4096}))
+    folder = _named_llama(tmp_path / "bs", "C:\\models\\llama")
     arch = from_hf_config(folder)
     assert resolve(arch).name == arch.name
     training_memory(arch, Layout(p=2), Training(seq_length=1024))

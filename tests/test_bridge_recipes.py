@@ -12,19 +12,13 @@ import os
 
 import pytest
 
-from memsym.cli import main
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, parse_override, read_bridge_recipe
+from in_process import run as cli
 
 #: Keys that say how the job was read (they differ between a recipe and a command by design).
 READING_KEYS = ("read_as", "ignored", "notes", "defaults")
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def report(capsys, *argv) -> dict:

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.readers import logs
 from memsym.readers.logs import parse_log, read_log, steady_step, warmup_count
+from in_process import run
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "logs"
 MEGATRON = DATA / "megatron_ling_v2.log"
@@ -36,12 +36,6 @@ MEGATRON_TFLOPS = ("18.0", "128.2", "131.7", "132.2", "133.1", "132.4", "133.1",
 #: The job the CLI tests price (any job will do: the tests check the reading and the mapping).
 JOB = ("llama3-8b", "--seq-length", "8192", "--gpu", "h100-80gb", "--dp", "8",
        "--global-batch-size", "128")
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,19 +7,13 @@ from fractions import Fraction
 
 import pytest
 
-from memsym.cli import main
+from in_process import run
 
 #: PyTorch's "total capacity" (cudaMemGetInfo) for an H100 80GB, 79.11 GiB, as
 #: vllm-project/vllm#27508 prints it.
 H100_CUDA_TOTAL = int(Fraction("79.11") * 2**30)
 
 GB = 10**9
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_estimate_json_contract(capsys):

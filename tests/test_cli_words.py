@@ -8,18 +8,12 @@ import json
 
 import pytest
 
-from memsym.cli import main
+from in_process import run
 
 #: A 32-layer, 4096-wide GPT as a Megatron-LM command pasted with its launcher (8 GPUs).
 PASTED = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
           "--num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
           "--micro-batch-size 1 --bf16 --vocab-size 32000").split()
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def refused(capsys, *argv) -> str:

@@ -26,6 +26,8 @@ from memsym.readers.megatron import read_megatron_args, read_megatron_overrides
 from memsym.training import phase_totals, training_memory
 from memsym.training.totals import resolved_stage_total
 
+from tiny_megatron import tiny_megatron_job
+
 GB64 = dict(seq_length=4096, world_size=8, global_batch_size=64)
 
 
@@ -213,10 +215,7 @@ def test_optimizer_graph_keeps_the_step_allocations_reserved():
 
 
 def test_optimizer_graph_read_from_megatron_bridge_and_the_cli(capsys):
-    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
-            "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "
-            "--world-size 2 --micro-batch-size 1 --bf16 --use-distributed-optimizer").split()
-    j = megatron_job(read_megatron_args(base + ["--optimizer-cuda-graph"]))
+    j = tiny_megatron_job("--optimizer-cuda-graph")
     assert j.training.memory.optimizer_cuda_graph is True
     assert read_megatron_overrides(["--optimizer-cuda-graph"], num_layers=4).options[
         "optimizer_cuda_graph"] is True

@@ -26,12 +26,12 @@ import json
 
 import pytest
 
-from memsym.cli import main
 from memsym.errors import InvalidValueError, LimitError
 from memsym.model import preset
 from memsym.readers import read_deepspeed_config
 from memsym.readers.jobs import deepspeed_job
 from memsym.training import phase_transients
+from in_process import run
 
 # transformers tests/deepspeed/ds_config_zero2.json @ 9490c0a0ba8b4c001ab6a6bc038b5caca4d573ae
 HF_ZERO2 = """{
@@ -292,12 +292,6 @@ DSE_PIPELINE = """ {
   "wall_clock_breakdown" : false
  }
 """
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def defaults_of(cfg) -> dict:

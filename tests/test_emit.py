@@ -22,18 +22,12 @@ import shlex
 
 import pytest
 
-from memsym.cli import main
 from memsym.cli.search import bytes_json
 from memsym.emit import Emitted, NotExpressible, emit
 from memsym.search import search
+from in_process import run
 
 GPU = "h100-80gb"
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def searched(capsys, tmp_path, framework, model, gpus, *options):

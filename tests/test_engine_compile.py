@@ -9,7 +9,11 @@ statistics per token (2TV + 8T).  The integer labels are the data loader's tenso
 anyway, and the 0-d total weight of the mean is 4 bytes: neither is counted.
 """
 
+import os
+import pathlib
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -71,26 +75,26 @@ def _compiled_saved_bytes() -> int:
         return _saved_float_bytes(torch.compile(_loss, backend="inductor"))
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                    reason="Inductor's CPU backend needs a C++ compiler")
-def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(tmp_path):
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
-    # compiled in a fresh interpreter with a cache of its own: what earlier tests of the same
-    # worker left in torch's global state (dispatch modes, dynamo caches), or a graph cached
-    # on disk by another process, never stands in for this compilation
+def _in_a_fresh_interpreter(tmp_path, name: str) -> list:
+    """The words this module's function ``name`` prints (its result, a tuple spread), called in
+    a fresh interpreter with an Inductor cache of its own in ``tmp_path``: what earlier tests of
+    the same worker left in torch's global state (dispatch modes, dynamo caches), or a graph
+    cached on disk by another process, never stands in for this compilation."""
     here = pathlib.Path(__file__).resolve().parent
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([str(here.parent), str(here),
                                            os.environ.get("PYTHONPATH", "")]))
     run = subprocess.run([sys.executable, "-c", "import test_engine_compile as t; "
-                          "print(t._compiled_saved_bytes())"],
+                          f"r = t.{name}(); print(*(r if isinstance(r, tuple) else (r,)))"],
                          capture_output=True, text=True, timeout=600, env=env, cwd=here)
     assert run.returncode == 0, run.stderr[-2000:]
-    saved = int(run.stdout.split()[-1])
+    return run.stdout.split()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="Inductor's CPU backend needs a C++ compiler")
+def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(tmp_path):
+    saved = int(_in_a_fresh_interpreter(tmp_path, "_compiled_saved_bytes")[-1])
     assert saved == _memsym_logits(True) == 2 * T * V + 8 * T, \
         f"saved {saved} bytes, expected {2 * T * V + 8 * T}"
 
@@ -123,21 +127,8 @@ def test_compiled_loss_backward_makes_a_new_16bit_gradient(tmp_path):
     """The saved 16-bit logits are the compiled graph's input, which AOTAutograd does not
     donate to the backward: the logits' gradient is a new 2TV-byte buffer beside them (memsym's
     ``logits_grad_16bit`` in the loss's backward), not written over them."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
     from memsym.terms.transients import torch_cross_entropy_transient
 
-    here = pathlib.Path(__file__).resolve().parent
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(here.parent), str(here),
-                                           os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", "import test_engine_compile as t; "
-                          "print(*t._compiled_grad_buffer())"],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=here)
-    assert run.returncode == 0, run.stderr[-2000:]
-    same, nbytes = run.stdout.split()[-2:]
+    same, nbytes = _in_a_fresh_interpreter(tmp_path, "_compiled_grad_buffer")[-2:]
     grad = torch_cross_entropy_transient()["logits_16bit"].evaluate(s=T, b=1, c=1, t=1, V=V)
     assert same == "False" and int(nbytes) == grad == 2 * T * V == 128000

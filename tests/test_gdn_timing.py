@@ -22,7 +22,8 @@ from memsym.timing.gemm import forward_flops_per_token, layer_gemms, shape_of
 from memsym.timing.layer import layer_time
 from memsym.timing.linear_attention import GDN_CHUNK, gdn_flops, gdn_kernels
 from memsym.timing.records import Overlap, Settings
-from memsym.timing.step import step_time_grid
+
+from test_mamba_timing import assert_priced_and_tp_shortens_it
 
 # a small GDN mixer: 2 key heads of 16, 4 value heads of 32 (q, k repeated twice), C = 64
 HK, HV, DK, DV, C = 2, 4, 16, 32, 64
@@ -134,19 +135,8 @@ def test_the_chunk_kernels_run_at_the_ssd_rate_or_at_hbm_bandwidth():
 
 
 def test_a_gdn_hybrid_step_is_priced_and_tp_shortens_it():
-    st = Settings(seq_length=2048, precision="bf16", micro_batch_size=1)
-    out = step_time_grid(_qwen3_next_like(8), "h100", t=[1, 2], d=[2, 1], m=8, settings=st)
-    assert np.all(np.isfinite(out["step"])) and np.all(out["step"] > 0)
-    assert out["compute"][1] < out["compute"][0]
-
-
-def test_other_mixers_are_still_refused_naming_what_is_priced():
-    arch = Architecture(
-        name="m1", num_layers=2, hidden_size=64, num_attention_heads=2,
-        position_embedding_type="none", layer_mixers=("mamba", "attention"), mamba_version=1,
-        mamba_inner_size=128, mamba_state_dim=16, mamba_dt_rank=4)
-    with pytest.raises(StepTimeNotModelledError, match="Mamba-2 and Gated DeltaNet are"):
-        shape_of(arch)
+    # (the Mamba-1 refusal naming Mamba-2 and Gated DeltaNet: tests/test_mamba_timing.py)
+    assert_priced_and_tp_shortens_it(_qwen3_next_like(8))
 
 def test_a_zamba2_shared_block_is_still_refused(tmp_path):
     from memsym.model.hf_config import from_hf_config

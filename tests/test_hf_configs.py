@@ -330,20 +330,6 @@ def test_every_accepted_type_has_a_small_config():
             == set(HF_MODEL_TYPES))
 
 
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_read(tmp_path, case):
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    assert arch.extra["hf_model_type"] == SMALL[case]["model_type"]
-    assert parameter_count(arch) > 0
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
-    assert parameter_count(from_hf_config(path)) == _transformers_count(path)
-
-
 @pytest.mark.parametrize("case", sorted(PUBLISHED))
 def test_real_configs_published_totals(tmp_path, case):
     assert parameter_count(from_hf_config(_write(tmp_path, REAL[case]))) == PUBLISHED[case]
@@ -502,6 +488,18 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 # the new structures through the pipeline stages, and MTP when the framework builds it
 # --------------------------------------------------------------------------------------------
 
+def assert_stages_add_up(arch, p=None):
+    """At t = 1 over p pipeline stages (default one layer each), the stages hold every
+    parameter of ``arch`` once, plus the last stage's copy of a tied output weight (V h), as
+    Megatron allocates it."""
+    from memsym.model import stage_parameters
+
+    p = arch.num_layers if p is None else p
+    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
+    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
+    assert sum(st.total for st in stages) == parameter_count(arch) + tied_copy
+
+
 @pytest.mark.parametrize("case", ["gptj", "gptj-tied", "bloom", "gemma3_text", "olmo",
                                   "cohere-qk-norm-bias", "phimoe-biases", "falcon-new-one-norm-ffn"])
 def test_stages_add_up_to_the_count(tmp_path, case):
@@ -510,11 +508,7 @@ def test_stages_add_up_to_the_count(tmp_path, case):
     total = parameter_count(arch)
     one = stage_parameters(arch, t=1, p=1, stage=0, pad_vocab=False)
     assert one.total == total
-    # p = 3 (one layer each): the stages hold every parameter once, plus the last stage's copy
-    # of a tied output weight (V h), as Megatron allocates it
-    stages = [stage_parameters(arch, t=1, p=3, stage=i, pad_vocab=False) for i in range(3)]
-    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(s.total for s in stages) == total + tied_copy
+    assert_stages_add_up(arch, 3)       # p = 3: one layer each
 
 
 def test_deepseek_v3_mtp_counted_when_the_framework_builds_it(tmp_path):
@@ -612,10 +606,11 @@ def test_v_placement_ranks_hold_what_torchtitan_puts_there(tmp_path):
 # dropout: the probabilities each transformers model applies (DeepSpeed runs that model)
 # --------------------------------------------------------------------------------------------
 
-def _one_per_type():
+def one_case_per_type(table: dict) -> list:
+    """The first case (in sorted order) of each ``model_type`` in ``table``, sorted."""
     seen = {}
-    for case in sorted(SMALL):
-        seen.setdefault(SMALL[case]["model_type"], case)
+    for case in sorted(table):
+        seen.setdefault(table[case]["model_type"], case)
     return sorted(seen.values())
 
 
@@ -679,8 +674,16 @@ def _dropout_masks(path) -> int:
     return Draws.count
 
 
+def assert_masks_follow_dropout(path) -> dict:
+    """transformers' model of ``path`` draws a dropout mask exactly when a probability memsym
+    reads from the file is above zero; the probabilities read."""
+    dropout = from_hf_config(path).extra["hf_dropout"]
+    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+    return dropout
+
+
 @pytest.mark.torch
-@pytest.mark.parametrize("case", _one_per_type())
+@pytest.mark.parametrize("case", one_case_per_type(SMALL))
 @pytest.mark.parametrize("p", [None, 0.1])
 def test_deepspeed_dropout_follows_the_transformers_model(tmp_path, case, p):
     # oracle: transformers' model in training mode keeps a mask exactly when memsym's DeepSpeed

@@ -17,7 +17,8 @@ from memsym.model import (active_parameter_count, from_hf_config, parameter_coun
                           parameter_counts, preset)
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _small, _write
+from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
+                             assert_stages_add_up)
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 from in_process import estimate
 
@@ -408,18 +409,14 @@ def test_dbrx_reads_only_the_nested_fields_transformers_reads(tmp_path):
 @pytest.mark.torch
 @pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32", "qwen3_next", "minimax"])
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
-    from test_hf_configs import _dropout_masks
-
     cfg = dict(SMALL[case])
     if case.startswith("dbrx"):
         cfg.update(resid_pdrop=0.1, emb_pdrop=0.1,
                    attn_config={**cfg["attn_config"], "attn_pdrop": 0.1})
     else:
         cfg.update(attention_dropout=0.1)
-    path = _write(tmp_path, cfg)
-    dropout = from_hf_config(path).extra["hf_dropout"]
+    dropout = assert_masks_follow_dropout(_write(tmp_path, cfg))
     assert all(p == 0.1 for p in dropout.values())
-    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
 
 
 @pytest.mark.torch
@@ -508,16 +505,8 @@ def test_the_short_conv_activations_are_measured_in_transformers_layer():
 @pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32", "qwen3_next",
                                   "lfm2-block-ff-dim-idxs-bias-untied", "minimax"])
 def test_stages_add_up_to_the_count(tmp_path, case):
-    # one layer per pipeline stage: the stages hold every parameter once (each layer by its
-    # own kind: Gated DeltaNet, short convolution, lightning or attention), plus the last
-    # stage's copy of a tied output weight (V h), as Megatron allocates it
-    from memsym.model import stage_parameters
-
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    total, p = parameter_count(arch), arch.num_layers
-    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
-    tied = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(st.total for st in stages) == total + tied
+    # each layer by its own kind: Gated DeltaNet, short convolution, lightning or attention
+    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
 
 
 def test_fuzzed_configs(tmp_path):

@@ -18,7 +18,8 @@ from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _small, _write
+from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
+                             assert_stages_add_up, one_case_per_type)
 from test_hf_hybrid import SMALL as HYBRID_SMALL
 from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count, fuzz_configs
 
@@ -151,20 +152,6 @@ def test_the_newer_types_accepted_reach_the_issue_count():
     newer = MORE_TYPES | NEWER_TYPES | hybrid
     assert newer <= set(HF_MODEL_TYPES)
     assert len(newer) >= 37
-
-
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_read(tmp_path, case):
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    assert arch.extra["hf_model_type"] == SMALL[case]["model_type"]
-    assert parameter_count(arch) > 0
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,37 +598,18 @@ def test_active_equals_total_for_the_dense_types(tmp_path):
 @pytest.mark.parametrize("case", ["mamba2", "mamba-switches", "hunyuan_v1_moe", "phi",
                                   "granitemoeshared", "cohere2"])
 def test_stages_add_up_to_the_count(tmp_path, case):
-    # one layer per pipeline stage: the stages hold every parameter once, plus the last stage's
-    # copy of a tied output weight (V h), as Megatron allocates it
-    from memsym.model import stage_parameters
-
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    total, p = parameter_count(arch), arch.num_layers
-    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
-    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(s.total for s in stages) == total + tied_copy
-
-
-def _one_per_type():
-    seen = {}
-    for case in sorted(SMALL):
-        seen.setdefault(SMALL[case]["model_type"], case)
-    return sorted(seen.values())
+    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("case", _one_per_type())
+@pytest.mark.parametrize("case", one_case_per_type(SMALL))
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero
-    from test_hf_configs import _dropout_masks
-
     cfg = dict(SMALL[case])
     dropout_fields = from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"]
     cfg.update({k: 0.1 for k in dropout_fields})
-    path = _write(tmp_path, cfg)
-    dropout = from_hf_config(path).extra["hf_dropout"]
-    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+    assert_masks_follow_dropout(_write(tmp_path, cfg))
 
 
 def test_fuzzed_configs(tmp_path):

@@ -22,7 +22,8 @@ from memsym.errors import InvalidValueError, MemsymError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _dropout_masks, _small, _write
+from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
+                             assert_stages_add_up, one_case_per_type)
 
 # the model types this file covers (the older ones are in tests/test_hf_configs.py)
 NEWER_TYPES = {"llama4_text", "llama4", "gemma3", "olmoe", "smollm3", "glm4", "glm4_moe",
@@ -131,32 +132,10 @@ def test_every_newer_type_has_a_small_config():
     assert NEWER_TYPES <= set(HF_MODEL_TYPES)
 
 
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_read(tmp_path, case):
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    assert arch.extra["hf_model_type"] == SMALL[case]["model_type"]
-    assert parameter_count(arch) > 0
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
-
-
 @pytest.mark.parametrize("case", ["apertus", "llama4_text-interleave-2", "ernie4_5_moe",
                                   "glm4_moe", "olmoe-bias-tied", "gemma3"])
 def test_stages_add_up_to_the_count(tmp_path, case):
-    # one layer per pipeline stage: the stages hold every parameter once, plus the last stage's
-    # copy of a tied output weight (V h), as Megatron allocates it
-    from memsym.model import stage_parameters
-
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
-    total, p = parameter_count(arch), arch.num_layers
-    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
-    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(s.total for s in stages) == total + tied_copy
+    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,21 +438,12 @@ def test_the_cli_refuses_a_hybrid_in_one_line(tmp_path, capsys):
 # dropout as the newer transformers models apply it
 # --------------------------------------------------------------------------------------------
 
-def _one_per_type():
-    seen = {}
-    for case in sorted(SMALL):
-        seen.setdefault(SMALL[case]["model_type"], case)
-    return sorted(seen.values())
-
-
 @pytest.mark.torch
-@pytest.mark.parametrize("case", _one_per_type())
+@pytest.mark.parametrize("case", one_case_per_type(SMALL))
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero (Seed-OSS defaults to 0.1)
-    path = _write(tmp_path, SMALL[case])
-    dropout = from_hf_config(path).extra["hf_dropout"]
-    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
+    assert_masks_follow_dropout(_write(tmp_path, SMALL[case]))
 
 
 def fuzz_configs(tmp_path, small: dict, keys, extra_values=()):

@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.limits import MAX_CONFIG_JSON_BYTES, MAX_HUB_NAME_CHARS
 from memsym.model import parameter_count, resolve_model
 from memsym.model.hub import from_hub, parse_hub_id
+from in_process import run as _cli
 
 hf = pytest.importorskip("huggingface_hub")
 from huggingface_hub import constants as hf_constants   # noqa: E402
@@ -74,12 +74,6 @@ def offline_cache(tmp_path, monkeypatch):
 def no_hub(monkeypatch):
     monkeypatch.setattr(hf, "get_hf_file_metadata", _fail)
     monkeypatch.setattr(hf, "hf_hub_download", _fail)
-
-
-def _cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _hf_error(name, message="401 Client Error"):

@@ -28,16 +28,10 @@ import json
 
 import pytest
 
-from memsym.cli import main
 from memsym.readers.megatron import read_megatron_overrides
+from in_process import run
 
 GPU = "h100-80gb"
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def params(capsys, *argv):

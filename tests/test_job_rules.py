@@ -17,12 +17,7 @@ from memsym.cli import main
 from memsym.errors import DivisibilityError, InvalidValueError, UnknownNameError
 from memsym.job import DEFAULTS, Job, Training, job
 from memsym.model import Resolved, preset, resolve
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from in_process import run as cli
 
 
 # --- the job: built once, validated once -----------------------------------------------------

@@ -131,9 +131,11 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, 
     return out
 
 
-class _Collector(ast.NodeVisitor):
-    def __init__(self, module: str):
-        self.module, self.depth, self.edges = module, 0, []
+class _FunctionDepth(ast.NodeVisitor):
+    """A visitor that knows how many functions (defs, async defs, lambdas) enclose the node it
+    visits (``depth``; 0 at module level)."""
+
+    depth = 0
 
     def _function(self, node):
         self.depth += 1
@@ -141,6 +143,11 @@ class _Collector(ast.NodeVisitor):
         self.depth -= 1
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+
+class _Collector(_FunctionDepth):
+    def __init__(self, module: str):
+        self.module, self.depth, self.edges = module, 0, []
 
     def visit_Import(self, node):
         for target, name in _targets(self.module, node):
@@ -256,18 +263,11 @@ LAZY_THIRD_PARTY = {
 THIRD_PARTY_LOCAL: set = set()
 
 
-class _ThirdParty(ast.NodeVisitor):
+class _ThirdParty(_FunctionDepth):
     """Top-level package names imported inside a function (relative imports are memsym's)."""
 
     def __init__(self):
         self.depth, self.found = 0, set()
-
-    def _function(self, node):
-        self.depth += 1
-        self.generic_visit(node)
-        self.depth -= 1
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
     def visit_Import(self, node):
         if self.depth:

@@ -9,7 +9,7 @@ never copied from memsym's output."""
 import numpy as np
 import pytest
 
-from memsym.errors import InvalidValueError
+from memsym.errors import StepTimeNotModelledError
 from memsym.hardware import cluster_for, gpu
 from memsym.model import Architecture, active_parameter_count, parameter_count, preset
 from memsym.timing.efficiency import ceiling
@@ -245,21 +245,28 @@ def test_the_scan_runs_at_the_measured_triton_rate_or_at_hbm_bandwidth():
     assert float(f["cp"]) == 0.0
 
 
-def test_a_hybrid_step_is_priced_and_tp_shortens_it():
+def assert_priced_and_tp_shortens_it(arch):
+    """``arch``'s step on 2 x H100 (s 2048, b 1, m 8) is finite and positive at t = 1 and 2,
+    and TP 2 shortens its compute."""
     st = Settings(seq_length=2048, precision="bf16", micro_batch_size=1)
-    out = step_time_grid(_hybrid("M*M-" * 4), "h100", t=[1, 2], d=[2, 1], m=8, settings=st)
+    out = step_time_grid(arch, "h100", t=[1, 2], d=[2, 1], m=8, settings=st)
     assert np.all(np.isfinite(out["step"])) and np.all(out["step"] > 0)
     assert out["compute"][1] < out["compute"][0]
 
 
-def test_mixers_without_a_price_are_refused_in_one_line():
+def test_a_hybrid_step_is_priced_and_tp_shortens_it():
+    assert_priced_and_tp_shortens_it(_hybrid("M*M-" * 4))
+
+
+def test_mixers_without_a_price_are_refused_in_one_line_naming_what_is_priced():
     arch = Architecture(
         name="m1", num_layers=2, hidden_size=64, num_attention_heads=2,
         position_embedding_type="none", layer_mixers=("mamba", "attention"), mamba_version=1,
         mamba_inner_size=128, mamba_state_dim=16, mamba_dt_rank=4)
-    with pytest.raises(InvalidValueError, match="Mamba-1") as err:
+    with pytest.raises(StepTimeNotModelledError, match="Mamba-1") as err:
         shape_of(arch)
     assert "\n" not in str(err.value)
+    assert "Mamba-2 and Gated DeltaNet are" in str(err.value)
 
 
 def test_the_nemotron_3_nano_preset_is_its_card():

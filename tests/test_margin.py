@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from memsym.cli import main
+from in_process import run
 
 GB = 10**9
 #: One small search: Llama-2-7B on 8 GPUs, t = p = c = 1, two shardings (zero3 needs far less
@@ -21,12 +21,6 @@ SEARCH = ("search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", "8", "--seq-len
 MIN_GPUS = ("min-gpus", "llama2-7b", "--gpu", "h100-80gb", "--seq-length", "2048", "--tp", "1",
             "--pp", "1", "--cp", "1", "--micro-batch-size", "1", "--recompute", "full",
             "--sharding", "zero3", "--no-sequence-parallel", "--json")
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _totals(rows):

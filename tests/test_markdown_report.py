@@ -9,17 +9,11 @@ import re
 
 import pytest
 
-from memsym.cli import main
+from in_process import run
 
 GB = 10**9
 JOB = ("estimate", "llama2-7b", "--seq-length", "2048", "--dp", "8", "--gpu", "h100-80gb",
        "--margin", "1GB")
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _table(md: str) -> dict:

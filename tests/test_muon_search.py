@@ -12,7 +12,6 @@ import json
 import numpy as np
 import pytest
 
-from memsym.cli import main
 from memsym.hardware import cluster_for, gpu
 from memsym.job import job
 from memsym.model import Architecture
@@ -20,12 +19,7 @@ from memsym.search import launch_overlaps, search
 from memsym.timing.muon import muon_step_time, newton_schulz_time
 from memsym.timing.step import step_time
 from memsym.training import job_memory, phase_totals, phase_transients, training_values
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from in_process import run
 
 
 #: estimate's own words for the distributed optimizer under Muon (memsym.cli.report_text)

@@ -19,13 +19,13 @@ from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
-from memsym.readers.jobs import megatron_job
-from memsym.readers.megatron import read_megatron_args
 from memsym.search.space import refuse_unsearched
 from memsym.terms.model_state import model_state
 from memsym.terms.widths import byte_widths
 from memsym.training import Training
 from memsym.training.estimate import job_memory
+
+from tiny_megatron import tiny_megatron_job, tiny_megatron_states
 
 # Llama 3 8B: hidden 4096, 32 layers, vocabulary 128256, 8030261248 parameters
 H, V, L, N8B = 4096, 128256, 32, 8_030_261_248
@@ -71,18 +71,12 @@ def test_a_job_keeps_only_the_embeddings_and_norms_in_bf16():
 
 
 def test_megatron_flags_read_the_nvfp4_parameters():
-    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
-            "--max-position-embeddings 32 --vocab-size 1000 --tokenizer-type NullTokenizer "
-            "--world-size 2 --micro-batch-size 1 --bf16 ")
-    mj = read_megatron_args((base + "--fp4-format e2m1 --fp4-param-gather "
-                             "--use-distributed-optimizer").split())
-    st = megatron_job(mj).training.states
+    st = tiny_megatron_states("--fp4-format e2m1 --fp4-param-gather")
     assert (st.precision, st.fp4_param_gather) == ("fp4", True)
     with pytest.raises(InvalidValueError, match="--fp4-format"):     # validate_args 1104
-        megatron_job(read_megatron_args((base + "--fp4-param-gather "
-                                         "--use-distributed-optimizer").split()))
+        tiny_megatron_job("--fp4-param-gather")
     with pytest.raises(InvalidValueError, match="distributed-optimizer"):
-        megatron_job(read_megatron_args((base + "--fp4-format e2m1 --fp4-param-gather").split()))
+        tiny_megatron_job("--fp4-format e2m1 --fp4-param-gather", distributed_optimizer=False)
 
 
 def test_bridge_recipes_read_fp4_param_gather():

@@ -26,14 +26,9 @@ from memsym.readers.megatron_arguments import (MEMORY_NOT_MODELLED as _MEMORY_NO
                                               STRUCTURE_NOT_MODELLED as _STRUCTURE_NOT_MODELLED,
                                               TABLE as _TABLE)
 from test_readers_megatron import EXPECTED, SCRIPTS
+from in_process import run
 
 EXTRA = {"qwen3_30b_a3b": ["--sequence-parallel"]}   # see tests/test_paste_command.py
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def estimate_json(capsys, *argv) -> dict:

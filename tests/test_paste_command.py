@@ -16,15 +16,9 @@ from fractions import Fraction
 import pytest
 
 import framework_ports as port
-from memsym.cli import main
 from memsym.model import Architecture, parameter_count
 from test_readers_megatron import EXPECTED, SCRIPTS, job_of
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from in_process import run as cli
 
 
 def script(tmp_path, key):

@@ -19,20 +19,14 @@ from fractions import Fraction
 
 import pytest
 
-from memsym.cli import main
 from memsym.terms.allowances import VERDICTS, reserve_verdict
+from in_process import run
 
 MIB, GB = 2**20, 10**9
 #: Llama-2 7B, ZeRO-3 over 8 GPUs, full recompute (tests/test_margin.py's job): small and fast.
 JOB = ("estimate", "llama2-7b", "--seq-length", "2048", "--dp", "8", "--sharding", "zero3",
        "--recompute-granularity", "full")
 WS, NCCL = (500 + 2 * 32) * MIB, 4 * 32 * 4 * MIB
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import shlex
 
 import pytest
 
-from memsym.cli import main
 from test_readers_megatron import SCRIPTS
+from in_process import run
 
 GPU = ("--gpu", "h100-80gb")
 
@@ -24,12 +24,6 @@ GPU = ("--gpu", "h100-80gb")
 DS_ZERO2 = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
             "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
             "zero_optimization": {"stage": 2, "overlap_comm": True}}
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def as_json(capsys, *argv):

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import json
 
-from memsym.cli import main
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    got = capsys.readouterr()
-    return code, got.out, got.err
+from in_process import run as cli
 
 
 def test_overlap_param_gather_with_megatron_fsdp_no_shard_is_accepted(capsys):

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import pytest
 
-from memsym.cli import main
+from in_process import run
 
 #: Llama 2 7B's parameter count by hand from its config.json (meta-llama/Llama-2-7b-hf:
 #: h = 4096, intermediate f = 11008, 32 layers, V = 32000, untied embeddings, RMSNorm): each
@@ -20,12 +20,6 @@ LLAMA2_7B = LAYERS * (4 * H * H + 3 * H * F + 2 * H) + 2 * VOCAB * H + H
 assert LLAMA2_7B == 6_738_415_616
 JOB = ("estimate", "llama2-7b", "--dp", "8", "--seq-length", "2048", "--sharding", "zero3",
        "--sensitivity", "--json")
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _rows(out):

@@ -14,6 +14,7 @@ from memsym.job_solver import solve_job
 from memsym.errors import InvalidValueError, NoFitError, UnknownNameError
 from memsym.job import job
 from memsym.training import Layout, Training, training_memory
+from in_process import run as _cli
 
 GB = 10**9
 CAP = 80 * GB
@@ -130,14 +131,6 @@ def test_bad_input():
         solve_job(_gpt3(), "dp")
     with pytest.raises(InvalidValueError, match="needs a memsym.job.Job"):
         solve_job("gpt3-175b", "dp", CAP)
-
-
-def _cli(capsys, *argv):
-    from memsym.cli import main
-
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_cli_solve_dp_job_with_gpu_name(capsys):

@@ -69,6 +69,23 @@ class _LiveBytes:
             self.live -= entry[1]
             del self.refs[key]
 
+    def mode(self):
+        """A TorchDispatchMode under which every tensor an op returns is tracked here."""
+        torch = _torch()
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        tracker = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                    if isinstance(t, torch.Tensor):
+                        tracker.add(t)
+                return out
+
+        return Mode()
+
 
 class _VocabParallelCrossEntropy:
     """Literal port of Megatron-core's VocabParallelCrossEntropy static methods (TP = 1),
@@ -126,22 +143,11 @@ def _megatron_ce_forward(vocab_parallel_logits, target):
 
 def _measure(s_, b_, vocab):
     torch = _torch()
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     tracker = _LiveBytes()
-
-    class Mode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in (out if isinstance(out, (tuple, list)) else (out,)):
-                if isinstance(t, torch.Tensor):
-                    tracker.add(t)
-            return out
-
     torch.manual_seed(0)
     logits = torch.randn(s_, b_, vocab, dtype=torch.bfloat16)   # the output layer's 16-bit logits
     target = torch.randint(0, vocab, (s_, b_))
-    with Mode():
+    with tracker.mode():
         loss, saved = _megatron_ce_forward(logits, target)
     peak = tracker.peak
     saved_bytes = sum(t.untyped_storage().nbytes() for t in saved)
@@ -188,25 +194,14 @@ def test_torch_cross_entropy_peak_measured():
     the live-bytes tracker: beyond the bf16 pred (created before), the peak holds the fp32
     copy and log_softmax's fp32 output (the saved 4 tau V of output_activations) at once."""
     torch = _torch()
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     b_, s_ = 2, 32
     tau = s_ * b_
     peaks = {}
     for vocab in (256, 512):
         tracker = _LiveBytes()
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                for t_ in (out if isinstance(out, (tuple, list)) else (out,)):
-                    if isinstance(t_, torch.Tensor):
-                        tracker.add(t_)
-                return out
-
         pred = torch.randn(b_, s_, vocab, dtype=torch.bfloat16, requires_grad=True)
         labels = torch.randint(0, vocab, (b_, s_))
-        with Mode():
+        with tracker.mode():
             loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
         peaks[vocab] = tracker.peak
         del loss

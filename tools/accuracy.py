@@ -24,7 +24,6 @@ References
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import pathlib
@@ -41,7 +40,7 @@ if __package__ in (None, ""):  # run as `python tools/accuracy.py`: use this che
 import sympy as sp  # noqa: E402
 
 from memsym.analysis import largest, smallest  # noqa: E402
-from memsym.errors import InvalidValueError, MemsymError, NoFitError  # noqa: E402
+from memsym.errors import InvalidValueError, NoFitError  # noqa: E402
 from memsym.hardware import gpu  # noqa: E402
 from memsym.model import parameter_count, preset  # noqa: E402
 from memsym.printing import latex  # noqa: E402
@@ -57,7 +56,7 @@ from memsym.terms.model_state import byte_widths, host_state, model_state  # noq
 from memsym.units import UNITS  # noqa: E402
 from memsym.values import as_expr, as_values  # noqa: E402
 
-from tools.reference import cell, references  # noqa: E402
+from tools.reference import cell, page_main, references  # noqa: E402
 
 __all__ = ["ROOT", "TABLES_PATH", "OUTPUT", "Row", "apply_rounding", "tables", "rows", "KINDS",
            "render", "stale", "write", "main"]
@@ -755,31 +754,11 @@ def write(root=None) -> list[str]:
 
 def main(argv=None) -> int:
     """``python tools/accuracy.py [--check | --stdout] [--root DIR]``: exit 0, 1 (stale), 2."""
-    parser = argparse.ArgumentParser(prog="python tools/accuracy.py",
-                                     description="Regenerate docs/accuracy.md from "
-                                     "formulas/tables.toml.")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true",
-                      help="write nothing; exit 1 if docs/accuracy.md is stale")
-    mode.add_argument("--stdout", action="store_true", help="print the page instead of writing it")
-    parser.add_argument("--root", default=None,
-                        help="where docs/accuracy.md goes (default: this checkout)")
-    args = parser.parse_args(argv)
-    try:
-        if args.stdout:
-            sys.stdout.write(render())
-            return 0
-        if args.check:
-            bad = stale(args.root)
-            for path in bad:
-                print(f"stale: {path} (run python tools/accuracy.py)", file=sys.stderr)
-            return 1 if bad else 0
-        for path in write(args.root):
-            print(f"wrote {path}")
-    except (MemsymError, OSError) as err:  # one line, like the memsym command: no traceback
-        print(f"python tools/accuracy.py: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return page_main(argv, prog="python tools/accuracy.py",
+                     description="Regenerate docs/accuracy.md from formulas/tables.toml.",
+                     check_help="write nothing; exit 1 if docs/accuracy.md is stale",
+                     stale=stale, write=write, render=render,
+                     root_help="where docs/accuracy.md goes (default: this checkout)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -317,27 +317,50 @@ def write(root=None) -> list[str]:
     return changed
 
 
-def main(argv=None) -> int:
-    """``python tools/reference.py [--check] [--root DIR]``."""
-    parser = argparse.ArgumentParser(prog="python tools/reference.py",
-                                     description="Regenerate docs/reference/ from the registry and "
-                                     "the formulas/ catalogue.")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if a generated page is stale")
-    parser.add_argument("--root", default=None, help="repository root (default: this checkout)")
+def page_main(argv, *, prog: str, description: str, check_help: str, stale, write,
+              render=None, root_help=None, errors=(MemsymError, OSError)) -> int:
+    """The command line of a tool that regenerates docs pages: exit 0, 1 (stale) or 2.
+
+    ``--check`` writes nothing and names each page ``stale(root)`` lists (exit 1 if any);
+    ``--stdout`` (offered where ``render`` is given) prints ``render()``; otherwise
+    ``write(root)`` and each page it wrote is named.  ``--root DIR`` is offered where
+    ``root_help`` is given (else ``root`` is None).  ``errors`` end in one line and exit 2, like
+    the memsym command: no traceback.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    mode = parser.add_mutually_exclusive_group() if render is not None else parser
+    mode.add_argument("--check", action="store_true", help=check_help)
+    if render is not None:
+        mode.add_argument("--stdout", action="store_true",
+                          help="print the page instead of writing it")
+    if root_help is not None:
+        parser.add_argument("--root", default=None, help=root_help)
     args = parser.parse_args(argv)
+    root = getattr(args, "root", None)
     try:
+        if getattr(args, "stdout", False):
+            sys.stdout.write(render())
+            return 0
         if args.check:
-            bad = stale(args.root)
+            bad = stale(root)
             for path in bad:
-                print(f"stale: {path} (run python tools/reference.py)", file=sys.stderr)
+                print(f"stale: {path} (run {prog})", file=sys.stderr)
             return 1 if bad else 0
-        for path in write(args.root):
+        for path in write(root):
             print(f"wrote {path}")
-    except MemsymError as err:  # one line, like the memsym command: no traceback
-        print(f"python tools/reference.py: {err}", file=sys.stderr)
+    except errors as err:
+        print(f"{prog}: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv=None) -> int:
+    """``python tools/reference.py [--check] [--root DIR]``."""
+    return page_main(argv, prog="python tools/reference.py",
+                     description="Regenerate docs/reference/ from the registry and the formulas/ "
+                     "catalogue.", check_help="write nothing; exit 1 if a generated page is stale",
+                     stale=stale, write=write,
+                     root_help="repository root (default: this checkout)", errors=MemsymError)
 
 
 if __name__ == "__main__":  # pragma: no cover

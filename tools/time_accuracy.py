@@ -14,7 +14,6 @@ beside the package, not in it (as ``tools/measured.py`` does for the measured me
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
 import tomllib
@@ -42,6 +41,7 @@ from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.layer import layer_time  # noqa: E402
 from memsym.timing.step import Overlap, Settings, overlap_of, step_time_grid  # noqa: E402
+from tools.reference import page_main  # noqa: E402
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 from tools.time_scaling import scaling_lines  # noqa: E402
 
@@ -573,10 +573,9 @@ def describe(run) -> dict:
             "kind": "MoE" if arch.num_experts else "dense", "group": group}
 
 
-def slices(results=None, keys=("gpu",)) -> dict:
-    """Error statistics of the validation runs grouped by ``keys`` (fields of
-    :func:`describe`): key tuple -> dict(n, mean_abs, median_abs, mean, worst) [1]."""
-    results = validate() if results is None else results
+def _validation_errors(results, keys) -> dict:
+    """The errors [1] of the validation runs among ``results``, in their order, grouped by
+    ``keys`` (fields of :func:`describe`): key tuple -> list."""
     by = {r["id"]: r for r in runs()}
     groups = {}
     for r in results:
@@ -584,6 +583,13 @@ def slices(results=None, keys=("gpu",)) -> dict:
             continue
         d = describe(by[r.id])
         groups.setdefault(tuple(d[k] for k in keys), []).append(r.error)
+    return groups
+
+
+def slices(results=None, keys=("gpu",)) -> dict:
+    """Error statistics of the validation runs grouped by ``keys`` (fields of
+    :func:`describe`): key tuple -> dict(n, mean_abs, median_abs, mean, worst) [1]."""
+    groups = _validation_errors(validate() if results is None else results, keys)
     out = {}
     for k in sorted(groups):
         e = np.asarray(groups[k])
@@ -615,13 +621,8 @@ def _ratio_rows(results):
 def summary(results=None) -> dict:
     """Mean absolute errors on the non-calibration runs, per source group [1]."""
     results = validate() if results is None else results
-    by = {r["id"]: r for r in runs()}
-    groups = {}
-    for r in results:
-        if r.role != "validation":
-            continue
-        groups.setdefault(describe(by[r.id])["group"], []).append(abs(r.error))
-    out = {k: float(np.mean(v)) for k, v in groups.items()}
+    groups = _validation_errors(results, ("group",))
+    out = {k: float(np.mean([abs(e) for e in v])) for (k,), v in groups.items()}
     out["all"] = float(np.mean([abs(r.error) for r in results if r.role == "validation"]))
     return out
 
@@ -906,28 +907,13 @@ def table4() -> list:
 
 def main(argv=None) -> int:
     """``python tools/time_accuracy.py [--check | --stdout]``: exit 0, 1 (stale) or 2."""
-    parser = argparse.ArgumentParser(prog="python tools/time_accuracy.py",
-                                     description="Regenerate docs/time-accuracy.md from "
-                                     "formulas/measured_time.toml.")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true",
-                      help="write nothing; exit 1 if docs/time-accuracy.md is stale")
-    mode.add_argument("--stdout", action="store_true", help="print the page instead of writing it")
-    args = parser.parse_args(argv)
-    try:
-        if args.stdout:
-            sys.stdout.write(accuracy_markdown())
-            return 0
-        if args.check:
-            stale = DOC_PATH.read_text(encoding="utf-8") != accuracy_markdown()
-            if stale:
-                print(f"stale: {DOC_PATH} (run python tools/time_accuracy.py)", file=sys.stderr)
-            return 1 if stale else 0
-        print(f"wrote {write_docs()}")
-    except (MemsymError, OSError) as err:  # one line, like the memsym command: no traceback
-        print(f"python tools/time_accuracy.py: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return page_main(argv, prog="python tools/time_accuracy.py",
+                     description="Regenerate docs/time-accuracy.md from "
+                     "formulas/measured_time.toml.",
+                     check_help="write nothing; exit 1 if docs/time-accuracy.md is stale",
+                     stale=lambda _: ([DOC_PATH] if DOC_PATH.read_text(encoding="utf-8")
+                                      != accuracy_markdown() else []),
+                     write=lambda _: [write_docs()], render=accuracy_markdown)
 
 
 if __name__ == "__main__":

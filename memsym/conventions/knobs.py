@@ -206,6 +206,31 @@ def launchable(arch, kn: dict):
     return x
 
 
+def megatron_knobs(arch, layout, training, knobs: dict, etp_resolved: str, **given) -> tuple:
+    """A Megatron estimator's inputs: its knobs, the launchable architecture, its symbols, the
+    expert tensor-parallel size and the assumptions list.
+
+    ``given`` (``m``, ``should_pad_vocab``) overrides ``knobs`` where it is not None.  An unset
+    expert tensor-parallel size resolves to TP, said in the assumptions ("resolved to TP as
+    ``etp_resolved``") when the model has experts.
+
+    Returns
+    -------
+    tuple
+        (knobs, architecture, :func:`architecture_of` symbols, expert TP size [GPUs],
+        assumptions).
+    """
+    knobs = {**knobs, **{key: val for key, val in given.items() if val is not None}}
+    kn = convention_knobs(layout, training, knobs)
+    arch = launchable(arch, kn)
+    A = architecture_of(arch)
+    assumptions = []
+    te_val = kn["t_e"] if kn["t_e"] is not None else kn["t"]
+    if kn["t_e"] is None and A.E is not None:
+        assumptions.append(f"expert_tensor_parallel_size unset: resolved to TP as {etp_resolved}")
+    return kn, arch, A, te_val, assumptions
+
+
 def schedule_name(kn: dict) -> str:
     """Which branch of the pipeline factor the frameworks take for this layout."""
     if kn["v"] is not None and kn["v"] > 1:  # v = 1 means no interleaving (Megatron sets None)

@@ -10,8 +10,7 @@ from ..symbols import V, c, d, e, h, p, t, t_e
 from ..term import Term, Total
 from .formulas import (BR_A, BR_WO, bridge_bytes_per_parameter, megatron_bridge_activation,
                        padded_vocab)
-from .knobs import (ConventionResult, architecture_of, convention_knobs,
-                    knob_values, launchable, schedule_name)
+from .knobs import ConventionResult, knob_values, megatron_knobs, schedule_name
 from .megatron_lm import precision_note, schedule_notes
 
 # ------------------------------------------------------------------------------------------------
@@ -102,18 +101,9 @@ def megatron_bridge(arch, layout=None, training=None, *, num_microbatches=None,
     ----------
     Megatron-Bridge ``src/megatron/bridge/training/utils/theoretical_memory_utils.py`` (0.6).
     """
-    if num_microbatches is not None:
-        knobs = {**knobs, "m": num_microbatches}
-    if should_pad_vocab is not None:
-        knobs = {**knobs, "should_pad_vocab": should_pad_vocab}
-    kn = convention_knobs(layout, training, knobs)
-    arch = launchable(arch, kn)
-    A = architecture_of(arch)
-    assumptions = []
-    te_val = kn["t_e"] if kn["t_e"] is not None else kn["t"]
-    if kn["t_e"] is None and A.E is not None:
-        assumptions.append("expert_tensor_parallel_size unset: resolved to TP as TransformerConfig "
-                           "does (a hand-built Bridge config would use 1)")
+    kn, arch, A, te_val, assumptions = megatron_knobs(
+        arch, layout, training, knobs, "TransformerConfig does (a hand-built Bridge config would "
+        "use 1)", m=num_microbatches, should_pad_vocab=should_pad_vocab)
     moe = A.E is not None and A.E > 0
     kappa = 3 if A.swiglu else 2  # gated_linear_unit and activation_func is F.silu
     h_ = A.h

@@ -11,8 +11,7 @@ from ..term import Term, Total
 from ..values import as_expr
 from .formulas import (LM_A, LM_B, LM_WO, megatron_bytes_per_parameter, megatron_lm_activation,
                        padded_vocab)
-from .knobs import (ConventionResult, LAYOUT_IGNORED, architecture_of, convention_knobs,
-                    knob_values, launchable, schedule_name)
+from .knobs import ConventionResult, LAYOUT_IGNORED, knob_values, megatron_knobs, schedule_name
 
 # ------------------------------------------------------------------------------------------------
 # Megatron-LM core 0.19
@@ -64,15 +63,8 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     ----------
     Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (core 0.19).
     """
-    if num_microbatches is not None:
-        knobs = {**knobs, "m": num_microbatches}
-    kn = convention_knobs(layout, training, knobs)
-    arch = launchable(arch, kn)
-    A = architecture_of(arch)
-    assumptions = []
-    te_val = kn["t_e"] if kn["t_e"] is not None else kn["t"]  # validate_args: ETP defaults to TP
-    if kn["t_e"] is None and A.E is not None:
-        assumptions.append("expert_tensor_parallel_size unset: resolved to TP as validate_args does")
+    kn, arch, A, te_val, assumptions = megatron_knobs(arch, layout, training, knobs,
+                                                      "validate_args does", m=num_microbatches)
     moe = A.E is not None
     n = _parameter_counts(A, kn)
     V_pad = n["V_pad"]

@@ -162,26 +162,36 @@ def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
     # e_score_correction_bias an nn.Buffer), E gated experts of moe_intermediate_size and a
     # shared MLP of n_shared_experts * moe_intermediate_size; else a gated MLP of
     # intermediate_size.
-    kw = decoder_fields(c, mtype)
-    heads, n_layers = kw["num_attention_heads"], kw["num_layers"]
-    if c.bool("attention_bias", False):
-        raise c._bad("attention_bias true in a GLM-4 MoE Lite config is not modelled (biases on "
-                     "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
-    if c.data.get("mlp_layer_types") is None:
-        pattern = tuple(int(i > 0) for i in range(n_layers))
+    def layer_0_dense(n_layers):
         first = c.data.get("first_k_dense_replace")
         if first is not None and first != 1:
             notes.append(f"first_k_dense_replace={printable(repr(first), 20)} ignored: "
                          "transformers' Glm4MoeLiteConfig makes layer 0 dense and the rest MoE "
                          "unless mlp_layer_types says otherwise")
-    else:
-        pattern = _mlp_layer_types(c, n_layers)
+        return tuple(int(i > 0) for i in range(n_layers))
+
+    kw, heads, pattern = _latent_moe_decoder(c, mtype, "GLM-4 MoE Lite", layer_0_dense)
     # Glm4MoeLiteConfig's defaults
     kw.update(_mla_moe_fields(c, heads, pattern, c.int("q_lora_rank", 768, null=None),
                               ("n_routed_experts", "num_local_experts"), experts=64,
                               moe_ffn=1536, topk=4, qk_nope=192, v_head=256))
     _uncounted_notes(c, notes, pattern, kw["num_experts"], "Glm4MoeLite", mtp=True)
     return kw
+
+
+def _latent_moe_decoder(c: ConfigFields, mtype: str, family: str, default) -> tuple:
+    """(decoder fields, heads, MoE pattern) of a multi-latent-attention MoE family whose layers
+    a ``mlp_layer_types`` list may name (GLM-4 MoE Lite, DeepSeek-V3.2): ``attention_bias``
+    true refused (``family`` names the config), the pattern from ``mlp_layer_types`` or, where
+    the file has none, ``default(n_layers)``."""
+    kw = decoder_fields(c, mtype)
+    if c.bool("attention_bias", False):
+        raise c._bad(f"attention_bias true in a {family} config is not modelled (biases on "
+                     "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
+    n_layers = kw["num_layers"]
+    if c.data.get("mlp_layer_types") is None:
+        return kw, kw["num_attention_heads"], default(n_layers)
+    return kw, kw["num_attention_heads"], _mlp_layer_types(c, n_layers)
 
 
 def _mlp_layer_types(c: ConfigFields, n_layers: int) -> tuple:
@@ -204,15 +214,8 @@ def _read_deepseek_v32(c: ConfigFields, mtype: str, notes: list) -> dict:
     # (default: the first first_k_dense_replace layers dense); the MoE as DeepSeek-V3's (router
     # E x h, its e_score_correction_bias an nn.Buffer; a shared MLP of n_shared_experts *
     # moe_intermediate_size); DeepseekV32MLP never biased (mlp_bias is not read).
-    kw = decoder_fields(c, mtype)
-    heads, n_layers = kw["num_attention_heads"], kw["num_layers"]
-    if c.bool("attention_bias", False):
-        raise c._bad("attention_bias true in a DeepSeek-V3.2 config is not modelled (biases on "
-                     "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
-    if c.data.get("mlp_layer_types") is None:
-        pattern = _first_dense_pattern(c, n_layers, 3)
-    else:
-        pattern = _mlp_layer_types(c, n_layers)
+    kw, heads, pattern = _latent_moe_decoder(c, mtype, "DeepSeek-V3.2",
+                                             lambda n_layers: _first_dense_pattern(c, n_layers, 3))
     q_rank = c.int("q_lora_rank", 1536, null=None)
     if q_rank is None:
         raise c._bad("q_lora_rank null: transformers' DeepseekV32Attention and its indexer "

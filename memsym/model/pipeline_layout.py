@@ -301,23 +301,25 @@ def _from_lists(spec) -> list:
     if isinstance(spec, (str, bytes)) or not hasattr(spec, "__iter__"):
         raise InvalidValueError("a pipeline layout is a string or a list of per-stage lists")
     flat, count = [], 0
+
+    def one_more(count):
+        # a layer or a stage mark counted against the layout's bound, as its text would be
+        if count + 1 > MAX_LAYOUT_CHARS:
+            raise InvalidValueError(f"pipeline layout with more than {MAX_LAYOUT_CHARS} "
+                                    "layers and stages")
+        return count + 1
+
     for stage in spec:
         if isinstance(stage, (str, bytes)) or not hasattr(stage, "__iter__"):
             raise InvalidValueError("pipeline layout: each stage is a list of layer names")
         names = []
         for name in stage:
-            count += 1
-            if count > MAX_LAYOUT_CHARS:
-                raise InvalidValueError(f"pipeline layout with more than {MAX_LAYOUT_CHARS} "
-                                        "layers and stages")
+            count = one_more(count)
             key = name.strip().lower() if isinstance(name, str) else None
             if key not in LAYER_CHARS.values():
                 raise InvalidValueError(f"pipeline layout: unknown layer {str(name)!r:.40} "
                                         f"(known: {', '.join(LAYER_CHARS.values())})")
             names.append(key)
         flat.append(names)
-        count += 1
-        if count > MAX_LAYOUT_CHARS:
-            raise InvalidValueError(f"pipeline layout with more than {MAX_LAYOUT_CHARS} "
-                                    "layers and stages")
+        count = one_more(count)
     return flat

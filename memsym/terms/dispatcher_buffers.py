@@ -300,6 +300,14 @@ def deepep_buffer(num_sms: int = 20) -> Term:
                 "allocator", _DEEPEP, label="DeepEP buffers")
 
 
+def _hybridep_group(ranks_per_domain) -> tuple:
+    """(ranks per NVLink domain checked, tokens of one GPU s b / (c t), the flex dispatcher's
+    e t_e group, its ranks in one domain min(e t_e, ranks per domain)) of the HybridEP buffers."""
+    ranks_per_domain = whole(ranks_per_domain, "ranks_per_domain", limit="gpus")
+    tokens, group = s * b / (c * t), e * t_e
+    return ranks_per_domain, tokens, group, sp.Min(group, ranks_per_domain)
+
+
 def hybridep_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
     r"""HybridEP's buffers on every GPU of a flex-dispatched MoE model [bytes].
 
@@ -344,9 +352,7 @@ def hybridep_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
     .. [deepep] DeepEP hybrid-ep ``94a9f8f6b1`` ``csrc/hybrid_ep/buffer/intranode.cu``,
        ``csrc/hybrid_ep/extension/allgather.cu``; Megatron-LM d98e8a64dd ``fused_a2a.py``.
     """
-    ranks_per_domain = whole(ranks_per_domain, "ranks_per_domain", limit="gpus")
-    tokens, group = s * b / (c * t), e * t_e
-    per_domain = sp.Min(group, ranks_per_domain)
+    ranks_per_domain, tokens, group, per_domain = _hybridep_group(ranks_per_domain)
     slots = tokens * group
     expr = slots * (2 * h + 4 * E / e * per_domain + 4 * sp.floor(h / 128)) + slots * E * t_e
     return Term("hybridep_buffers", expr, "HybridEP's NVLink token / probability slots and "
@@ -407,9 +413,7 @@ def hybridep_rdma_buffer(ranks_per_domain: int = NVL_PEERS) -> Term:
        ``csrc/hybrid_ep/config.cuh`` (``Configurer``); Megatron-LM d98e8a64dd
        ``fused_a2a.py:285-347, 400-414``.
     """
-    ranks_per_domain = whole(ranks_per_domain, "ranks_per_domain", limit="gpus")
-    tokens, group = s * b / (c * t), e * t_e
-    per_domain = sp.Min(group, ranks_per_domain)
+    ranks_per_domain, tokens, group, per_domain = _hybridep_group(ranks_per_domain)
     nodes, local = group / per_domain, E / e
     scales = sp.floor(h / 128)
     remote = nodes - 1

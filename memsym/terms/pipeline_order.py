@@ -21,6 +21,7 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 from fractions import Fraction
 from functools import lru_cache
 
@@ -31,7 +32,7 @@ from . import pipeline
 from ..text import shared_doc
 
 __all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order", "pass_dependency",
-           "live_by_held_gradients", "simulate",
+           "ready_passes", "live_by_held_gradients", "simulate",
            "Simulation", "bubble_fraction", "chunk_peak"]
 
 _doc = shared_doc(schedule_params="""
@@ -344,6 +345,47 @@ def pass_dependency(kind: str, mb: int, gs: int, last: int) -> tuple | None:
     return ("B", mb, gs + 1) if gs < last else ("F", mb, gs)
 
 
+def ready_passes(orders: list, v: int) -> Iterator[tuple]:
+    """The ranks' passes in an order the schedule can run them: the ranks in turn, each as far
+    as its next pass's dependency (:func:`pass_dependency`) has run.
+
+    Yields ``(rank, kind, mb, chunk, gs, dep)`` (``gs`` the global stage ``chunk * p + rank``,
+    ``dep`` the pass it waited for or None); stops at the first turn in which no rank can go
+    on, before every pass where the order deadlocks.
+
+    Parameters
+    ----------
+    orders : list
+        Each rank's :func:`rank_order`.
+    v : int
+        Model chunks per rank [1].
+
+    Examples
+    --------
+    >>> [q[:3] for q in ready_passes([rank_order(r, 2, 1) for r in range(2)], 1)]
+    [(0, 'F', 0), (1, 'F', 0), (1, 'B', 0), (0, 'B', 0)]
+
+    References
+    ----------
+    Megatron-LM d98e8a64dd ``megatron/core/pipeline_parallel/schedules.py``.
+    """
+    p, pos, ran = len(orders), [0] * len(orders), set()
+    last, progressed = p * v - 1, True
+    while progressed:
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(orders[r]):
+                kind, mb, ch = orders[r][pos[r]]
+                gs = ch * p + r
+                dep = pass_dependency(kind, mb, gs, last)
+                if dep is not None and dep not in ran:
+                    break
+                yield r, kind, mb, ch, gs, dep
+                ran.add((kind, mb, gs))
+                pos[r] += 1
+                progressed = True
+
+
 @_doc
 def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
              gpipe: bool = False) -> Simulation:
@@ -410,33 +452,19 @@ def simulate(p, m, v=1, group_size=None, *, forward=(1,), backward=(2,),
     num = _number([*forward, *backward])
     fw, bw = _chunk_durations(p, v, forward, num), _chunk_durations(p, v, backward, num)
     orders = [rank_order(r, p, m, v, N, gpipe) for r in range(p)]
-    pos = [0] * p
     free = [num(0)] * p
     done: dict = {}
-    last = p * v - 1
     flight = [0] * p
     peak = [0] * p
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for r in range(p):
-            while pos[r] < len(orders[r]):
-                kind, mb, ch = orders[r][pos[r]]
-                gs = ch * p + r
-                dep = pass_dependency(kind, mb, gs, last)
-                if dep is not None and dep not in done:
-                    break
-                start = max(free[r], done[dep]) if dep is not None else free[r]
-                end = start + (fw[r][ch] if kind == "F" else bw[r][ch])
-                done[(kind, mb, gs)] = end
-                free[r] = end
-                flight[r] += 1 if kind == "F" else -1
-                peak[r] = max(peak[r], flight[r])
-                pos[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise InvalidValueError(f"schedule p={p} m={m} v={v} N={N} deadlocks")
+    for r, kind, mb, ch, gs, dep in ready_passes(orders, v):
+        start = max(free[r], done[dep]) if dep is not None else free[r]
+        end = start + (fw[r][ch] if kind == "F" else bw[r][ch])
+        done[(kind, mb, gs)] = end
+        free[r] = end
+        flight[r] += 1 if kind == "F" else -1
+        peak[r] = max(peak[r], flight[r])
+    if len(done) < sum(len(o) for o in orders):
+        raise InvalidValueError(f"schedule p={p} m={m} v={v} N={N} deadlocks")
     makespan = max(free)
     busy = max(m * (_whole_stage(forward, r, p, fw, num) + _whole_stage(backward, r, p, bw, num))
                for r in range(p))

@@ -31,7 +31,8 @@ from ..numeric import compile_expr
 from ..symbols import S, alpha, beta, n as _n
 from ..terms import collectives as _closed
 
-__all__ = ["KINDS", "ORDER", "LINK_LATENCY", "NVLINK_NCCL_EFFICIENCY", "collective_time",
+__all__ = ["KINDS", "ORDER", "LINK_LATENCY", "NVLINK_NCCL_EFFICIENCY", "intra_bandwidth",
+           "nvlink_domain", "collective_time",
            "collective_bytes", "group_stride", "group_link", "group_bandwidth", "link_name"]
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
@@ -267,17 +268,60 @@ def group_bandwidth(group: str, size, cluster, **layout):
     ----------
     .. [nccl-nvlink-efficiency] NVIDIA/nccl-tests issue #212 (370 GB/s effective of 450).
     """
-    inside = group_link(group, size, _domain(cluster), **layout)
-    intra = float(cluster.intra_node_bandwidth)
-    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
-        intra *= NVLINK_NCCL_EFFICIENCY
-    bw = np.where(inside, intra, float(cluster.inter_node_bandwidth))
+    inside = group_link(group, size, nvlink_domain(cluster), **layout)
+    bw = np.where(inside, intra_bandwidth(cluster), float(cluster.inter_node_bandwidth))
     lat = np.where(inside, LINK_LATENCY["intra"], LINK_LATENCY["inter"])
     return bw, lat
 
 
-def _domain(cluster) -> int:
-    """GPUs on the cluster's intra-node link (its NVLink domain where wider than a node)."""
+def intra_bandwidth(cluster) -> float:
+    r"""The bandwidth NCCL delivers on the cluster's intra-node link [bytes/s].
+
+    .. math:: \beta = \begin{cases} \eta_{NCCL}\,\beta_{intra} & \text{NVLink}\\
+       \beta_{intra} & \text{otherwise}\end{cases}, \quad \eta_{NCCL} = 370/450
+
+    Parameters
+    ----------
+    cluster : Cluster
+        Its intra-node link kind and line rate are read.
+
+    Examples
+    --------
+    >>> from memsym.hardware import cluster
+    >>> round(intra_bandwidth(cluster("dgx-h100")) / 1e9, 6)     # 450 GB/s line rate
+    370.0
+
+    References
+    ----------
+    .. [nccl-nvlink-efficiency] NVIDIA/nccl-tests issue #212 (370 GB/s effective of 450).
+    """
+    intra = float(cluster.intra_node_bandwidth)
+    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
+        intra *= NVLINK_NCCL_EFFICIENCY
+    return intra
+
+
+def nvlink_domain(cluster) -> int:
+    r"""GPUs on the cluster's intra-node link [GPUs]: its NVLink domain where wider than a node.
+
+    .. math:: G_{domain} = \begin{cases} \text{the cluster's domain} & \text{given}\\
+       G_{node} & \text{otherwise}\end{cases}
+
+    Parameters
+    ----------
+    cluster : Cluster
+        Its NVLink domain (when it names one) or its GPUs per node are read.
+
+    Examples
+    --------
+    >>> from memsym.hardware import cluster
+    >>> nvlink_domain(cluster("gb200-nvl72")), nvlink_domain(cluster("dgx-h100"))
+    (72, 8)
+
+    References
+    ----------
+    .. [nvidia-gb200-nvl72] NVIDIA GB200 NVL72: 72 GPUs in one NVLink domain.
+    """
     return int(getattr(cluster, "domain", cluster.gpus_per_node))
 
 
@@ -310,5 +354,5 @@ def link_name(group: str, size, cluster, **layout) -> str:
     .. [megatron-lm] megatron/core/parallel_state.py, initialize_model_parallel
        (order="tp-cp-ep-dp-pp").
     """
-    inside = group_link(group, size, _domain(cluster), **layout)
+    inside = group_link(group, size, nvlink_domain(cluster), **layout)
     return "intra" if bool(np.asarray(inside).ravel()[0]) else "inter"

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..terms.widths import param_gather_bytes
-from .collectives import collective_bytes, collective_time, group_bandwidth, group_link
+from .collectives import (collective_bytes, collective_time, group_bandwidth, group_link,
+                          nvlink_domain)
 from .efficiency import memory_time
 from .gemm import layer_params
 from .muon import muon_parameters, muon_step_bytes, muon_step_time
@@ -423,7 +424,7 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
         if st.pipelined_fsdp:
             dp_s, dp_b = np.where(p > 1, rs + ag, dp_s), np.where(p > 1, one_b, dp_b)
     out["comm_dp_s"], out["comm_dp_bytes"] = dp_s, dp_b
-    dom = int(getattr(clu, "domain", clu.gpus_per_node))
+    dom = nvlink_domain(clu)
     layouts = {"tp": (t, dict(t=t, c=c, d=d)), "ep": (e, dict(t=t, c=c, d=d, t_e=t_e)),
                "cp": (c, dict(t=t, c=c, d=d)), "pp": (p, dict(t=t, c=c, d=d)),
                "dp": (ndp, dict(t=t, c=np.ones_like(c), d=ndp))}

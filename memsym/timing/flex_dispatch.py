@@ -35,8 +35,7 @@ from math import comb
 
 import numpy as np
 
-from .collectives import (LINK_LATENCY, NVLINK_NCCL_EFFICIENCY, collective_bytes,
-                          collective_time)
+from .collectives import LINK_LATENCY, collective_bytes, collective_time, intra_bandwidth
 
 __all__ = ["FLEX_DISPATCHERS", "destinations_per_token", "flex_alltoall_time"]
 
@@ -149,9 +148,7 @@ def flex_alltoall_time(row_bytes, E, k, e, inside, cluster):
     """
     S = np.asarray(row_bytes, dtype=float)
     e, inside = np.asarray(e, dtype=float), np.asarray(inside, dtype=float)
-    intra = float(cluster.intra_node_bandwidth)
-    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
-        intra *= NVLINK_NCCL_EFFICIENCY
+    intra = intra_bandwidth(cluster)
     inter = float(cluster.inter_node_bandwidth)
     ranks = destinations_per_token(E, k, e)
     domains = np.maximum(e / np.maximum(inside, 1), 1)

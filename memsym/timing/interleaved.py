@@ -32,7 +32,8 @@ import hashlib
 import numpy as np
 
 from ..errors import InvalidValueError
-from ..terms.pipeline_order import pass_dependency, rank_order
+from ..terms.pipeline_order import rank_order, ready_passes
+from .one_f_one_b import pass_durations
 from .pipeline import microbatch_group
 
 __all__ = ["MAX_PASSES", "schedule_levels", "interleaved_makespan", "exact_interleaved"]
@@ -82,29 +83,17 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
     """
     orders = [rank_order(r, p, m, v, group) for r in range(p)]
     index, level = {}, []
-    pos, prev = [0] * p, [-1] * p
+    prev = [-1] * p
     rows = []          # (pass, rank previous, dependency, duration index)
-    last = p * v - 1
-    remaining = 2 * p * m * v
-    while remaining:
-        before = remaining
-        for r in range(p):
-            role = 0 if r == 0 else (2 if r == p - 1 else 1)
-            while pos[r] < len(orders[r]):
-                kind, mb, ch = orders[r][pos[r]]
-                gs = ch * p + r
-                dep = pass_dependency(kind, mb, gs, last)
-                if dep is not None and dep not in index:
-                    break
-                i, d = len(level), (index[dep] if dep is not None else -1)
-                level.append(1 + max(level[prev[r]] if prev[r] >= 0 else -1,
-                                     level[d] if d >= 0 else -1))
-                rows.append((i, prev[r], d, role + (3 if kind == "B" else 0)))
-                index[(kind, mb, gs)] = prev[r] = i
-                pos[r] += 1
-                remaining -= 1
-        if remaining == before:
-            return None      # a layout Megatron refuses (m mod N below p) can deadlock
+    for r, kind, mb, _, gs, dep in ready_passes(orders, v):
+        role = 0 if r == 0 else (2 if r == p - 1 else 1)
+        i, d = len(level), (index[dep] if dep is not None else -1)
+        level.append(1 + max(level[prev[r]] if prev[r] >= 0 else -1,
+                             level[d] if d >= 0 else -1))
+        rows.append((i, prev[r], d, role + (3 if kind == "B" else 0)))
+        index[(kind, mb, gs)] = prev[r] = i
+    if len(rows) < 2 * p * m * v:
+        return None      # a layout Megatron refuses (m mod N below p) can deadlock
     n = len(rows)
     arr = np.array(rows, dtype=np.intp)
     arr[arr < 0] = n
@@ -211,17 +200,13 @@ def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
     pipeline = np.asarray(pipeline, dtype=float)
     if st.schedule == "gpipe":
         return pipeline
-    roles = ("first", "middle", "last")
-    shape = np.broadcast_shapes(pipeline.shape, np.shape(p), np.shape(m), np.shape(v),
-                                np.shape(p2p_exposed),
-                                *(np.shape(x) for r in roles for x in tau[r]))
+    shape, fwd, bwd = pass_durations(pipeline, tau, p2p_exposed, p, m, v)
     P, M, V = (np.broadcast_to(x, shape).ravel() for x in (p, m, v))
     rows = np.flatnonzero((V > 1) & (P > 1) & (2 * P * M * V <= MAX_PASSES))
     out = np.array(np.broadcast_to(pipeline, shape))
     if not rows.size:
         return out
-    fwd = [np.broadcast_to(tau[r][0] + p2p_exposed, shape).ravel() for r in roles]
-    bwd = [np.broadcast_to(tau[r][1] + p2p_exposed, shape).ravel() for r in roles]
+    fwd, bwd = [x.ravel() for x in fwd], [x.ravel() for x in bwd]
     keys = np.stack([P[rows], M[rows], V[rows]]).astype(np.int64)
     uniq, inv = np.unique(keys, axis=1, return_inverse=True)
     flat = out.reshape(-1)

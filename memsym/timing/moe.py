@@ -49,8 +49,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..hardware import gpu as _gpu
-from .collectives import (LINK_LATENCY, NVLINK_NCCL_EFFICIENCY, collective_bytes,
-                          collective_time, group_bandwidth)
+from .collectives import (LINK_LATENCY, collective_bytes, collective_time, group_bandwidth,
+                          intra_bandwidth, nvlink_domain)
 from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_time
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
@@ -323,10 +323,7 @@ def ep_alltoall_time(nbytes, e, t_e, cluster):
     """
     e, t_e = _arr(e), _arr(t_e)
     nbytes = _arr(nbytes)
-    domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
-    intra = float(cluster.intra_node_bandwidth)
-    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
-        intra *= NVLINK_NCCL_EFFICIENCY
+    domain, intra = nvlink_domain(cluster), intra_bandwidth(cluster)
     inter = float(cluster.inter_node_bandwidth)
     inside = ep_ranks_inside(e, t_e, domain)
     fits = inside >= e
@@ -426,10 +423,7 @@ def token_count_gather_time(E, e, t_e, cluster):
     (``preprocess``; gathers only if ep or tp > 1, 557), 87 (tp_ep), 702-704 (host wait).
     """
     n = _arr(e) * _arr(t_e)
-    domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
-    intra = float(cluster.intra_node_bandwidth)
-    if getattr(cluster, "intra_link", "nvlink") == "nvlink":
-        intra *= NVLINK_NCCL_EFFICIENCY
+    domain, intra = nvlink_domain(cluster), intra_bandwidth(cluster)
     fits = n <= domain
     bw = np.where(fits, intra, float(cluster.inter_node_bandwidth))
     lat = np.where(fits, LINK_LATENCY["intra"], LINK_LATENCY["inter"])
@@ -441,7 +435,7 @@ def _dispatch_traffic(tokens, h, E, k, e, t_e, cluster, dispatcher):
     this GPU under the flex dispatcher (None for the others); E is the model's, one value
     broadcast over a search's grid."""
     if dispatcher in FLEX_DISPATCHERS:
-        domain = int(getattr(cluster, "domain", cluster.gpus_per_node))
+        domain = nvlink_domain(cluster)
         one_s, one_b = flex_alltoall_time(tokens * h * 2, E, k, e,
                                           ep_ranks_inside(e, t_e, domain), cluster)
         # each token lands once on every EP rank its experts sit on, and is permuted there

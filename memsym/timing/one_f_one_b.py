@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["one_f_one_b_makespan", "exact_one_f_one_b", "alike_ranks"]
+__all__ = ["one_f_one_b_makespan", "pass_durations", "exact_one_f_one_b", "alike_ranks"]
 
 
 def one_f_one_b_makespan(p, m, fwd: tuple, bwd: tuple):
@@ -104,6 +104,52 @@ def one_f_one_b_makespan(p, m, fwd: tuple, bwd: tuple):
     return np.maximum(out, np.where(m >= 2, np.where(m >= p, steady, short), -np.inf))
 
 
+def pass_durations(pipeline, tau: dict, p2p_exposed, p, m, v) -> tuple:
+    r"""The common grid of a pipeline's rows and each stage role's pass seconds on it [s].
+
+    .. math:: d^{F}_r = \tau^{F}_r + \pi,\qquad d^{B}_r = \tau^{B}_r + \pi,\qquad
+        r \in (\text{first}, \text{middle}, \text{last})
+
+    a forward or backward of one micro-batch through the role's stage with its exposed PP
+    p2p seconds :math:`\pi` added, broadcast to the shape of ``pipeline``, ``p``, ``m``,
+    ``v``, ``p2p_exposed`` and ``tau`` together.
+
+    Parameters
+    ----------
+    pipeline : numpy.ndarray
+        Only its shape is read: one row per layout [s].
+    tau : dict
+        Role name to its stage's (forward, backward) of one micro-batch [s].
+    p2p_exposed : array_like
+        What every pass adds: exposed p2p [s].
+    p, m, v : array_like
+        Their shapes only: stages [GPUs], micro-batches [1], chunks [1].
+
+    Returns
+    -------
+    tuple
+        (shape, forward seconds of the three roles, backward seconds of the three roles) [s].
+
+    Examples
+    --------
+    >>> tau = {"first": (2.0, 4.0), "middle": (1.0, 2.0), "last": (1.0, 1.0)}
+    >>> shape, fwd, bwd = pass_durations(np.zeros(3), tau, 0.5, 2, 4, 1)
+    >>> shape, [float(x[0]) for x in fwd], [float(x[0]) for x in bwd]
+    ((3,), [2.5, 1.5, 1.5], [4.5, 2.5, 1.5])
+
+    References
+    ----------
+    .. [megatron-schedules] forward_backward_pipelining_without_interleaving (rev d98e8a6).
+    """
+    roles = ("first", "middle", "last")
+    shape = np.broadcast_shapes(np.shape(pipeline), np.shape(p), np.shape(m), np.shape(v),
+                                np.shape(p2p_exposed),
+                                *(np.shape(x) for r in roles for x in tau[r]))
+    fwd = [np.broadcast_to(tau[r][0] + p2p_exposed, shape) for r in roles]
+    bwd = [np.broadcast_to(tau[r][1] + p2p_exposed, shape) for r in roles]
+    return shape, fwd, bwd
+
+
 def exact_one_f_one_b(st, pipeline, tau: dict, p2p_exposed, p, m, v):
     r"""The pipeline seconds of a grid, its 1F1B rows priced exactly [s].
 
@@ -149,12 +195,8 @@ def exact_one_f_one_b(st, pipeline, tau: dict, p2p_exposed, p, m, v):
     pipeline = np.asarray(pipeline, dtype=float)
     if st.schedule == "gpipe":
         return pipeline
-    shape = np.broadcast_shapes(pipeline.shape, np.shape(p), np.shape(m), np.shape(v),
-                                np.shape(p2p_exposed),
-                                *(np.shape(x) for r in ("first", "middle", "last") for x in tau[r]))
+    shape, fwd, bwd = pass_durations(pipeline, tau, p2p_exposed, p, m, v)
     out = np.array(np.broadcast_to(pipeline, shape))
-    fwd = [np.broadcast_to(tau[r][0] + p2p_exposed, shape) for r in ("first", "middle", "last")]
-    bwd = [np.broadcast_to(tau[r][1] + p2p_exposed, shape) for r in ("first", "middle", "last")]
     # the 1F1B rows only, by index (a boolean mask gathers several times slower)
     rows = np.flatnonzero((np.broadcast_to(v, shape) == 1) & (np.broadcast_to(p, shape) > 1))
     if rows.size:
