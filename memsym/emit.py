@@ -8,7 +8,8 @@
   precision, sharding, recompute, dropout and overlap arguments only (the model stays the
   MODEL the user named), plus ``--world-size`` (memsym's addition: Megatron reads
   ``WORLD_SIZE`` from the launcher); ``--overlap-param-gather`` only where ``validate_args``
-  allows it (:func:`_megatron_overlaps`: left out on plain DDP, which gathers no parameters);
+  allows it (:func:`memsym.emit_rules.megatron_overlaps`: left out on plain DDP, which
+  gathers no parameters);
 * ``torchtitan``: a job TOML fragment with the ``[parallelism]``, ``[training]`` and
   ``[activation_checkpoint]`` keys of torchtitan v0.2.2 (``torchtitan/config/job_config.py``,
   the keys :mod:`memsym.readers.torchtitan` reads), expert parallelism as
@@ -17,6 +18,9 @@
   ``zero_optimization`` of DeepSpeed 0.19.6, the keys :mod:`memsym.readers.deepspeed` reads),
   expert parallelism as AutoEP's ``expert_parallel`` section (:data:`AUTOEP_NOTE`), a full
   recompute as the model's gradient checkpointing beside it (``MODEL_CHECKPOINTING``).
+
+A searched job's own settings (``space.held``) are written in each framework's input too
+(:mod:`memsym.emit_held`), or the row is refused.
 
 The contract is the round trip: reading the emitted arguments back (``memsym estimate MODEL
 ...``, :meth:`Emitted.read_back`) gives the layout and the per-GPU bytes the search priced.
@@ -36,7 +40,8 @@ from dataclasses import dataclass
 from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
-from .emit_rules import AUTOEP_NOTE
+from .emit_held import NotExpressible, check_held, deepspeed_held, megatron_held, torchtitan_held
+from .emit_rules import AUTOEP_NOTE, megatron_overlaps
 from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.deepspeed_notes import MODEL_CHECKPOINTING
 from .readers.jobs import DEEPSPEED_SCHEMES
@@ -83,11 +88,6 @@ def megatron_script(arch) -> str:
     """
     return "pretrain_gpt.py" if getattr(arch, "layer_mixers", None) is None else \
         "pretrain_hybrid.py"
-
-
-class NotExpressible(InvalidValueError):
-    """A layout (or a whole search) that a framework's arguments cannot spell so that memsym
-    reads it back the same; the message is one line saying why."""
 
 
 @dataclass(frozen=True)
@@ -165,12 +165,14 @@ class Emitted:
         return head + list(self.host)
 
 
-def check_emittable(framework: str, space, model=None) -> None:
+def check_emittable(framework: str, space, model=None, held: bool = True) -> None:
     """Refuse a whole search whose shared settings ``framework`` cannot spell (raises
     :class:`NotExpressible`); a row's own choices are checked by :func:`emit`.
 
     ``model``: the MODEL the search was given (a preset's recipe decides the dropout a
-    DeepSpeed or torchtitan job reads back).
+    DeepSpeed or torchtitan job reads back).  ``held``: the job's held settings
+    (``space.held``) are written too (:func:`memsym.emit_held.check_held`); False where a
+    recipe carries them (a Megatron-Bridge recipe's relaunch).
     """
     if framework not in EMIT_FRAMEWORKS:
         raise InvalidValueError(f"--emit takes {', '.join(EMIT_FRAMEWORKS)}, got {framework!r:.40}")
@@ -187,6 +189,8 @@ def check_emittable(framework: str, space, model=None) -> None:
                    f"a {name} job as Adam (its optimizer section is not read)")
         raise NotExpressible(f"--emit {framework}: optimizer {space.optimizer}; memsym reads "
                              f"back {spelled}")
+    if held:
+        check_held(framework, space)
     if fw.megatron_options:
         return                        # its arguments spell attention, dropout and precision
     if not space.flash_attention:
@@ -223,7 +227,8 @@ def _batch(row, space) -> tuple:
     return b, m, B
 
 
-def emit(framework: str, row: dict, space, gpus: int, model=None, folder=None) -> Emitted:
+def emit(framework: str, row: dict, space, gpus: int, model=None, folder=None,
+         held: bool = True) -> Emitted:
     """One row of a search in ``framework``'s input (see the module's docstring).
 
     Parameters
@@ -240,6 +245,9 @@ def emit(framework: str, row: dict, space, gpus: int, model=None, folder=None) -
     folder : str, optional
         Where the other files (:attr:`Emitted.files`) are written: the arguments name them
         there (without it, by their bare names).
+    held : bool
+        Write the job's held settings (``space.held``, :mod:`memsym.emit_held`); False where
+        a recipe carries them (a Megatron-Bridge recipe's relaunch).
 
     Returns
     -------
@@ -250,14 +258,14 @@ def emit(framework: str, row: dict, space, gpus: int, model=None, folder=None) -
     NotExpressible
         The row (or the search) cannot be spelled so that it reads back the same.
     """
-    check_emittable(framework, space, model)
+    check_emittable(framework, space, model, held)
     if row["offload"] != "none" and not FRAMEWORK[framework].reads_offload:
         raise NotExpressible(f"offload {row['offload']}: memsym's {framework} reader reads no "
                              "CPU offload")
     # one writer per framework; Megatron's alone may write a file beside the command
-    writers = {"megatron": lambda: _megatron(row, space, int(gpus), folder),
-               "torchtitan": lambda: _torchtitan(row, space, int(gpus)),
-               "deepspeed": lambda: _deepspeed(row, space, int(gpus))}
+    writers = {"megatron": lambda: _megatron(row, space, int(gpus), folder, held),
+               "torchtitan": lambda: _torchtitan(row, space, int(gpus), held),
+               "deepspeed": lambda: _deepspeed(row, space, int(gpus), held)}
     return writers[framework]()
 
 
@@ -371,49 +379,7 @@ def _overlaps(space, row) -> dict:
     return {k: v for k, v in space.overlaps if v is not None}
 
 
-def _megatron_overlaps(over: dict, scheme: str) -> list:
-    """Megatron-LM's data-parallel overlap flags of the overlaps a row was priced with
-    (:func:`_overlaps`), as Megatron-LM's ``validate_args`` allows them
-    (``megatron/training/arguments.py:1024-1029`` at ``d98e8a64dd``): ``--overlap-param-gather``
-    only with ``--use-distributed-optimizer``, Megatron-FSDP (or dist_muon, which memsym does
-    not emit) and only with ``--overlap-grad-reduce``.
-
-    A plain DDP row (a job's own overlaps searched over DDP too) gathers no parameters, so
-    the flag is left out, as Megatron-LM requires and as the Megatron-Bridge form writes it
-    (``ddp.overlap_param_gather=false``): the row's bytes and step time are the same (memsym
-    prices no parameter all-gather without the distributed optimizer,
-    :mod:`memsym.timing.data_parallel`).  Refused instead: the parameter-gather overlap
-    without the gradient-reduce one (Megatron-LM refuses it, and dropping it would change
-    the priced step).  Megatron-FSDP ``no_shard`` (DDP's states) keeps the flag: Megatron-LM
-    accepts it with ``--use-megatron-fsdp`` whatever the strategy (``arguments.py``
-    l. 1024-1026 at ``d98e8a64dd``), and so does memsym's job (:mod:`memsym.job_checks`).
-
-    Examples
-    --------
-    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True},
-    ...                    "distributed-optimizer")
-    ['--overlap-grad-reduce', '--overlap-param-gather']
-    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True}, "ddp")
-    ['--overlap-grad-reduce']
-    >>> _megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True},
-    ...                    "no_shard")
-    ['--overlap-grad-reduce', '--overlap-param-gather']
-    >>> try:
-    ...     _megatron_overlaps({"overlap_param_gather": True}, "fsdp")
-    ... except NotExpressible as why:
-    ...     print(str(why)[:60])
-    overlap_param_gather without overlap_grad_reduce: Megatron-L
-    """
-    og, opg = bool(over.get("overlap_grad_reduce")), bool(over.get("overlap_param_gather"))
-    if scheme == "ddp":
-        opg = False               # no --use-distributed-optimizer: no parameter all-gather
-    if opg and not og:
-        raise NotExpressible("overlap_param_gather without overlap_grad_reduce: Megatron-LM's "
-                             "--overlap-param-gather needs --overlap-grad-reduce (validate_args)")
-    return ["--overlap-grad-reduce"] * og + ["--overlap-param-gather"] * opg
-
-
-def _megatron(row, space, gpus, folder=None) -> Emitted:
+def _megatron(row, space, gpus, folder=None, held=True) -> Emitted:
     b, _, B = _batch(row, space)
     if row["p"] > 1 and space.schedule == "gpipe":
         raise NotExpressible("schedule gpipe: Megatron-LM runs 1F1B (interleaved with v > 1)")
@@ -450,7 +416,8 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
     words += ["--hidden-dropout", rate, "--attention-dropout", rate]
     if not space.flash_attention:
         words += ["--attention-backend", "unfused"]
-    words += _megatron_overlaps(_overlaps(space, row), row["sharding"])
+    words += megatron_overlaps(_overlaps(space, row), row["sharding"])
+    words += megatron_held(space, row) if held else []   # the job's own settings
     lines, i = [], 0
     while i < len(words):            # one argument (and its values) per line
         j = i + 1
@@ -475,6 +442,8 @@ def _megatron(row, space, gpus, folder=None) -> Emitted:
 # torchtitan
 # ---------------------------------------------------------------------------------------------
 def _toml_value(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_toml_value, v)) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -482,7 +451,7 @@ def _toml_value(v) -> str:
     return json.dumps(str(v))        # a TOML basic string is a JSON string for these values
 
 
-def _torchtitan(row, space, gpus) -> Emitted:
+def _torchtitan(row, space, gpus, held=True) -> Emitted:
     b, m, B = _batch(row, space)
     t, p, d, v = row["t"], row["p"], row["d"], row["v"]
     if row["sharding"] not in ("fsdp", "ddp"):
@@ -546,9 +515,13 @@ def _torchtitan(row, space, gpus) -> Emitted:
     # local batch is split into micro-batches of pipeline_parallel_microbatch_size
     training = {"seq_len": space.seq_length, "local_batch_size": b if p == 1 else b * m,
                 "global_batch_size": B, "mixed_precision_param": "bfloat16"}
-    lines = ["[parallelism]"] + [f"{k} = {_toml_value(x)}" for k, x in par.items()]
-    lines += ["", "[training]"] + [f"{k} = {_toml_value(x)}" for k, x in training.items()]
-    lines += ["", "[activation_checkpoint]"] + [f"{k} = {_toml_value(x)}" for k, x in ac.items()]
+    sections = torchtitan_held(space) if held else {}    # the job's own settings
+    par.update(sections.pop("parallelism", {}))
+    sections = {"parallelism": par, "training": training, "activation_checkpoint": ac, **sections}
+    lines = []
+    for name, keys in sections.items():
+        lines += ([""] if lines else []) + [f"[{name}]"]
+        lines += [f"{k} = {_toml_value(x)}" for k, x in keys.items()]
     return Emitted("torchtitan", "\n".join(lines) + "\n", (), _host(space), gpus,
                    space.seq_length)
 
@@ -556,7 +529,7 @@ def _torchtitan(row, space, gpus) -> Emitted:
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed
 # ---------------------------------------------------------------------------------------------
-def _deepspeed(row, space, gpus) -> Emitted:
+def _deepspeed(row, space, gpus, held=True) -> Emitted:
     b, m, B = _batch(row, space)
     split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "v") if row[k] > 1]
     if split:
@@ -576,6 +549,7 @@ def _deepspeed(row, space, gpus) -> Emitted:
     zero = {"stage": stage}
     # the overlap the search priced the step time with (memsym.search.launch_overlaps)
     zero["overlap_comm"] = bool(_overlaps(space, row).get("overlap_grad_reduce"))
+    zero.update(deepspeed_held(space, zero["overlap_comm"]) if held else {})   # its buckets
     if row["offload"] in ("optimizer", "optimizer+params"):
         zero["offload_optimizer"] = {"device": "cpu"}
     if row["offload"] == "optimizer+params":

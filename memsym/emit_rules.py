@@ -5,9 +5,10 @@ DeepSpeed expert split needs beside its config (:mod:`memsym.emit` writes the fi
 
 from __future__ import annotations
 
+from .emit_held import NotExpressible
 from .frameworks import FRAMEWORK
 
-__all__ = ["AUTOEP_NOTE", "UNSPELLED", "held_for_emit"]
+__all__ = ["AUTOEP_NOTE", "UNSPELLED", "held_for_emit", "megatron_overlaps"]
 
 #: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
 #: reads it as AutoEP: ``runtime/config.py:128-133`` (``get_expert_parallel_config``),
@@ -46,7 +47,7 @@ def held_for_emit(framework: str, options: dict) -> str | None:
 
     >>> opts = {"tp": None, "pp": [2], "cp": None, "vpp": None}
     >>> held_for_emit("deepspeed", opts)[:48], opts["tp"], opts["pp"]
-    ("tp 1, cp 1, vpp 1, recompute none: memsym's Deep", [1], [2])
+    ('tp 1, cp 1, vpp 1, recompute none or full: memsy', [1], [2])
     >>> held_for_emit("torchtitan", opts) is None
     True
     """
@@ -55,3 +56,45 @@ def held_for_emit(framework: str, options: dict) -> str | None:
     options.update({key: list(sizes[key]) for key in held})
     said = ", ".join(f"{key} {' or '.join(map(str, sizes[key]))}" for key in held)
     return f"{said}: {why}" if held else None
+
+
+def megatron_overlaps(over: dict, scheme: str) -> list:
+    """Megatron-LM's data-parallel overlap flags of the overlaps a row was priced with
+    (:func:`memsym.emit._overlaps`), as Megatron-LM's ``validate_args`` allows them
+    (``megatron/training/arguments.py:1024-1029`` at ``d98e8a64dd``): ``--overlap-param-gather``
+    only with ``--use-distributed-optimizer``, Megatron-FSDP (or dist_muon, which memsym does
+    not emit) and only with ``--overlap-grad-reduce``.
+
+    A plain DDP row (a job's own overlaps searched over DDP too) gathers no parameters, so
+    the flag is left out, as Megatron-LM requires and as the Megatron-Bridge form writes it
+    (``ddp.overlap_param_gather=false``): the row's bytes and step time are the same (memsym
+    prices no parameter all-gather without the distributed optimizer,
+    :mod:`memsym.timing.data_parallel`).  Refused instead: the parameter-gather overlap
+    without the gradient-reduce one (Megatron-LM refuses it, and dropping it would change
+    the priced step).  Megatron-FSDP ``no_shard`` (DDP's states) keeps the flag: Megatron-LM
+    accepts it with ``--use-megatron-fsdp`` whatever the strategy (``arguments.py``
+    l. 1024-1026 at ``d98e8a64dd``), and so does memsym's job (:mod:`memsym.job_checks`).
+
+    Examples
+    --------
+    >>> megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True},
+    ...                    "distributed-optimizer")
+    ['--overlap-grad-reduce', '--overlap-param-gather']
+    >>> megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True}, "ddp")
+    ['--overlap-grad-reduce']
+    >>> megatron_overlaps({"overlap_grad_reduce": True, "overlap_param_gather": True},
+    ...                    "no_shard")
+    ['--overlap-grad-reduce', '--overlap-param-gather']
+    >>> try:
+    ...     megatron_overlaps({"overlap_param_gather": True}, "fsdp")
+    ... except NotExpressible as why:
+    ...     print(str(why)[:60])
+    overlap_param_gather without overlap_grad_reduce: Megatron-L
+    """
+    og, opg = bool(over.get("overlap_grad_reduce")), bool(over.get("overlap_param_gather"))
+    if scheme == "ddp":
+        opg = False               # no --use-distributed-optimizer: no parameter all-gather
+    if opg and not og:
+        raise NotExpressible("overlap_param_gather without overlap_grad_reduce: Megatron-LM's "
+                             "--overlap-param-gather needs --overlap-grad-reduce (validate_args)")
+    return ["--overlap-grad-reduce"] * og + ["--overlap-param-gather"] * opg

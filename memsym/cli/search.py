@@ -9,6 +9,7 @@ from ..frameworks import FRAMEWORK
 from .option_table import add_command
 from .options import emit_json, number_out
 from .report_text import scheme_words
+from .search_job import writes_held
 
 __all__ = ["add_parser", "run", "search_options", "Progress", "sharding_words", "MUON_HELD"]
 
@@ -326,7 +327,7 @@ def run(args) -> int:
         unspelled = tuple(UNSPELLED.get(args.emit, ({}, ""))[0])   # no hint to change them
         model, gpu = from_job(model, gpu, options)
         options = {"space": make_space(model, gpu, **options)}
-        check_emittable(args.emit, options["space"], args.model)
+        check_emittable(args.emit, options["space"], args.model, writes_held(sj))
     prog = Progress("memsym search")
     try:
         res = search(model, gpu, gpus, progress=prog, **options)
@@ -395,7 +396,8 @@ def _emitted(args, res, rows) -> list:
     out = []
     for n, (row, _) in enumerate(rows, 1):
         try:
-            got = emit(args.emit, row, res.space, res.gpus, args.model, folder=args.emit_dir)
+            got = emit(args.emit, row, res.space, res.gpus, args.model, folder=args.emit_dir,
+                       held=writes_held(args.search_job))
             if args.search_job is not None and got.arguments:
                 from .search_job import relaunch
 

@@ -26,8 +26,8 @@ from ..text import looks_like_option, option_values, printable
 from .report_text import scheme_words
 
 __all__ = ["SearchJob", "search_job", "job_report", "job_lines", "relaunch",
-           "read_back_words", "bridge_overrides", "bridge_relaunch", "placement_note",
-           "PLACEMENT_DESTS"]
+           "read_back_words", "writes_held", "bridge_overrides", "bridge_relaunch",
+           "placement_note", "PLACEMENT_DESTS"]
 
 #: The options of a job's config or recipe, which ``estimate``'s parser reads itself (a
 #: launch script and an argument file are read as their words, before it).
@@ -311,18 +311,21 @@ def job_lines(sj: SearchJob, res) -> list:
             f"{rep['gpus']} GPUs ({rep['gpus_from']})"]
 
 
-def _kept_words(words) -> list:
+def _kept_words(words, held: bool = True) -> list:
     """``words`` without the job's config or recipe (:data:`_CONFIGS`), the launcher's options
-    and the settings an emitted layout spells (:data:`_LAYOUT_DESTS`), each with its values
+    and the settings an emitted layout spells (:data:`_LAYOUT_DESTS`; with ``held``, the job's
+    held settings too, :data:`memsym.emit_held.MEGATRON_HELD_DESTS`), each with its values
     (Megatron-LM's arities, :data:`memsym.readers.megatron_arguments.TABLE`)."""
+    from ..emit_held import MEGATRON_HELD_DESTS
     from ..readers.megatron_arguments import TABLE
 
+    spelled = _LAYOUT_DESTS | (MEGATRON_HELD_DESTS if held else frozenset())
     kept, i = [], 0
     while i < len(words):
         name, eq, _ = words[i].partition("=")
         dest, arity, _ = TABLE.get(name, (None, 1 if name in _CONFIGS else 0, None))
         j = i + 1 if eq or arity == 0 else option_values(words, i + 1, arity)[1]
-        if dest not in _LAYOUT_DESTS and not str(dest).startswith("torchrun_") \
+        if dest not in spelled and not str(dest).startswith("torchrun_") \
                 and name not in _CONFIGS:
             kept += words[i:j]
         i = j
@@ -368,12 +371,20 @@ def placement_note(features) -> tuple:
             "stage sizes), so the layout is launched without it",)
 
 
+def writes_held(sj) -> bool:
+    """Whether an emitted layout of the search job ``sj`` (None: a MODEL's search) writes the
+    job's held settings (:func:`memsym.emit.emit`'s ``held``): not a Megatron-Bridge recipe's,
+    relaunched as its overrides (:func:`bridge_relaunch`), whose recipe carries them."""
+    return sj is None or getattr(sj.reading, "bridge_recipe", None) is None
+
+
 def read_back_words(sj: SearchJob) -> list:
     """memsym's own options of the job that its read-back repeats: the MODEL and the job's
     memsym options, not its files or config, nor what the emitted layout sets
-    (:func:`_kept_words`)."""
+    (:func:`_kept_words`: its held settings included, unless the recipe carries them)."""
     est = sj.reading
-    return _kept_words(list(est.job_words.argparse) if est.job_words is not None else [])
+    return _kept_words(list(est.job_words.argparse) if est.job_words is not None else [],
+                       writes_held(sj))
 
 
 # ---------------------------------------------------------------------------------------------

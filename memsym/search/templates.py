@@ -450,6 +450,10 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
     full = space.finetune == "full"
     pattern = layer_kind_pattern(space.arch)
     kinds = frozenset(Counter(pattern[i] for i in rng).items())
+    # the BF16 first/last layers (a held bf16_layers under fp8/fp4) leave N_lin by their
+    # indices: the pair and the stage's layers in the key then
+    bf16 = dict(space.held).get("bf16_layers", (0, 0)) \
+        if space.precision in ("fp8", "fp4") else (0, 0)
     # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
     # the precision and the framework too: N_lin holds the MTP layers' linears under fp8
     # only, and a Megatron LoRA job (fused adapters) has an N_lin under fp8 and fp4 only
@@ -457,7 +461,8 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
            space.lora_rank, space.lora_targets, tt,
            kinds, stage == 0, stage == pp - 1, pp > 1,
            # LoRA's counts per GPU: the experts' split (e, t_e) in the key
-           None if full else (ee, te if space.arch.num_experts and te is not None else None))
+           None if full else (ee, te if space.arch.num_experts and te is not None else None),
+           tuple(bf16), tuple(rng) if any(bf16) else None)
     if key not in _COUNTS:
         if len(_COUNTS) > 65536:
             _COUNTS.clear()
