@@ -60,6 +60,10 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RA
 #: landed token permuted into its experts' rows on arrival, no chunk sort): blackwell/bf16
 #: 0.507 -> 0.510, the ceilings whose runs' bf16 output layer follows it 0.527 -> 0.525
 #: (blackwell/fp8), 0.650 -> 0.647 (blackwell-ultra/fp8), 0.461 -> 0.458 (blackwell-ultra/fp4).
+#: And again when memsym.timing.quantize priced per-tensor FP8's casts on GPUs with non-TN FP8
+#: GEMMs as Transformer Engine d0067d0da6 runs them (one row-wise copy, no transpose: 2 + w
+#: bytes an element, not 2 + 2w; both calibration runs are FP8-CS): blackwell/fp8
+#: 0.525 -> 0.518, blackwell-ultra/fp8 0.647 -> 0.636.
 #: blackwell-ultra (B300, GB300: Blackwell Ultra, its own class since GB300's FP8 rows were
 #: seen priced 11-27 % too slow at Blackwell's values, memsym.hardware says why) has its fp8
 #: ceiling fixed on Megatron-Bridge's 25.11 DGX-GB300 Llama 3 8B FP8-CS row (8 GPUs, MBS 2,
@@ -75,8 +79,8 @@ GEMM_CEILING = {
     ("ampere", "bf16"): 0.811, ("ampere", "fp32"): 0.811,
     ("hopper", "bf16"): 0.587, ("hopper", "fp32"): 0.587, ("hopper", "fp8"): 0.570,
     ("ada", "bf16"): 0.587, ("ada", "fp32"): 0.587, ("ada", "fp8"): 0.570,
-    ("blackwell", "bf16"): 0.510, ("blackwell", "fp32"): 0.510, ("blackwell", "fp8"): 0.525,
-    ("blackwell-ultra", "fp8"): 0.647,
+    ("blackwell", "bf16"): 0.510, ("blackwell", "fp32"): 0.510, ("blackwell", "fp8"): 0.518,
+    ("blackwell-ultra", "fp8"): 0.636,
     ("blackwell-ultra", "fp4"): 0.458,
     ("cdna3", "bf16"): 0.587, ("cdna3", "fp32"): 0.587, ("cdna3", "fp8"): 0.570,
 }

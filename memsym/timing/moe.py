@@ -55,6 +55,7 @@ from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_t
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
+from .quantize import cast_copies
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
            "dispatch_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
@@ -199,15 +200,19 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
     return gemm_time(M, N, K, device, precision, eta_gemm=eta_gemm, count=q.count)
 
 
-def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
+def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None, non_tn_fp8_gemm=False):
     r"""HBM bytes of FP8-quantising the routed rows entering the grouped fc1 GEMM [bytes].
 
-    .. math:: 4\,R\,h \;(\text{MXFP8: } + 2 R h / 32)
+    .. math:: (2 + n w)\,R\,h:\quad 4\,R\,h \;(\text{MXFP8: } + 2 R h / 32;\
+       \text{per-tensor on a non-TN GPU: } 3\,R\,h)
 
     TE's ``GroupedLinear`` (grouped_linear.py ``_GroupedLinear.forward``: ``split_quantize``,
     one split per expert) reads the bf16 rows (2 bytes), writes the FP8 row-wise and
-    column-wise copies (1 + 1; MXFP8: a scale byte per 32 elements each); a dense fc1's input
-    comes quantised from the fused norm.  Current scaling's amax pre-pass is not counted.
+    column-wise copies (1 + 1; MXFP8: a scale byte per 32 elements each), or under per-tensor
+    FP8 on a GPU with non-TN FP8 GEMMs the row-wise copy alone (n = 1,
+    :func:`memsym.timing.quantize.cast_copies`: TE d0067d0da6 csrc/quantizer.cpp:546-547,
+    799-800, no transpose); a dense fc1's input comes quantised from the fused norm.  Current
+    scaling's amax pre-pass is not counted.
 
     Parameters
     ----------
@@ -217,12 +222,16 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
         Their width h [elements].
     fp8_recipe : {None, "delayed", "tensorwise", "mxfp8", "nvfp4"}
         The quantization recipe (``"nvfp4"``: precision fp4).
+    non_tn_fp8_gemm : bool
+        Whether the GPU takes non-TN FP8 GEMMs (:attr:`memsym.devices.GPU.non_tn_fp8_gemm`).
 
     Examples
     --------
     >>> int(grouped_quantize_bytes(32768, 2048)) == 4 * 32768 * 2048
     True
     >>> int(grouped_quantize_bytes(32768, 2048, "mxfp8")) == (4 + 1 / 16) * 32768 * 2048
+    True
+    >>> int(grouped_quantize_bytes(32768, 2048, "tensorwise", True)) == 3 * 32768 * 2048
     True
 
     References
@@ -232,6 +241,8 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None):
     # NVFP4 (precision fp4): a 2-byte read, two copies of 1/2 + 1/16 bytes written
     per = (2 + 2 * (0.5 + 1 / 16) if fp8_recipe == "nvfp4"
            else 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0))
+    if cast_copies("fp8", fp8_recipe, non_tn_fp8_gemm) == 1:
+        per = 3       # per-tensor FP8, non-TN GPU: the 1-byte row-wise copy alone
     return per * _arr(rows) * k_dim
 
 
@@ -536,7 +547,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
                               landed=landed)
     cast = 0.0
     if precision in ("fp8", "fp4"):
-        cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe), device)
+        cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe,
+                                                  _gpu(device).non_tn_fp8_gemm), device)
     eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
             copies + cast + eager_f, copies + eager_b)

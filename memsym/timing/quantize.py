@@ -14,22 +14,29 @@ Transformer Engine quantizes what a low-precision GEMM reads itself, one kernel 
   column-wise one for the weight gradient (``tex.split_quantize`` per expert in
   ``_GroupedLinear.backward``).
 
-Each cast reads the bf16 tensor (2 bytes an element) and writes two quantized copies of
+Each cast reads the bf16 tensor (2 bytes an element) and writes :math:`n` quantized copies of
 :math:`w` bytes an element (:func:`memsym.timing.layer.fp8_element_bytes`: 1, MXFP8
-:math:`1 + 1/32`, NVFP4 :math:`1/2 + 1/16`).  Per-tensor FP8 writes the column-wise copy as a
-transpose in the backward instead (``set_usage(columnwise=False)`` for Float8 quantizers in
-the forward): the same bytes within one read, not told apart here.  Per layer:
+:math:`1 + 1/32`, NVFP4 :math:`1/2 + 1/16`; :func:`cast_copies`).  :math:`n = 2`, a row-wise
+and a column-wise copy, in general: MXFP8 and NVFP4 always (their scales run along one
+dimension), and per-tensor FP8 (delayed, tensorwise) on a TN-only GPU (Hopper), where the
+column-wise copy is the FP8 transpose the weight-gradient GEMM reads (``cast_transpose``,
+[te-non-tn]; on the all-gathered input path the forward asks ``columnwise=False`` and the
+backward transposes instead, the same bytes within one read, not told apart here).
+:math:`n = 1` for per-tensor FP8 where FP8 GEMMs take non-TN layouts
+(:attr:`memsym.devices.GPU.non_tn_fp8_gemm`: B200, GB200, B300, GB300): the quantizer
+allocates no transpose, the cast writes the row-wise data alone and the weight-gradient GEMM
+reads it in place [te-non-tn].  Per layer:
 
 .. math::
 
-    B_{\text{fwd}} = (2 + 2w)\sum_{g \notin F} M_g K_g c_g,\qquad
-    B_{\text{bwd}} = (2 + 2w)\sum_{g \notin U} M_g N_g c_g
+    B_{\text{fwd}} = (2 + n w)\sum_{g \notin F} M_g K_g c_g,\qquad
+    B_{\text{bwd}} = (2 + n w)\sum_{g \notin U} M_g N_g c_g
 
 over the layer's forward GEMMs :math:`g = [M, K] \times [K, N]`, :math:`c_g` of them (local
 experts); :math:`F` the GEMMs whose input is not cast here (:data:`NOT_CAST_FORWARD`),
 :math:`U` those that do not run quantized (:data:`UNQUANTIZED`).  A GEMM of shape
-:math:`M, N, K` runs :math:`6MNK` FLOPs for :math:`(2 + 2w)(MK + MN)` cast bytes: the casts
-weigh :math:`\tfrac{1}{6}(1/N + 1/K)(2 + 2w)` bytes per FLOP, three to six times more on
+:math:`M, N, K` runs :math:`6MNK` FLOPs for :math:`(2 + n w)(MK + MN)` cast bytes: the casts
+weigh :math:`\tfrac{1}{6}(1/N + 1/K)(2 + n w)` bytes per FLOP, three to six times more on
 Qwen3-30B-A3B's experts (K, N of 768-2048) than on Llama 3's layers (4096-28672).
 
 References
@@ -41,6 +48,22 @@ References
    module/layernorm_linear.py (``with_quantized_norm``: the norm writes the quantized
    input), module/grouped_linear.py (``tex.split_quantize`` of the inputs and of the output
    gradients).
+.. [te-non-tn] NVIDIA/TransformerEngine d0067d0da6: pytorch/module/linear.py:428-436 (the input
+   quantizer asks ``rowwise=True, columnwise=backward_needs_input``), 905 (the output
+   gradient's ``set_usage(rowwise=True, columnwise=True)``; layernorm_linear.py:726,
+   grouped_linear.py:1072-1075 the same), 1177 and 1219 (``update_usage(columnwise_usage=True)``
+   before the weight-gradient GEMM, ``layout="NT"``, 1261); csrc/quantizer.cpp:363, 375
+   (``Float8Quantizer``), 679, 689 (``Float8CurrentScalingQuantizer``), 546-547 and 799-800
+   (their grouped and in-place forms): row-wise data ``rowwise_usage ||
+   is_non_tn_fp8_gemm_supported``, a transpose only ``columnwise_usage &&
+   !is_non_tn_fp8_gemm_supported``; common/cast/dispatch/quantize.cuh:64-83, 247-262
+   (per-tensor scaling runs ``cast_transpose`` only when the output holds column-wise data,
+   else ``fp8::quantize``, row-wise alone); tensor/storage/float8_tensor_storage.py:292-297
+   (``update_usage`` on a non-TN GPU keeps ``_data`` for either usage, never makes a
+   transpose); common/gemm/cublaslt_gemm.cu:123-157, 220-247 (a per-tensor FP8 operand is
+   read from its row-wise data with the GEMM's own transpose flag where non-TN GEMMs run; the
+   column-wise copy only on TN-only GPUs); common/transformer_engine.cpp:1191-1204
+   (``nvte_is_non_tn_fp8_gemm_supported``: sm_arch 100-119 or >= 130).
 .. [megatron-specs] Megatron-LM core_v0.17.0 megatron/core/models/gpt/gpt_layer_specs.py:
    ``linear_qkv`` and the dense ``linear_fc1`` are ``column_parallel_layer_norm_linear``, MLA's
    ``linear_q_up_proj`` / ``linear_kv_up_proj`` too under ``qk_layernorm``;
@@ -52,7 +75,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NORM_FUSED", "UNQUANTIZED", "NOT_CAST_FORWARD", "cast_bytes"]
+__all__ = ["NORM_FUSED", "UNQUANTIZED", "NOT_CAST_FORWARD", "PER_TENSOR_RECIPES", "cast_copies",
+           "cast_bytes"]
 
 #: GEMMs whose input Transformer Engine's fused norm writes quantized ([megatron-specs]:
 #: ``TELayerNormColumnParallelLinear``; MLA's up projections with their q / kv layernorm).
@@ -64,16 +88,61 @@ UNQUANTIZED = ("router",)
 #: ones and the experts' fc1, whose cast :func:`memsym.timing.moe.grouped_quantize_bytes`
 #: prices with the MoE layer.
 NOT_CAST_FORWARD = NORM_FUSED + UNQUANTIZED + ("expert_fc1",)
+#: FP8 recipes with one scale per tensor (``None``: Megatron's default ``--fp8-recipe delayed``),
+#: TE's ``Float8Quantizer`` and ``Float8CurrentScalingQuantizer``.
+PER_TENSOR_RECIPES = (None, "delayed", "tensorwise")
 
 
-def cast_bytes(gemms, width):
+def cast_copies(precision: str, fp8_recipe=None, non_tn_fp8_gemm: bool = False) -> int:
+    r"""Quantized copies one Transformer Engine cast writes, n [1].
+
+    .. math:: n = \begin{cases} 1 & \text{per-tensor FP8 on a non-TN GPU} \\
+       2 & \text{otherwise (row-wise and column-wise)} \end{cases}
+
+    Per-tensor FP8 (delayed, tensorwise) where FP8 GEMMs take non-TN layouts writes the
+    row-wise data alone, which both GEMMs read; a TN-only GPU (Hopper) also writes its
+    transpose, MXFP8 and NVFP4 a column-wise copy with its own scales on any GPU.
+
+    Parameters
+    ----------
+    precision : {"fp8", "fp4", ...}
+        The GEMM precision (``"fp4"``: NVFP4).
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        The FP8 recipe (None: Megatron's default, delayed).
+    non_tn_fp8_gemm : bool
+        Whether the GPU takes non-TN FP8 GEMMs (:attr:`memsym.devices.GPU.non_tn_fp8_gemm`).
+
+    Returns
+    -------
+    int
+        1 or 2 [1].
+
+    Examples
+    --------
+    >>> [cast_copies("fp8", r, True) for r in (None, "tensorwise", "mxfp8")]
+    [1, 1, 2]
+    >>> cast_copies("fp8", "tensorwise", False), cast_copies("fp4", None, True)
+    (2, 2)
+
+    References
+    ----------
+    .. [te-cast-copies] transformer-engine d0067d0da6 csrc/quantizer.cpp:363, 375, 679, 689;
+       common/cast/dispatch/quantize.cuh:64-83 ([te-non-tn] in this module).
+    """
+    per_tensor = precision == "fp8" and fp8_recipe in PER_TENSOR_RECIPES
+    return 1 if per_tensor and non_tn_fp8_gemm else 2
+
+
+def cast_bytes(gemms, width, copies=2):
     r"""HBM bytes (forward, backward) of one layer's input and output-gradient casts [bytes].
 
-    .. math:: B_{fwd} = (2 + 2w) \sum_q M_q K_q n_q, \quad
-       B_{bwd} = (2 + 2w) \sum_q M_q N_q n_q
+    .. math:: B_{fwd} = (2 + n w) \sum_q M_q K_q c_q, \quad
+       B_{bwd} = (2 + n w) \sum_q M_q N_q c_q
 
-    (each cast reads the bf16 tensor, 2 B, and writes a row-wise and a column-wise copy of
-    :math:`w` B; the sums over the GEMMs whose input, resp. output gradient, is cast).
+    (each cast reads the bf16 tensor, 2 B, and writes :math:`n` copies of :math:`w` B, a
+    row-wise and a column-wise one, or the row-wise one alone under per-tensor FP8 on a non-TN
+    GPU, :func:`cast_copies`; the sums over the GEMMs whose input, resp. output gradient, is
+    cast, :math:`c_q` of each).
 
     Parameters
     ----------
@@ -81,6 +150,8 @@ def cast_bytes(gemms, width):
         The layer's forward GEMMs (:func:`memsym.timing.gemm.layer_gemms`).
     width : float
         Bytes per element of one quantized copy, w [bytes] (1 FP8, 1 + 1/32 MXFP8).
+    copies : int
+        Quantized copies written per cast, n [1] (:func:`cast_copies`; default 2).
 
     Returns
     -------
@@ -112,11 +183,19 @@ def cast_bytes(gemms, width):
     >>> float(f) == (2 + 2 * 33 / 32) * rows * 768, float(b) == 4.0625 * rows * (1536 + 2048)
     (True, True)
 
+    The dense layer in per-tensor FP8 on a B200 (non-TN FP8 GEMMs): one copy, 3 bytes an
+    element:
+
+    >>> f, b = cast_bytes([Gemm("proj", 8192, 4096, 4096)], 1, copies=1)
+    >>> int(f) == 3 * 8192 * 4096, int(b) == 3 * 8192 * 4096
+    (True, True)
+
     References
     ----------
-    .. [transformer-engine] csrc/extensions/cast.cu (rowwise data and data_transpose).
+    .. [transformer-engine] csrc/extensions/cast.cu (rowwise data and data_transpose);
+       common/cast/dispatch/quantize.cuh:64-83 at d0067d0da6 ([te-non-tn] in this module).
     """
-    per = 2.0 + 2.0 * float(width)
+    per = 2.0 + copies * float(width)
     fwd = sum((np.asarray(q.M, float) * q.K * q.count for q in gemms
                if q.name not in NOT_CAST_FORWARD), np.zeros(()))
     bwd = sum((np.asarray(q.M, float) * q.N * q.count for q in gemms
