@@ -151,6 +151,9 @@ def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
     start, end = (whole(n, "bf16_layers", minimum=0) for n in pair)
     if not start and not end:
         return
+    if max(start, end) > x.num_layers:   # the bound on a user's size: the model's layers
+        raise InvalidValueError(f"bf16_layers {max(start, end)} exceeds the model's "
+                                f"{x.num_layers} layers")
     st = training.states
     if st.precision not in ("fp8", "fp4") or not framework_record(training.framework).megatron_options:
         raise InvalidValueError("bf16_layers is Megatron's --first-last-layers-bf16 under fp8 or "

@@ -247,3 +247,10 @@ def test_the_search_masks_pipeline_stages_smaller_than_the_bf16_layers(capsys):
                  held={"bf16_layers": (10, 0)})
     assert res.excluded["bf16-layers-stage"] > 0
     assert set(res.columns["p"].tolist()) == {2}
+
+
+def test_more_bf16_layers_than_the_model_has_is_refused():
+    """A size a user gives is bounded: at most the model's 32 layers at either end (under FP4
+    Megatron checks no per-stage limit)."""
+    with pytest.raises(InvalidValueError, match="exceeds the model's 32 layers"):
+        job("llama3-8b", precision="fp4", bf16_layers=(33, 0), world_size=8)

@@ -263,8 +263,9 @@ def test_field_limits_name_real_fields_and_known_limits():
              if "int" in str(f.type) and "bool" not in str(f.type)}
     # not sizes, each bounded where it is checked: moe_layer_freq (a pattern), mamba_version
     # (1 or 2, memsym.model.architecture), capacity_factor (a load ratio in (0, 2^20],
-    # memsym.training), zero_buckets ((name, size) pairs, job_record.check_zero_buckets)
-    others = {"moe_layer_freq", "mamba_version", "capacity_factor", "zero_buckets"}
+    # memsym.training), zero_buckets ((name, size) pairs, job_record.check_zero_buckets),
+    # bf16_layers (a (first, last) pair, each at most the model's layers, job_checks)
+    others = {"moe_layer_freq", "mamba_version", "capacity_factor", "zero_buckets", "bf16_layers"}
     assert sizes <= set(FIELD_LIMITS) | others, sizes - set(FIELD_LIMITS) - others
 
 
