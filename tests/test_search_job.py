@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -41,9 +42,10 @@ def script(tmp_path):
     return write
 
 
-def _same_row(capsys, job, pins):
-    """The search's row of the pinned layout and estimate's report of the same job."""
-    est = as_json(capsys, "estimate", *job, *GPU)
+def _same_row(capsys, job, pins, estimate_job=None):
+    """The search's row of the pinned layout and estimate's report of the same job (or of
+    ``estimate_job``, the same job written with the pinned choice)."""
+    est = as_json(capsys, "estimate", *(estimate_job or job), *GPU)
     rows = as_json(capsys, "search", *job, *GPU, *pins, "--no-uneven-stages", "--top", "1")
     assert len(rows) == 1
     return rows[0], est
@@ -160,6 +162,27 @@ def test_a_torchtitan_config_is_searched(capsys):
     assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
     assert row["job"]["read_as"] == est["read_as"] == "a torchtitan job TOML (v0.2 keys)"
     assert row["job"]["held"]["framework"] == "torchtitan"
+
+
+def test_a_compiled_torchtitan_job_searches_every_recompute(capsys, tmp_path):
+    """torch.compile of the model ([compile] enable, components "model") changes what per-op
+    SAC saves only (memsym.readers.jobs.torchtitan_job reads it so): a row that recomputes
+    otherwise is the same job without it, where the search used to refuse the whole job
+    ("compiled_model changes only recompute 'selective-op'").  A full-recompute row equals the
+    estimate of the job's TOML with mode "full"."""
+    text = Path("tests/data/torchtitan/v0.2.2/llama3__llama3_8b.toml").read_text()
+    compiled = text.replace("enable=false", "enable=true")
+    assert compiled != text
+    (tmp_path / "sac.toml").write_text(compiled)
+    (tmp_path / "full.toml").write_text(compiled.replace('mode = "selective"', 'mode = "full"'))
+    row, est = _same_row(capsys, ["llama3-8b", "--torchtitan-config", tmp_path / "sac.toml",
+                                  "--world-size", "8"],
+                         ["--tp", 1, "--pp", 1, "--cp", 1, "--vpp", 1, "--micro-batch-size", 1,
+                          "--sharding", "fsdp", "--recompute-granularity", "full"],
+                         estimate_job=["llama3-8b", "--torchtitan-config", tmp_path / "full.toml",
+                                       "--world-size", "8"])
+    assert row["layout"]["recompute"] == "full" and row["bytes"] == est["bytes"]
+    assert row["step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
 
 
 def test_emit_megatron_from_a_script_reads_back_the_same(capsys, script):

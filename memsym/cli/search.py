@@ -552,9 +552,10 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
     said = [_row_sharding(sp_, row["sharding"]) for row, _ in rows]
     wide = max([22] + [len(w) + 1 for w in said])     # the column widens for the longest
     moe = bool(sp_.arch.num_experts)     # the experts' TP column where there are experts
+    rc_w = max([10] + [len(str(row["recompute"])) + 1 for row, _ in rows])   # selective-op
     lines.append(f"{'#':>3} {'t':>3} {'p':>4} {'c':>4} {'d':>6} {'e':>3} "
                  + (f"{'t_e':>3} " if moe else "") + f"{'v':>3} {'b':>3} "
-                 f"{'ends':>7} {'recompute':<10}{'sharding':<{wide}}{'SP':<4}{'GB':>9}"
+                 f"{'ends':>7} {'recompute':<{rc_w}}{'sharding':<{wide}}{'SP':<4}{'GB':>9}"
                  f"{'free GB':>9}{'step s':>10}  binding")
     for n, ((row, exact), words) in enumerate(zip(rows, said), 1):
         tot = float(exact["bytes"]["total"])
@@ -563,7 +564,7 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
         ends = "even" if f_ is None and l_ is None else f"{f_ or '-'}/{l_ or '-'}"
         lines.append(f"{n:>3} {row['t']:>3} {row['p']:>4} {row['c']:>4} {row['d']:>6} {row['e']:>3} "
                      + (f"{row.get('t_e') or row['t']:>3} " if moe else "") +
-                     f"{row['v']:>3} {row['b']:>3} {ends:>7} {row['recompute']:<10}"
+                     f"{row['v']:>3} {row['b']:>3} {ends:>7} {row['recompute']:<{rc_w}}"
                      f"{words:<{wide}}"
                      f"{'yes' if row['sequence_parallel'] else 'no':<4}{tot / 1e9:>9.3f}"
                      f"{(sp_.capacity - tot) / 1e9:>9.3f}{st:>10}  {row['binding']}")

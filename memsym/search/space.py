@@ -339,6 +339,10 @@ class Space:
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)
+        if base.get("compiled_model") and base.get("recompute") != "selective-op":
+            # torch.compile changes what per-op SAC saves only: another row's recompute keeps
+            # what it keeps, as memsym.readers.jobs.torchtitan_job reads a compiled model
+            base["compiled_model"] = False
         if FRAMEWORK[self.framework].megatron_options and base["sharding"] in MEGATRON_FSDP_STRATEGY:
             # Megatron-LM runs ZeRO-2 as Megatron-FSDP optim_grads, FSDP as optim_grads_params
             # and the no_shard / optim rows as themselves (memsym.emit spells them so): priced
