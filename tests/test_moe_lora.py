@@ -255,24 +255,35 @@ def test_transformers_5_fuses_the_experts():
     assert not any(isinstance(m, torch.nn.Linear) for m in experts.modules())
 
 
+def _peft_trainable(peft, model, targets) -> int:
+    """PEFT's own count: the parameters left trainable once LoRA r = 2 wraps ``targets``."""
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=2, lora_alpha=4, target_modules=targets))
+    return sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+
+
+def _tiny_moe_arch(ffn: int, model_type: str):
+    """memsym's description of the tiny MoE models below (2 layers, h 64, 4 heads of 16 over 2
+    KV groups, 4 experts of width 32, top-2; ``ffn`` the dense width the config names)."""
+    from memsym.model import Architecture
+    return Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
+                        kv_channels=16, ffn_hidden_size=ffn, swiglu=True, normalization="RMSNorm",
+                        vocab_size=128, position_embedding_type="rope", add_bias_linear=False,
+                        num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
+                        extra={"hf_model_type": model_type})
+
+
 @pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="peft is not installed")
 def test_peft_oracle_on_a_tiny_qwen3_moe():
     """PEFT's own trainable count on a meta-device model equals memsym's."""
     torch = pytest.importorskip("torch")
     import peft
     from transformers import Qwen3MoeForCausalLM
-    from memsym.model import Architecture
     cfg = _tiny_qwen3_moe()
     with torch.device("meta"):
         model = Qwen3MoeForCausalLM(cfg)
-    wrapped = peft.get_peft_model(model, peft.LoraConfig(
-        r=2, lora_alpha=4, target_modules=["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]))
-    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    x = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
-                     kv_channels=16, ffn_hidden_size=96, swiglu=True, normalization="RMSNorm",
-                     vocab_size=128, position_embedding_type="rope", add_bias_linear=False,
-                     num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
-                     extra={"hf_model_type": "qwen3_moe"})
+    trainable = _peft_trainable(peft, model, ["q_proj", "v_proj", "gate_proj", "up_proj",
+                                              "down_proj"])
+    x = _tiny_moe_arch(96, "qwen3_moe")
     assert trainable == lora_parameter_count(x, 2, ("q", "v", "gate", "up", "down"))
 
 
@@ -283,7 +294,6 @@ def test_peft_oracle_on_a_tiny_mixtral():
     torch = pytest.importorskip("torch")
     import peft
     import transformers
-    from memsym.model import Architecture
     if int(transformers.__version__.split(".")[0]) < 5:
         pytest.skip("transformers < 5 builds nn.Linear experts")
     with torch.device("meta"):
@@ -291,12 +301,6 @@ def test_peft_oracle_on_a_tiny_mixtral():
             vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
             num_experts_per_tok=2))
-    wrapped = peft.get_peft_model(model, peft.LoraConfig(
-        r=2, lora_alpha=4, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "w1", "w3", "w2"]))
-    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    x = Architecture(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=2,
-                     kv_channels=16, ffn_hidden_size=32, swiglu=True, normalization="RMSNorm",
-                     vocab_size=128, position_embedding_type="rope", add_bias_linear=False,
-                     num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
-                     extra={"hf_model_type": "mixtral"})
-    assert trainable == lora_parameter_count(x, 2, "all")
+    trainable = _peft_trainable(peft, model, ["q_proj", "k_proj", "v_proj", "o_proj", "w1",
+                                              "w3", "w2"])
+    assert trainable == lora_parameter_count(_tiny_moe_arch(32, "mixtral"), 2, "all")
