@@ -26,6 +26,7 @@ from memsym.symbols import b, c, h, s, t
 from memsym.timing.step import overlap_of
 from memsym.training import phase_transients, stage_activations
 from memsym.vocabulary import FRAMEWORKS, SCHEMES
+from source_trees import parsed
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "memsym"
 
@@ -53,7 +54,7 @@ def _framework_comparisons(tree) -> int:
 
 
 COUNTS = {p.relative_to(PACKAGE.parent).as_posix():
-          _framework_comparisons(ast.parse(p.read_text(encoding="utf-8")))
+          _framework_comparisons(parsed(p))
           for p in sorted(PACKAGE.rglob("*.py"))}
 
 

@@ -19,6 +19,8 @@ import pathlib
 
 import pytest
 
+from source_trees import parsed
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "memsym"
 
@@ -50,7 +52,7 @@ def _sizes() -> dict:
     sizes = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         module = path.relative_to(ROOT).as_posix()
-        tree = ast.parse(path.read_text(encoding="utf-8"), module)
+        tree = parsed(path)
         for name, lines in _functions(tree):
             # a name defined twice (an if/else pair) keeps its longer definition
             key = f"{module}::{name}"

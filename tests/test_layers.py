@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from source_trees import parsed
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "memsym"
 
 #: The layers, lowest first.  A module belongs to the layer of its longest listed prefix
@@ -162,7 +164,7 @@ def import_edges() -> list[Edge]:
     edges = []
     for module, path in MODULES.items():
         collector = _Collector(module)
-        collector.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        collector.visit(parsed(path))
         edges += collector.edges
     return edges
 
@@ -285,7 +287,7 @@ def _third_party_local() -> set[str]:
         if layer_of(module) == layer_of("memsym.cli"):
             continue
         visitor = _ThirdParty()
-        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        visitor.visit(parsed(path))
         out |= {f"{module} -> {name}" for name in visitor.found if name != "memsym"}
     return out
 

@@ -35,6 +35,7 @@ from memsym.terms import collectives as closed
 from memsym.terms import compute, pipeline, pipeline_order
 from memsym.timing import collectives as numeric
 from memsym.timing.step import Overlap, Settings, step_time_grid
+from source_trees import parsed
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -87,7 +88,7 @@ def _hand_ring_factors(path: pathlib.Path) -> list[str]:
                 and node.right.value == 1 and node.left.id)
 
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) \
                 and isinstance(node.right, ast.Name):
             left = node.left

@@ -15,6 +15,7 @@ import sympy as sp
 from memsym.cli import build_parser, main
 from memsym.cli import option_table as table
 from tools.option_reference import reference_markdown
+from source_trees import parsed
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -41,7 +42,7 @@ def test_no_option_is_declared_outside_the_table():
     for path in sorted((ROOT / "memsym" / "cli").glob("*.py")):
         if path.name == "option_table.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
                 first = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) \
                     else None

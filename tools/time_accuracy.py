@@ -14,6 +14,8 @@ beside the package, not in it (as ``tools/measured.py`` does for the measured me
 
 from __future__ import annotations
 
+import copy
+import functools
 import pathlib
 import sys
 import tomllib
@@ -64,7 +66,14 @@ def write_docs(path=None) -> pathlib.Path:
 
 
 def runs() -> tuple:
-    """The ``[[run]]`` entries of ``formulas/measured_time.toml``."""
+    """The ``[[run]]`` entries of ``formulas/measured_time.toml`` (a fresh copy per call:
+    callers may change theirs)."""
+    return copy.deepcopy(_parsed_runs())
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_runs() -> tuple:
+    # parsed once per process (0.2 s a parse; the page reads the runs about 20 times)
     return tuple(tomllib.loads(RUNS_PATH.read_text(encoding="utf-8"))["run"])
 
 
@@ -494,8 +503,13 @@ class Result:
         return self.predicted / self.measured - 1
 
 
+@functools.lru_cache(maxsize=1)
 def validate() -> tuple:
-    """Every run of ``measured_time.toml`` with memsym's prediction (tuple of Result)."""
+    """Every run of ``measured_time.toml`` with memsym's prediction (tuple of frozen Result).
+
+    Priced once per process (a few seconds): the page, the summary and the tests that read
+    the same predictions share them; the file and memsym's constants are fixed while a
+    process runs (``validate.cache_clear()`` after changing either in process)."""
     return tuple(Result(r["id"], r["role"], measured_step(r), (p := predict(r))["step"], p)
                  for r in runs())
 
