@@ -813,3 +813,18 @@ def test_a_search_options_value_is_never_read_as_a_launcher(value):
     pasted = ["search", "deepspeed", "--num_gpus", "8", "pretrain_gpt.py", "--num-layers", "2",
               "--gpus", "8"]
     assert prepare_search(build_parser("search"), pasted)[1] is not None
+
+
+def test_a_pasted_hugging_face_deepspeed_launch_says_how_to_give_it(capsys, tmp_path):
+    """``deepspeed --num_gpus 8 train.py --deepspeed ds.json --gradient_checkpointing`` runs a
+    Hugging Face Trainer script (TrainingArguments' own names, transformers 5.25
+    training_args.py:1463, 926), not pretrain_gpt.py: one line naming memsym's options for it,
+    not a Megatron-LM spelling suggestion ("did you mean --seed?")."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"zero_optimization": {"stage": 3}}', encoding="utf-8")
+    code = main(["estimate", "llama3-8b", "deepspeed", "--num_gpus", "8", "train.py",
+                 "--deepspeed", str(cfg), "--gradient_checkpointing", "--gpu", "h100-80gb"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "Hugging Face Trainer" in err and "--deepspeed-config FILE" in err
+    assert "did you mean" not in err

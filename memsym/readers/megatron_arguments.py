@@ -224,6 +224,20 @@ CONFIG_ONLY = {
 }
 
 
+#: The Hugging Face Trainer's arguments (transformers 5.25 training_args.py, TrainingArguments:
+#: ``deepspeed`` :1463, ``per_device_train_batch_size`` :777, ``gradient_accumulation_steps``
+#: :849, ``gradient_checkpointing`` :926) a pasted ``deepspeed train.py ...`` launch carries:
+#: a script of the user's, not pretrain_gpt.py, so memsym's options say the same job.
+_HF_TRAINER = ("a Hugging Face Trainer script's argument, not Megatron-LM's: name the MODEL and "
+               "give the job as memsym's options (--deepspeed-config FILE --world-size N, "
+               "--micro-batch-size for per_device_train_batch_size, --num-microbatches for "
+               "gradient_accumulation_steps, --recompute-granularity full for "
+               "--gradient_checkpointing)")
+FOREIGN = {f"--{name}": _HF_TRAINER for name in (
+    "deepspeed", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "gradient_checkpointing")}
+
+
 class ArgumentError(UnknownNameError):
     """An argument pretrain_gpt.py does not accept (with the closest spellings)."""
 
@@ -232,7 +246,8 @@ class ArgumentError(UnknownNameError):
         self.kind, self.name = "Megatron-LM argument", name
         self.accepted = sorted(TABLE)
         self.suggestions = difflib.get_close_matches(name, self.accepted, n=3, cutoff=0.6)
-        hint = (f": {CONFIG_ONLY[name]}" if name in CONFIG_ONLY else
+        where = {**CONFIG_ONLY, **FOREIGN}
+        hint = (f": {where[name]}" if name in where else
                 f"; did you mean {' or '.join(self.suggestions)}?" if self.suggestions else
                 " (see `python pretrain_gpt.py --help` for the accepted arguments)")
         self.args = (f"unknown Megatron-LM argument {name[:80]!r}{hint}",)
