@@ -34,7 +34,22 @@ from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_
                          MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, microbatches, whole
 
-__all__ = ["check_fields", "canonical", "validate"]
+__all__ = ["check_fields", "canonical", "validate", "compile_changes_recompute"]
+
+
+def compile_changes_recompute(recompute: str) -> bool:
+    """Whether compiling the blocks (``compiled_model``) changes what ``recompute`` keeps.
+
+    Only torchtitan's per-op SAC: the compiled graph saves only what its backward reads
+    (:mod:`memsym.terms.op_sac`); every other mode keeps what it keeps, compiled or not.
+    A job reader drops the flag elsewhere, as the search does on such rows.
+
+    Examples
+    --------
+    >>> compile_changes_recompute("selective-op"), compile_changes_recompute("full")
+    (True, False)
+    """
+    return recompute == "selective-op"
 
 
 def flag(value, what: str) -> bool:
@@ -104,7 +119,7 @@ def check_fields(layout: Layout, training: Training) -> None:
                                 "(torchtitan's per-op SAC; --sac-recomputes-attention on the "
                                 f"command line), got {training.memory.recompute!r}")
     flag(training.memory.bias_activation_fusion, "bias_activation_fusion")
-    if training.memory.compiled_model and training.memory.recompute != "selective-op":
+    if training.memory.compiled_model and not compile_changes_recompute(training.memory.recompute):
         raise InvalidValueError("compiled_model changes only recompute 'selective-op' (torchtitan's "
                                 f"per-op SAC), got recompute {training.memory.recompute!r}")
     flag(training.memory.loss_parallel, "loss_parallel")

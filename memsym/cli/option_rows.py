@@ -304,7 +304,8 @@ def _recompute_rows():
            "--recompute-granularity)", commands=JOB_AND_SEARCH, search="list",
            search_type=T.recompute_mode, effect="memory, time",
            help="activation recomputation (selective-op: torchtitan's per-op SAC, dense "
-           "gated-MLP layers with flash attention)",
+           "gated-MLP layers with flash attention; beside --deepspeed-config only none or "
+           "full, the Hugging Face model's gradient checkpointing of every decoder layer)",
            search_help="recompute modes to try (default all the framework offers; "
            "selective-op: torchtitan's per-op SAC; block-N: Megatron's --recompute-method "
            "block --recompute-num-layers N; every-N: torchtitan's selective_ac_option = \"N\")"),

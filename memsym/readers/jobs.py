@@ -12,6 +12,7 @@ import dataclasses
 
 from ..errors import InvalidValueError
 from ..job import job
+from ..job_checks import compile_changes_recompute
 from ..model import Architecture, resolve_model
 from ..model.torchtitan_stages import torchtitan_end_stages, torchtitan_stages_per_rank
 from .deepspeed import HIDDEN_AUTO_KEYS, resolve_hidden_autos
@@ -332,7 +333,8 @@ def torchtitan_job(cfg: dict, model=None, **options):
                      "fp32 states as FSDP2 keeps them; the per-GEMM fp8 casts are transient")
     _add_torchtitan_recompute(opts, trn, arch, ac, per_op, ranks, notes)
     # compiled blocks change only what per-op SAC keeps (memsym.terms.op_sac)
-    opts["compiled_model"] = bool(trn.get("compiled_model")) and opts["recompute"] == "selective-op"
+    opts["compiled_model"] = (bool(trn.get("compiled_model"))
+                             and compile_changes_recompute(opts["recompute"]))
     if lay.get("dp_replicate", 1) > 1 and lay.get("dp_shard", 1) > 1:
         notes.append("HSDP: the states are counted as sharded over the whole data-parallel "
                      "group (torchtitan shards them over data_parallel_shard_degree only)")

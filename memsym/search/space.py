@@ -16,6 +16,7 @@ from ..vocabulary import MEGATRON_FSDP_SCHEMES, MOE_DISPATCHERS, SEARCH_SHARDING
 from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
+from ..job_checks import compile_changes_recompute
 from ..limits import check_limit
 from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, byte_widths,
                                  SCHEMES as ALL_SCHEMES)
@@ -339,7 +340,7 @@ class Space:
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)
-        if base.get("compiled_model") and base.get("recompute") != "selective-op":
+        if base.get("compiled_model") and not compile_changes_recompute(base.get("recompute")):
             # torch.compile changes what per-op SAC saves only: another row's recompute keeps
             # what it keeps, as memsym.readers.jobs.torchtitan_job reads a compiled model
             base["compiled_model"] = False

@@ -24,7 +24,7 @@ from ..errors import InvalidValueError, choose
 from ..hardware import GPU, gpu as _gpu
 
 __all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RATE",
-           "gemm_time", "gemm_efficiency", "ceiling", "ceiling_key", "exp_time"]
+           "gemm_time", "gemm_efficiency", "ceiling", "ceiling_key", "exp_time", "as_array"]
 
 #: Large-GEMM ceiling as a fraction of the dense datasheet peak, per class and precision.
 #: Each was fixed on ONE published run (the calibration points of docs/time-accuracy.md):
@@ -105,6 +105,28 @@ LAUNCH_OVERHEAD = 4e-6
 #: K below ~this many elements leaves the mainloop pipeline partly empty: factor K/(K + K0).
 K0 = 64
 
+
+
+def as_array(x):
+    r"""``x`` as a float numpy array (the layout knobs broadcast together).
+
+    .. math:: x \mapsto (x_1, \dots, x_n) \in \mathbb{R}^n
+
+    Parameters
+    ----------
+    x : array_like
+        A parallel size or a grid of them [GPUs].
+
+    Examples
+    --------
+    >>> as_array([1, 2]).dtype
+    dtype('float64')
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §3 (the parallel sizes t, p, d a grid spans).
+    """
+    return np.asarray(x, dtype=float)
 
 def _dev(device) -> GPU:
     dev = _gpu(device)

@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from .collectives import collective_bytes, collective_time, group_bandwidth
-from .efficiency import ceiling, exp_time, gemm_time, memory_time
+from .efficiency import as_array, ceiling, exp_time, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .linear_attention import gdn_copy_bytes, gdn_kernels, projection_widths
 from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
@@ -48,29 +48,6 @@ FLASH_BACKWARD = 0.75
 
 #: The column-parallel GEMMs, whose backward collectives Megatron issues asynchronously.
 COLUMN_PARALLEL = ("qkv", "q", "q_up", "kv_up", "fc1", "shared_fc1", "in_proj")
-
-
-def as_array(x):
-    r"""``x`` as a float numpy array (the layout knobs broadcast together).
-
-    .. math:: x \mapsto (x_1, \dots, x_n) \in \mathbb{R}^n
-
-    Parameters
-    ----------
-    x : array_like
-        A parallel size or a grid of them [GPUs].
-
-    Examples
-    --------
-    >>> as_array([1, 2]).dtype
-    dtype('float64')
-
-    References
-    ----------
-    .. [narayanan] arXiv:2104.04473 §3 (the parallel sizes t, p, d a grid spans).
-    """
-    return np.asarray(x, dtype=float)
-
 
 
 def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gemm, overlap: Overlap,

@@ -51,7 +51,7 @@ import numpy as np
 from ..hardware import gpu as _gpu
 from .collectives import (LINK_LATENCY, collective_bytes, collective_time, group_bandwidth,
                           intra_bandwidth, nvlink_domain)
-from .efficiency import K0, LAUNCH_OVERHEAD, TILES, ceiling, gemm_time, memory_time
+from .efficiency import K0, LAUNCH_OVERHEAD, TILES, as_array, ceiling, gemm_time, memory_time
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
@@ -64,10 +64,6 @@ __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "ge
 #: Compute streams Transformer Engine spreads a grouped GEMM's per-expert cuBLAS calls over
 #: ([te-multistream]: ``num_compute_streams = 4``, GEMM i on stream i mod 4).
 TE_GEMM_STREAMS = 4
-
-
-def _arr(x):
-    return np.asarray(x, dtype=float)
 
 
 def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_gemm=None,
@@ -130,7 +126,7 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
     Megatron-LM d98e8a64dd moe/experts.py (``TEGroupedMLP``), [transformer-engine] GroupedLinear.
     """
     dev = _gpu(device)
-    M, N, K, count = (_arr(x) for x in (M, N, K, count))
+    M, N, K, count = (as_array(x) for x in (M, N, K, count))
     S = np.minimum(float(streams), count)
     if eta_gemm is not None:
         # the override fixes the math-side efficiency: the grouping changes nothing then
@@ -243,7 +239,7 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None, non_tn_fp8_gemm=False):
            else 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0))
     if cast_copies("fp8", fp8_recipe, non_tn_fp8_gemm) == 1:
         per = 3       # per-tensor FP8, non-TN GPU: the 1-byte row-wise copy alone
-    return per * _arr(rows) * k_dim
+    return per * as_array(rows) * k_dim
 
 
 def ep_ranks_inside(e, t_e, domain: int):
@@ -279,7 +275,7 @@ def ep_ranks_inside(e, t_e, domain: int):
     ----------
     [megatron-lm] megatron/core/parallel_state.py (the expert mesh: EP ranks ``t_e`` apart).
     """
-    e, t_e = _arr(e), _arr(t_e)
+    e, t_e = as_array(e), as_array(t_e)
     return np.clip(np.floor(domain / t_e), 1, e)
 
 
@@ -332,8 +328,8 @@ def ep_alltoall_time(nbytes, e, t_e, cluster):
     ----------
     Megatron-LM d98e8a64dd moe/token_dispatcher.py (``token_dispatch``); [nccl-nvlink-efficiency].
     """
-    e, t_e = _arr(e), _arr(t_e)
-    nbytes = _arr(nbytes)
+    e, t_e = as_array(e), as_array(t_e)
+    nbytes = as_array(nbytes)
     domain, intra = nvlink_domain(cluster), intra_bandwidth(cluster)
     inter = float(cluster.inter_node_bandwidth)
     inside = ep_ranks_inside(e, t_e, domain)
@@ -384,7 +380,7 @@ def expert_tp_collectives(nbytes, t_e, cluster):
     ----------
     Megatron-LM d98e8a64dd moe/token_dispatcher.py (``dispatch_postprocess``).
     """
-    t_e = _arr(t_e)
+    t_e = as_array(t_e)
     bw, lat = group_bandwidth("tp", t_e, cluster, t=t_e)
     seconds = (collective_time("all-gather", nbytes, t_e, bw, lat)
                + collective_time("reduce-scatter", nbytes, t_e, bw, lat))
@@ -433,7 +429,7 @@ def token_count_gather_time(E, e, t_e, cluster):
     Megatron-LM d98e8a64dd megatron/core/transformer/moe/token_dispatcher.py:501-596
     (``preprocess``; gathers only if ep or tp > 1, 557), 87 (tp_ep), 702-704 (host wait).
     """
-    n = _arr(e) * _arr(t_e)
+    n = as_array(e) * as_array(t_e)
     domain, intra = nvlink_domain(cluster), intra_bandwidth(cluster)
     fits = n <= domain
     bw = np.where(fits, intra, float(cluster.inter_node_bandwidth))
@@ -530,19 +526,19 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     ----------
     Megatron-LM d98e8a64dd moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher).
     """
-    t_e = _arr(t_e)
-    tokens = _arr(tokens)
+    t_e = as_array(t_e)
+    tokens = as_array(tokens)
     fc1 = next(q for q in gemms if q.name == "expert_fc1")
-    E = _arr(next(q for q in gemms if q.name == "router").N)      # the router's N is E
-    h = _arr(fc1.K)
+    E = as_array(next(q for q in gemms if q.name == "router").N)      # the router's N is E
+    h = as_array(fc1.K)
     held = tokens * k * h * 2
     seconds, sent, landed = _dispatch_traffic(tokens, h, int(np.ravel(E)[0]), k, e, t_e,
                                               cluster, dispatcher)
     etp_s, etp_b = expert_tp_collectives(held * t_e, t_e, cluster)
-    n = _arr(e) * t_e
+    n = as_array(e) * t_e
     counts = token_count_gather_time(E, e, t_e, cluster)
     counts_b = collective_bytes("all-gather", 8.0 * E * n, n)
-    received = _arr(fc1.M) * fc1.count
+    received = as_array(fc1.M) * fc1.count
     copies = dispatch_seconds(tokens, tokens * k, received, h, E, fc1.count, device,
                               landed=landed)
     cast = 0.0

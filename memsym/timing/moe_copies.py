@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hardware import gather_fraction, gpu
-from .efficiency import memory_time
+from .efficiency import as_array, memory_time
 
 __all__ = ["ROUTER_BYTES_PER_LOGIT", "router_bytes", "gathered_bytes", "dispatch_bytes",
            "dispatch_seconds"]
@@ -38,10 +38,6 @@ __all__ = ["ROUTER_BYTES_PER_LOGIT", "router_bytes", "gathered_bytes", "dispatch
 #: the fp32 probability (4) and the 1-byte routing-map entry (1), and the aux-loss scores'
 #: fp32 softmax written and read back for the per-expert sum (8).  Memsym's count.
 ROUTER_BYTES_PER_LOGIT = 15
-
-
-def _arr(x):
-    return np.asarray(x, dtype=float)
 
 
 def router_bytes(tokens, E):
@@ -70,7 +66,7 @@ def router_bytes(tokens, E):
     ----------
     Megatron-LM d98e8a64dd moe/router.py (``routing``).
     """
-    return ROUTER_BYTES_PER_LOGIT * _arr(tokens) * E
+    return ROUTER_BYTES_PER_LOGIT * as_array(tokens) * E
 
 
 def gathered_bytes(tokens, sent, received, h, local, *, width: int = 2, landed=None):
@@ -132,9 +128,9 @@ def gathered_bytes(tokens, sent, received, h, local, *, width: int = 2, landed=N
     ----------
     Megatron-LM d98e8a64dd moe_utils.py (``permute``, ``sort_chunks_by_idxs``, ``unpermute``).
     """
-    tokens, sent, received, local = (_arr(x) for x in (tokens, sent, received, local))
+    tokens, sent, received, local = (as_array(x) for x in (tokens, sent, received, local))
     if landed is not None:
-        return width * h * 2 * (_arr(landed) + received)
+        return width * h * 2 * (as_array(landed) + received)
     sort = np.where(local > 1, 4 * received, 0.0)
     return width * h * (2 * (tokens + sent) + sort)
 

@@ -17,16 +17,10 @@ References
 
 from __future__ import annotations
 
-import numpy as np
-
-from .efficiency import memory_time
+from .efficiency import as_array, memory_time
 
 __all__ = ["expert_bias_bytes", "glu_clamp_bytes", "eager_glu_bytes", "swiglu_clamp_bytes",
            "eager_seconds"]
-
-
-def _arr(x):
-    return np.asarray(x, dtype=float)
 
 
 def expert_bias_bytes(rows, h, *, width: int = 2):
@@ -80,7 +74,7 @@ def expert_bias_bytes(rows, h, *, width: int = 2):
     >>> int(f) == 6 * 65536 * 2880 * 2, int(b) == 8 * 65536 * 2880 * 2
     (True, True)
     """
-    elems = _arr(rows) * h
+    elems = as_array(rows) * h
     return 6 * width * elems, 8 * width * elems
 
 
@@ -138,7 +132,7 @@ def glu_clamp_bytes(rows, f, *, width: int = 2):
     >>> int(f) == 8 * 65536 * 2880 * 2, int(b) == 10 * 65536 * 2880 * 2
     (True, True)
     """
-    elems = _arr(rows) * _arr(f)
+    elems = as_array(rows) * as_array(f)
     return 8 * width * elems, 10 * width * elems
 
 
@@ -202,9 +196,9 @@ def eager_glu_bytes(rows, f, *, clamp: bool = True, width: int = 2):
     (True, True)
     """
     c = 1 if clamp else 0
-    elems = _arr(rows)
-    return (((6 + 4 * c) * _arr(f) + 1) * elems * width,
-            ((29 + 12 * c) * _arr(f) / 2 + 2) * elems * width)
+    elems = as_array(rows)
+    return (((6 + 4 * c) * as_array(f) + 1) * elems * width,
+            ((29 + 12 * c) * as_array(f) / 2 + 2) * elems * width)
 
 
 def swiglu_clamp_bytes(rows, f, *, width: int = 2):
@@ -249,7 +243,7 @@ def swiglu_clamp_bytes(rows, f, *, width: int = 2):
     Megatron-LM d98e8a64dd megatron/core/transformer/mlp.py:327-329,
     megatron/core/transformer/moe/experts.py:1004-1006.
     """
-    elems = _arr(rows) * _arr(f)
+    elems = as_array(rows) * as_array(f)
     return 4 * width * elems, 6 * width * elems
 
 
@@ -300,12 +294,12 @@ def eager_seconds(gemms, device, *, experts: bool = True):
     for q in gemms:
         if q.name.startswith("expert_") != experts:
             continue
-        rows = _arr(q.M) * q.count
+        rows = as_array(q.M) * q.count
         for op in q.eager:
-            nb = (glu_clamp_bytes(rows, _arr(q.N) / 2) if op == "clamp"
-                  else eager_glu_bytes(rows, _arr(q.N) / 2) if op == "glu"
-                  else swiglu_clamp_bytes(rows, _arr(q.N) / 2) if op == "swiglu_clamp"
-                  else expert_bias_bytes(rows, _arr(q.N)))
+            nb = (glu_clamp_bytes(rows, as_array(q.N) / 2) if op == "clamp"
+                  else eager_glu_bytes(rows, as_array(q.N) / 2) if op == "glu"
+                  else swiglu_clamp_bytes(rows, as_array(q.N) / 2) if op == "swiglu_clamp"
+                  else expert_bias_bytes(rows, as_array(q.N)))
             fwd = fwd + memory_time(nb[0], device)
             bwd = bwd + memory_time(nb[1], device)
     return fwd, bwd

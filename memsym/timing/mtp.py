@@ -36,7 +36,8 @@ import numpy as np
 
 from .collectives import collective_time, group_bandwidth
 from .efficiency import gemm_time, memory_time
-from .layer import BACKWARD_MEMORY, as_array, layer_time
+from .efficiency import as_array
+from .layer import BACKWARD_MEMORY, layer_time
 from .records import Overlap, Settings
 
 __all__ = ["mtp_settings", "mtp_depth", "mtp_block"]

@@ -34,7 +34,7 @@ from ..terms.pipeline_order import bubble_fraction, schedule_rule, simulate
 from ..terms.schedule import torch_round_size
 from .efficiency import gemm_time, memory_time
 from .gemm import output_gemm
-from .layer import as_array
+from .efficiency import as_array
 from .one_f_one_b import alike_ranks, exact_one_f_one_b
 from .records import Settings
 

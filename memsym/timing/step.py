@@ -33,7 +33,7 @@ from ..term import Source
 from . import data_parallel
 from .data_parallel import data_parallel_sync, gather_wait_fraction, parameters_per_gpu
 from .gemm import shape_of
-from .layer import as_array
+from .efficiency import as_array
 from .makespan import pipeline_parts
 from .mean_layer import bf16_layer_excess, layer_parts, mean_layer
 from .pipeline import most_layers_per_rank
