@@ -130,6 +130,28 @@ def test_a_harmless_flag_changes_nothing(capsys):
     assert numbers(estimate_json(capsys, "llama2-7b", "--tp", 2, "--bf16")) == numbers(tp2)
 
 
+_SMALL_MEGATRON = ("--num-layers", 2, "--hidden-size", 256, "--num-attention-heads", 4,
+                   "--seq-length", 1024, "--max-position-embeddings", 1024, "--vocab-size",
+                   1024, "--micro-batch-size", 1, "--world-size", 1, "--bf16")
+
+
+def test_use_flash_attn_is_read_as_megatron_reads_it(capsys):
+    # Megatron-LM d98e8a64dd parses --use-flash-attn (arguments.py:2910) and reads it nowhere
+    # (its one other mention, training/determinism.py:150, is a comment): the kernel is
+    # --attention-backend's, so the flag neither turns the scores off nor contradicts a backend
+    plain = estimate_json(capsys, *_SMALL_MEGATRON)
+    flash = estimate_json(capsys, *_SMALL_MEGATRON, "--use-flash-attn")
+    assert numbers(flash) == numbers(plain) and "--use-flash-attn" in flash["ignored"]
+    unfused = estimate_json(capsys, *_SMALL_MEGATRON, "--attention-backend", "unfused")
+    both = estimate_json(capsys, *_SMALL_MEGATRON, "--attention-backend", "unfused",
+                         "--use-flash-attn")            # was refused as a contradiction
+    assert both["bytes"] == unfused["bytes"]
+    assert unfused["bytes"]["total"] > plain["bytes"]["total"]      # the s x s scores kept
+    local = estimate_json(capsys, *_SMALL_MEGATRON, "--transformer-impl", "local",
+                          "--use-flash-attn")
+    assert local["training"]["flash_attention"] is False
+
+
 def test_contradictions_are_refused(capsys):
     for argv in (["llama2-7b", "--precision", "fp16", "--bf16"],
                  ["llama2-7b", "--bf16", "--fp16"],

@@ -120,7 +120,7 @@ def _job_line(rep: dict) -> str:
     return (f"t = {lay['tp']}, p = {lay['pp']}, d = {lay['dp']}, c = {lay['cp']}, "
             f"e = {lay['ep']}; s = {trn['seq_length']}, b = {trn['micro_batch_size']}, "
             f"recompute {rc}, flash attention "
-            f"{'on' if trn['flash_attention'] else 'off (--use-flash-attn)'}, dropout "
+            f"{'on' if trn['flash_attention'] else 'off (s x s scores kept)'}, dropout "
             + ("on (--hidden-dropout 0 --attention-dropout 0 turns it off)" if trn["dropout"]
                else "off") + _states_text(trn))
 

@@ -411,16 +411,21 @@ def keeps_no_scores(backend: str, impl: str) -> bool:
 
 def _attention_backend(r: MegatronArguments, tr: dict):
     """The attention backend and whether it keeps no s x s score matrix."""
-    # attention: --attention-backend (default auto: TE chooses fused or flash, no s^2 matrix);
-    # --use-flash-attn is the legacy spelling of flash.
+    # attention: --attention-backend (default auto: TE chooses fused or flash, no s^2 matrix)
+    # and the layer spec (--transformer-impl local builds Megatron-core's DotProductAttention,
+    # which keeps the scores).  --use-flash-attn is parsed and read by nothing at d98e8a64dd
+    # (arguments.py:2910; its one other mention, determinism.py:150, is a comment): it is
+    # listed as ignored, and it neither picks nor contradicts a backend.
     backend, impl = attention_kernels(r)
-    if r.flag("use_flash_attn"):
-        if r.given("attention_backend") and backend not in ("flash", "auto"):
-            raise InvalidValueError(f"--use-flash-attn conflicts with --attention-backend {backend}")
-        backend = "flash"
-    if not r.given("attention_backend") and not r.flag("use_flash_attn"):
+    if r.flag("use_flash_attn") and not keeps_no_scores(backend, impl):
+        r.note(f"--use-flash-attn has no effect in Megatron-LM (arguments.py:2910 defines it, "
+               f"nothing reads it): the kernel is --attention-backend {backend}'s with "
+               f"--transformer-impl {impl}, which keeps the s x s scores")
+    if not r.given("attention_backend"):
         r.note("--attention-backend auto (Megatron's default): Transformer Engine picks a "
-               "fused/flash kernel, so no s x s score matrix is stored")
+               "fused/flash kernel, so no s x s score matrix is stored"
+               if impl != "local" else "--transformer-impl local: Megatron-core's "
+               "DotProductAttention keeps the s x s scores (no fused kernel)")
     tr["attention_backend"] = backend
     tr["transformer_impl"] = impl
     tr["flash_attention"] = keeps_no_scores(backend, impl)
