@@ -13,7 +13,7 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .limits import check_limit
 
-__all__ = ["SCHEMES", "MEGATRON_FSDP_SCHEMES", "SEARCH_SHARDING", "MEGATRON_FSDP_OPTIMIZERS",
+__all__ = ["FP8_RECIPE_COUNTED_AS", "fp8_recipe_note", "SCHEMES", "MEGATRON_FSDP_SCHEMES", "SEARCH_SHARDING", "MEGATRON_FSDP_OPTIMIZERS",
            "CONVENTIONS",
            "CONVENTION_ALIASES",
            "FRAMEWORK_CONVENTIONS", "OFFLOADS", "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES",
@@ -70,9 +70,34 @@ MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
 #: Weight precisions (their byte widths: memsym.terms.model_state.PRECISIONS).
 PRECISION_NAMES = ("fp32", "bf16", "fp16", "fp8", "fp4")
-#: Megatron's ``--fp8-recipe`` values memsym counts under fp8 (None: per-tensor scaling, delayed
-#: and tensorwise alike; mxfp8: memsym.terms.widths.FP8_RECIPES says what it changes).
+#: The ``--fp8-recipe`` values memsym counts under fp8 (None: the default, delayed; mxfp8:
+#: memsym.terms.widths.FP8_RECIPES says what it changes).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
+#: Megatron-core's ``fp8_recipe`` values (transformer_config.py at d98e8a64dd: delayed,
+#: tensorwise, mxfp8, blockwise, custom) -> the recipe memsym counts, one table for every
+#: reader (Megatron-LM arguments, Megatron-Bridge recipes).  ``blockwise`` (TE's
+#: Float8BlockScaling: 1x128 activation and 128x128 weight scales taken from the current
+#: tensor, no amax history) and ``custom`` (a user's quantizer factory) are counted as
+#: tensorwise, the per-tensor current-scaling recipe, with a note: their scales are not modelled.
+FP8_RECIPE_COUNTED_AS = {"delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8",
+                         "blockwise": "tensorwise", "custom": "tensorwise"}
+
+
+def fp8_recipe_note(recipe: str, spelling: str) -> str | None:
+    """The note a reader adds when ``recipe`` is counted as another (None when it is memsym's).
+
+    Examples
+    --------
+    >>> fp8_recipe_note("blockwise", "--fp8-recipe")
+    '--fp8-recipe blockwise: counted as FP8 tensorwise (per-tensor current scaling); its own scales are not modelled'
+    >>> fp8_recipe_note("mxfp8", "--fp8-recipe") is None
+    True
+    """
+    counted = FP8_RECIPE_COUNTED_AS[recipe]
+    if counted == recipe:
+        return None
+    return (f"{spelling} {recipe}: counted as FP8 {counted} (per-tensor current scaling); its "
+            "own scales are not modelled")
 #: Optimizers (their state bytes: memsym.terms.model_state.OPTIMIZERS).
 OPTIMIZER_NAMES = ("adam", "adamw", "sgd", "muon", "adam8bit", "adafactor", "none")
 #: Activation recomputation: none, Megatron's selective (core attention) and full, torchtitan's

@@ -152,6 +152,29 @@ def test_use_flash_attn_is_read_as_megatron_reads_it(capsys):
     assert local["training"]["flash_attention"] is False
 
 
+def test_fp8_recipes_memsym_does_not_model_are_counted_alike_on_every_path(capsys, tmp_path):
+    # Megatron-core's blockwise and custom recipes (transformer_config.py at d98e8a64dd) are
+    # counted as tensorwise, the per-tensor current-scaling recipe, by the pasted arguments, a
+    # launch script and a Bridge recipe alike (memsym.vocabulary.FP8_RECIPE_COUNTED_AS); they
+    # were counted as delayed by the first two and as tensorwise by the third, and the report
+    # listed "--fp8-recipe delayed" as a default applied to a job that gave one
+    tiny = (*_SMALL_MEGATRON, "--fp8-format", "hybrid", "--gpu", "h100-80gb")
+    tensorwise = estimate_json(capsys, *tiny, "--fp8-recipe", "tensorwise")
+    for recipe in ("blockwise", "custom"):
+        rep = estimate_json(capsys, *tiny, "--fp8-recipe", recipe)
+        assert rep["training"]["fp8_recipe"] == "tensorwise"
+        assert rep["bytes"] == tensorwise["bytes"]
+        assert rep["step_time_s"] == tensorwise["step_time_s"]
+        assert "fp8_recipe" not in [d["option"] for d in rep["defaults"]]
+        assert any(n.startswith(f"--fp8-recipe {recipe}: counted as FP8 tensorwise")
+                   for n in rep["notes"])
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun pretrain_gpt.py " + " ".join(
+        map(str, (*_SMALL_MEGATRON, "--fp8-format", "hybrid", "--fp8-recipe", "blockwise"))))
+    read = estimate_json(capsys, "--launch-script", str(script), "--gpu", "h100-80gb")
+    assert read["training"]["fp8_recipe"] == "tensorwise" and read["bytes"] == tensorwise["bytes"]
+
+
 def test_contradictions_are_refused(capsys):
     for argv in (["llama2-7b", "--precision", "fp16", "--bf16"],
                  ["llama2-7b", "--bf16", "--fp16"],

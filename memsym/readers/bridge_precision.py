@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ._values import recipe_flag
 from .bridge_optimizer import synced_flag
-from ..vocabulary import MEGATRON_FSDP_SCHEMES
+from ..vocabulary import FP8_RECIPE_COUNTED_AS, MEGATRON_FSDP_SCHEMES, fp8_recipe_note
 
 __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
 
@@ -74,12 +74,6 @@ PRECISION_RECIPES = {
            bool(f.get("fp4_param_gather") if f.get("fp4") else f.get("fp8_param_gather")))
     for name, (base, f) in _NAMED_CONFIGS.items()}
 
-#: Bridge's fp8_recipe -> memsym's (memsym.vocabulary.FP8_RECIPES); blockwise (128x128 weight
-#: and 1x128 activation scales) has no memsym recipe of its own: counted as tensorwise, in a note.
-_FP8_RECIPE = {"delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8",
-               "blockwise": "tensorwise"}
-
-
 def recipe_precision(values, notes) -> dict:
     """The job's precision options from a recipe's ``mixed_precision`` values.
 
@@ -136,14 +130,12 @@ def recipe_precision(values, notes) -> dict:
         out[prec + "_param_gather"] = True
     if prec == "fp8":
         fp8_recipe = fields["fp8_recipe"]
-        if fp8_recipe not in _FP8_RECIPE:
+        if fp8_recipe not in FP8_RECIPE_COUNTED_AS:
             raise InvalidValueError(f"mixed_precision.fp8_recipe={str(fp8_recipe)[:40]}: memsym "
-                                    f"reads {', '.join(_FP8_RECIPE)}")
-        out["fp8_recipe"] = _FP8_RECIPE[fp8_recipe]
-        if fp8_recipe == "blockwise":
-            notes.append("mixed_precision.fp8_recipe blockwise: counted as FP8 with per-tensor "
-                         "scales (tensorwise); its 128x128 weight and 1x128 activation scales "
-                         "are not modelled")
+                                    f"reads {', '.join(FP8_RECIPE_COUNTED_AS)}")
+        out["fp8_recipe"] = FP8_RECIPE_COUNTED_AS[fp8_recipe]
+        if fp8_recipe_note(fp8_recipe, "mixed_precision.fp8_recipe"):
+            notes.append(fp8_recipe_note(fp8_recipe, "mixed_precision.fp8_recipe"))
     # the precision config's grad_reduce_in_fp32 (True in the bf16 configs, False in the fp16
     # ones) replaces the DDP config's (update_config_with_precision_overrides)
     fp32 = fields["grad_reduce_in_fp32"]

@@ -15,6 +15,7 @@ from ..job import job
 from ..job_checks import compile_changes_recompute
 from ..model import Architecture, resolve_model
 from ..model.torchtitan_stages import torchtitan_end_stages, torchtitan_stages_per_rank
+from ..vocabulary import FP8_RECIPE_COUNTED_AS
 from .deepspeed import HIDDEN_AUTO_KEYS, resolve_hidden_autos
 from .deepspeed_notes import MODEL_CHECKPOINTING
 from .megatron import MEGATRON_FSDP_SCHEMES
@@ -118,8 +119,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
     elif prec.get("fp8"):
         opts["precision"] = "fp8"
         opts["fp8_param_gather"] = bool(prec.get("fp8_param_gather"))
-        if prec.get("fp8_recipe") in ("delayed", "tensorwise", "mxfp8"):   # FP8_RECIPES
-            opts["fp8_recipe"] = prec["fp8_recipe"]
+        if prec.get("fp8_recipe") is not None:
+            opts["fp8_recipe"] = FP8_RECIPE_COUNTED_AS[prec["fp8_recipe"]]
     else:
         opts["precision"] = params
     if any(prec.get("bf16_layers", ())):   # --first-last-layers-bf16 under FP8 / FP4

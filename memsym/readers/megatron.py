@@ -23,7 +23,7 @@ from typing import Sequence
 
 from ..errors import InvalidValueError
 from ..text import looks_like_option   # argparse's rule, shared with the CLI's reading
-from ..vocabulary import recompute_modules
+from ..vocabulary import FP8_RECIPE_COUNTED_AS, recompute_modules
 from ._values import (MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB)
 from .megatron_architecture import (POSITION_EMBEDDING_TYPES, counted_position_type,
@@ -420,10 +420,7 @@ def _override_precision(r: MegatronArguments, opts: dict):
         opts["precision"] = "fp4"
     if r.given("fp8_recipe") and r.given("fp8"):
         recipe = r.choice("fp8_recipe", MEGATRON_FP8_RECIPES)
-        if recipe in ("delayed", "tensorwise", "mxfp8"):   # memsym.vocabulary.FP8_RECIPES
-            opts["fp8_recipe"] = recipe
-        else:
-            r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
+        opts["fp8_recipe"] = FP8_RECIPE_COUNTED_AS[recipe]
     if r.given("first_last_layers_bf16"):   # the preset's own recipe counts as given
         pair = megatron_bf16_layers(r, r.given("fp8") or r.given("fp4"),
                                     r.raw.get("fp8_recipe", "delayed") if r.given("fp8") else None)

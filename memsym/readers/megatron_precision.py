@@ -16,7 +16,7 @@ Revision read: NVIDIA/Megatron-LM ``d98e8a64dd`` (main, 2026-08-22).  ``args`` b
 from __future__ import annotations
 
 from ..errors import InvalidValueError
-from ..vocabulary import MEGATRON_FSDP_SCHEMES, MUON_TP_MODES
+from ..vocabulary import MEGATRON_FSDP_SCHEMES, MUON_TP_MODES, fp8_recipe_note
 from ._values import MAX_BATCH
 from .megatron_arguments import MegatronArguments
 
@@ -104,8 +104,8 @@ def megatron_precision(r: MegatronArguments) -> dict:
                                 "(Megatron's validate_args)")
     if fp4:
         r.choice("fp4_recipe", FP4_RECIPES, "nvfp4")
-    if fp8 and recipe in ("blockwise", "custom"):
-        r.note(f"--fp8-recipe {recipe}: counted as FP8 with per-tensor scales")
+    if fp8 and fp8_recipe_note(recipe, "--fp8-recipe"):
+        r.note(fp8_recipe_note(recipe, "--fp8-recipe"))
     if fp8_pg and not fp8:
         raise InvalidValueError("--fp8-param-gather needs --fp8-format")
     fp4_pg = r.flag("fp4_param_gather")
