@@ -133,6 +133,8 @@ def test_torchrun_gives_the_world_size_and_plain_ddp_is_refused(capsys, ds_confi
     (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size"),
     (["--fp16", "maybe"], "a Trainer script takes options only"),
     (["--fp16"], "--bf16 and --fp16 both given"),
+    (["--use_peft", "--lora_r", "16"], "TRL's argument"),
+    (["--max_length", "2048"], "max_length 1024"),
 ])
 def test_a_launch_memsym_cannot_read_is_refused_in_one_line(capsys, ds_config, extra, said):
     code = main(["estimate", *_launch(ds_config, *extra)])
@@ -145,7 +147,7 @@ def test_a_launch_memsym_cannot_read_is_refused_in_one_line(capsys, ds_config, e
     (["accelerate", "launch", "--config_file", "a.yaml"], "--num_processes"),
     (["accelerate", "launch", "--num_processes", "8", "--use_fsdp"], "--use_fsdp"),
     (["torchrun", "--nproc_per_node", "gpu"], "count of GPUs"),
-    (["trl", "sft"], "trl sft"),
+    (["trl", "sft"], "TRL's SFTConfig changes the Trainer's defaults"),
 ])
 def test_a_launcher_that_does_not_say_the_gpus_is_refused(capsys, ds_config, launcher, said):
     code = main(["estimate", *launcher, "train.py", "--deepspeed", ds_config,
@@ -159,6 +161,24 @@ def test_a_later_spelling_wins_as_in_argparse():
     r = read_hf_trainer_launch(["python", "train.py", "--per_device_train_batch_size", "4",
                                 "--per-device-train-batch-size", "2"])
     assert r.micro_batch_size == 2 and r.world_size == 1
+
+
+@pytest.mark.parametrize("head, world", [
+    (["python", "-m", "torch.distributed.run", "--nproc_per_node=4", "--nnodes=2", "train.py"], 8),
+    (["CUDA_VISIBLE_DEVICES=0,1", "python3", "-u", "train.py"], 1),
+    (["deepspeed", "--num_gpus=8", "--num_nodes=2", "--hostfile", "hosts", "train.py"], 16),
+    ([], None),
+])
+def test_each_launcher_spelling_gives_its_world_size(head, world):
+    r = read_hf_trainer_launch([*head, "--deepspeed=ds.json", "--per_device_train_batch_size=2"])
+    assert (r.world_size, r.micro_batch_size, r.deepspeed) == (world, 2, "ds.json")
+
+
+def test_a_trl_script_is_not_read_with_the_trainers_defaults():
+    """TRL's configs change the Trainer's defaults (gradient checkpointing and bf16 on): a TRL
+    script is refused rather than read with TrainingArguments' defaults."""
+    with pytest.raises(InvalidValueError, match="TRL's SFTConfig"):
+        read_hf_trainer_launch(["python", "-m", "trl.scripts.sft", "--deepspeed", "ds.json"])
 
 
 def test_accelerate_num_processes_is_every_process():

@@ -78,6 +78,23 @@ LAUNCHERS = {
 _ACCELERATE_REFUSED = ("--use_deepspeed", "--use_fsdp", "--deepspeed_config_file",
                        "--mixed_precision", "--fsdp_sharding_strategy", "--zero_stage")
 _SOURCE = f"{TRAINING_ARGS}, TrainingArguments"
+#: Why a TRL launch is refused: its configs change the Trainer's defaults (huggingface/trl
+#: trl/trainer/base_config.py at 13e421be78, _BaseConfig: gradient_checkpointing True, bf16 =
+#: not fp16 when unset; trl/trainer/sft_config.py at 016013e88a: max_length 1024, loss_type
+#: chunked_nll) and its ModelConfig adds PEFT and quantized loading, none of which this reader
+#: reads yet.
+TRL = ("TRL's SFTConfig changes the Trainer's defaults (gradient_checkpointing on, bf16 unless "
+       "--fp16, max_length 1024: trl/trainer/base_config.py, sft_config.py) and adds PEFT / "
+       "quantized loading; not read yet: give the job as memsym's options")
+#: TRL's own argument names (SFTConfig, ModelConfig, ScriptArguments): refused with :data:`TRL`.
+_TRL_NAMES = frozenset({
+    "max_length", "max_seq_length", "packing", "packing_strategy", "padding_free",
+    "dataset_text_field", "completion_only_loss", "assistant_only_loss", "loss_type",
+    "activation_offloading", "use_peft", "lora_r", "lora_alpha", "lora_dropout",
+    "lora_target_modules", "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora",
+    "load_in_8bit", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant",
+    "dataset_config", "dataset_train_split", "dataset_test_split", "attn_implementation",
+    "model_init_kwargs", "eval_packing", "chat_template_path", "dataset_kwargs"})
 
 
 @dataclass
@@ -194,6 +211,15 @@ def _walk(words, own_arities, out):
         w = words[i]
         i += 1
         name, eq, inline = w.partition("=")
+        if not script and launcher == "python" and w in ("-m", "-u"):
+            if w == "-m" and i < n:              # python -m MODULE: torchrun's or the script
+                module = words[i]
+                i += 1
+                if module in ("torch.distributed.run", "torch.distributed.launch"):
+                    launcher = "torchrun"
+                else:
+                    script, out.script = True, _script(module)
+            continue
         if not looks_like_option(w):
             if not script and launcher is None and w in LAUNCHERS:
                 launcher = w
@@ -204,21 +230,10 @@ def _walk(words, own_arities, out):
                     i += 1
             elif not script and w.rsplit("/", 1)[-1].startswith("python"):
                 launcher = launcher or "python"
-            elif not script and w == "-m" and launcher == "python" and i < n:
-                module = words[i]
-                i += 1
-                if module in ("torch.distributed.run", "torch.distributed.launch"):
-                    launcher = "torchrun"
-                else:
-                    script, out.script = True, module
             elif not script and w.endswith(".py"):
-                script, out.script = True, w
-            elif w in ("trl", "sft") and not script:
-                raise InvalidValueError("`trl sft` is not read yet: its SFTConfig changes the "
-                                        "Trainer's defaults (gradient_checkpointing and bf16 on, "
-                                        "max_length 1024); give the job as memsym's options")
-            elif w in ("-u",) and launcher == "python":
-                continue
+                script, out.script = True, _script(w)
+            elif w == "trl" and not script:
+                raise InvalidValueError(f"`trl ...`: {TRL}")
             elif "=" in w and launcher is None and not out.own:
                 out.ignored.append(w.partition("=")[0] + " (environment)")
             elif script:
@@ -242,9 +257,19 @@ def _walk(words, own_arities, out):
             out.own += [w, *got]
             continue
         raise _unknown(name)
-    if not script:
-        raise InvalidValueError("a Hugging Face Trainer launch names its script (train.py)")
-    return launcher or "python", counts
+    if not script and launcher is not None:
+        raise InvalidValueError(f"{launcher}: a Hugging Face Trainer launch names its script "
+                                "(train.py)")
+    if launcher is None:      # the Trainer's arguments alone: the GPUs are --world-size
+        out.script = "a Trainer script"
+    return launcher, counts
+
+
+def _script(name: str) -> str:
+    """The script's name, or :class:`InvalidValueError` for one of TRL's (:data:`TRL`)."""
+    if name.startswith("trl.") or "trl/scripts/" in name or "trl/cli" in name:
+        raise InvalidValueError(f"{name[:60]}: {TRL}")
+    return name
 
 
 def _launcher_option(words, i, launcher, name, inline, counts):
@@ -276,6 +301,8 @@ def _launcher_option(words, i, launcher, name, inline, counts):
 
 def _world_size(launcher, counts, out):
     """GPUs [GPUs] from the launcher's options, or None when it does not say."""
+    if launcher is None:
+        return None
     if launcher == "python":
         out.notes.append("python starts one process: 1 GPU (the Trainer's nn.DataParallel over "
                          "several visible GPUs is not modelled; launch with torchrun)")
@@ -329,6 +356,8 @@ def _own_values(words, i, name, n, inline):
 
 
 def _unknown(name):
+    if name[2:].replace("-", "_") in _TRL_NAMES:
+        return InvalidValueError(f"{name[:40]} is TRL's argument: {TRL}")
     accepted = sorted(f"--{k}" for k in (*FIELDS, *SCRIPT))
     close = difflib.get_close_matches(name.replace("-", "_").replace("__", "--", 1), accepted,
                                       n=3, cutoff=0.6)
