@@ -125,7 +125,8 @@ def test_torchrun_gives_the_world_size_and_plain_ddp_is_refused(capsys, ds_confi
 
 @pytest.mark.parametrize("extra, said", [
     (["--per_device_train_batchsize", "2"], "did you mean --per_device_train_batch_size"),
-    (["--optim", "adamw_bnb_8bit"], "--optim adamw_bnb_8bit"),
+    (["--label_smoothing_factor", "0.1"], "LabelSmoother"),
+    (["--fsdp"], "FSDP"),
     (["--fsdp", "full_shard auto_wrap"], "FSDP"),
     (["--torch_compile"], "torch.compile"),
     (["--use_liger_kernel", "true"], "Liger"),
@@ -154,6 +155,21 @@ def test_a_launcher_that_does_not_say_the_gpus_is_refused(capsys, ds_config, lau
                  "--model_name_or_path", "llama3-8b", "--block_size", "2048"])
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1 and said in err
+
+
+def test_an_optimizer_memsym_cannot_count_is_refused_unless_the_config_has_its_own(
+        capsys, tmp_path):
+    """Under DeepSpeed the Trainer's --optim is used only where the config has no optimizer
+    section (transformers 5.25 integrations/deepspeed.py:578-591, deepspeed_optim_sched)."""
+    bare = {k: v for k, v in ZERO3_AUTO.items() if k != "optimizer"}
+    for name, cfg in (("bare.json", bare), ("own.json", ZERO3_AUTO)):
+        (tmp_path / name).write_text(json.dumps(cfg), encoding="utf-8")
+    code = main(["estimate", *_launch(str(tmp_path / "bare.json"), "--optim", "adamw_bnb_8bit")])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "--optim adamw_bnb_8bit" in err
+    rep = _estimate(capsys, _launch(str(tmp_path / "own.json"), "--optim", "adamw_bnb_8bit"))
+    assert "--optim" in rep["ignored"]
+    assert any("--optim adamw_bnb_8bit unused" in note for note in rep["notes"])
 
 
 def test_a_later_spelling_wins_as_in_argparse():
@@ -200,6 +216,16 @@ def test_a_megatron_launch_is_still_megatrons():
                                      "full"])
     assert words.hf_trainer is None and "--num-layers" in words.megatron
     assert subparser(parser, "estimate") is not None
+
+
+def test_megatron_deepspeeds_switch_stays_with_megatrons_reader(capsys):
+    """Megatron-DeepSpeed's pretrain_gpt.py takes a --deepspeed switch of its own: the launch
+    is Megatron's (its script), refused there in one line that names both readings."""
+    assert not is_hf_trainer_launch(["deepspeed", "pretrain_gpt.py", "--deepspeed",
+                                     "--deepspeed_config", "ds.json"])
+    code = main(["estimate", "deepspeed", "pretrain_gpt.py", "--deepspeed", "--num-layers", "2"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "Megatron-DeepSpeed" in err
 
 
 def test_the_tables_sort_every_field_once():

@@ -4,8 +4,9 @@ The rule that sends a command here rather than to Megatron-LM's reader
 (:func:`memsym.readers.hf_trainer.is_hf_trainer_launch`): some option names a field of
 transformers' ``TrainingArguments`` (or of run_clm.py) in transformers' own underscore spelling
 (``--per_device_train_batch_size``, ``--output_dir``, ``--model_name_or_path``) or is
-``--deepspeed`` / ``--fsdp`` / ``--optim``, and is not a Megatron-LM argument.  Megatron-LM
-spells every argument with dashes, so a Megatron launch never qualifies.
+``--deepspeed`` / ``--fsdp`` / ``--optim``, and is not a Megatron-LM argument, and the script
+is not Megatron's ``pretrain_*.py``.  Megatron-LM spells every argument with dashes, so a
+Megatron launch never qualifies.
 
 The launch is read once, then written as the memsym options that say the same job, which the
 job commands read as they read any other: with ``--deepspeed ds.json``, ``--deepspeed-config
@@ -21,8 +22,9 @@ does not count.
 from __future__ import annotations
 
 from ..errors import InvalidValueError
+from ..limits import check_limit
 from ..readers.hf_trainer import load_dtype, read_hf_trainer_launch
-from ..readers.hf_trainer_args import TRAINING_ARGS
+from ..readers.hf_trainer_args import ADAMW, TRAINING_ARGS
 from ..text import looks_like_option
 
 __all__ = ["hf_trainer_words", "hf_report"]
@@ -69,20 +71,10 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
         raise InvalidValueError("name the model: --model_name_or_path (a config.json directory "
                                 "or a Hub id) or a MODEL beside the launch")
     out = [] if model is None else [model]
-    if r.deepspeed is not None and searched:
-        if r.world_size is None:
-            raise InvalidValueError("the launcher does not say how many processes, so the global "
-                                    "batch a search holds is unknown: give --num_gpus / "
-                                    "--nproc_per_node / --num_processes")
-        batch = r.micro_batch_size * r.gradient_accumulation_steps * r.world_size
-        out += ["--deepspeed-config", r.deepspeed, "--global-batch-size", str(batch),
-                "--precision", r.precision]
-    elif r.deepspeed is not None:
-        out += ["--deepspeed-config", r.deepspeed, "--micro-batch-size", str(r.micro_batch_size),
-                "--num-microbatches", str(r.gradient_accumulation_steps),
-                "--precision", r.precision]
-    else:
+    if r.deepspeed is None:
         _refuse_ddp(r)
+    _check_optim(r)
+    out += _batch_words(r, searched)
     if r.world_size is not None:
         if "--world-size" in given:
             raise InvalidValueError("--world-size beside a launch that gives its processes: give "
@@ -102,6 +94,41 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
                                 "memsym's --seq-length (a Trainer script's default is its "
                                 "tokenizer's, unknown here)")
     return out + own, r
+
+
+def _batch_words(r, searched):
+    """The DeepSpeed config and the batch as memsym's words: the micro-batch and accumulation,
+    or under a search (which varies the micro-batch) the global batch it holds."""
+    if not searched:
+        return ["--deepspeed-config", r.deepspeed, "--micro-batch-size", str(r.micro_batch_size),
+                "--num-microbatches", str(r.gradient_accumulation_steps),
+                "--precision", r.precision]
+    if r.world_size is None:
+        raise InvalidValueError("the launcher does not say how many processes, so the global "
+                                "batch a search holds is unknown: give --num_gpus / "
+                                "--nproc_per_node / --num_processes")
+    batch = check_limit("global_batch", r.micro_batch_size * r.gradient_accumulation_steps
+                        * r.world_size, "per_device_train_batch_size x accumulation x GPUs")
+    return ["--deepspeed-config", r.deepspeed, "--global-batch-size", str(batch),
+            "--precision", r.precision]
+
+
+def _check_optim(r):
+    """``--optim`` beside a DeepSpeed config: unused where the config has its own optimizer
+    section (transformers 5.25 integrations/deepspeed.py:578, ``deepspeed_optim_sched``: the
+    config's optimizer; otherwise the Trainer's ``create_optimizer``, :589), else AdamW only."""
+    from ..readers._values import load_json, read_bounded
+    from ..readers.hf_trainer import refused_optim
+
+    if r.optim is None or r.optim in ADAMW:
+        return
+    text = read_bounded(r.deepspeed, "DeepSpeed config")
+    if "optimizer" not in (load_json(text, "DeepSpeed config") or {}):
+        raise InvalidValueError(refused_optim(r.optim))
+    r.ignored.append("optim")
+    r.notes.append(f"--optim {r.optim[:40]} unused: the DeepSpeed config's optimizer section "
+                   "is the one DeepSpeed builds (transformers integrations/deepspeed.py:578, "
+                   "deepspeed_optim_sched)")
 
 
 def _refuse_ddp(r):

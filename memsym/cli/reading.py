@@ -27,7 +27,8 @@ Which reading applies is decided by one thing only, whether a MODEL is named:
   options for the same job (:mod:`memsym.cli.hf_launch`), never by Megatron-LM's.  The rule:
   some option names a field of transformers' ``TrainingArguments`` (or run_clm.py's) in
   transformers' underscore spelling, or is ``--deepspeed`` / ``--fsdp`` / ``--optim``, and is
-  not a Megatron-LM argument (Megatron spells its arguments with dashes);
+  not a Megatron-LM argument (Megatron spells its arguments with dashes), and the script is not
+  Megatron's ``pretrain_*.py``;
 * with ``--bridge-recipe NAME`` (or run_recipe.py's ``--recipe NAME``) the job is a
   Megatron-Bridge recipe: the ``section.field=value`` words and run_recipe.py's options
   (``-tp 4``) are its overrides (:attr:`JobWords.bridge`, read by

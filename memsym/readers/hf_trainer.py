@@ -48,11 +48,12 @@ from ..errors import InvalidValueError
 from ..limits import check_limit
 from ..text import looks_like_option, option_values
 from ._values import MAX_BATCH, MAX_GPUS, MAX_SEQ, whole
-from .hf_trainer_args import (ADAMW, BOOL_WORDS, FIELDS, IGNORED, READ, REFUSED, RUN_CLM,
-                              SCRIPT, TRAINING_ARGS, arity, field_name)
+from .hf_trainer_args import (ADAMW, BOOL_WORDS, FIELDS, IGNORED, REFUSED, REFUSED_DEFAULTS,
+                              RUN_CLM, SCRIPT, TRAINING_ARGS, arity, field_name)
 from .megatron_arguments import megatron_arity
 
-__all__ = ["HfTrainerLaunch", "read_hf_trainer_launch", "is_hf_trainer_launch", "LAUNCHERS"]
+__all__ = ["HfTrainerLaunch", "read_hf_trainer_launch", "is_hf_trainer_launch", "LAUNCHERS",
+           "refused_optim"]
 
 #: Launcher words -> (world-size options, per-node options, options with a value that change
 #: nothing here, options without a value).  torchrun: torch/distributed/run.py ``get_args_parser``;
@@ -121,6 +122,9 @@ class HfTrainerLaunch:
         ``bf16``, ``fp16`` or ``fp32``.
     recompute : bool
         The model's gradient checkpointing.
+    optim : str or None
+        ``--optim`` as given (under ``--deepspeed`` checked against the config's own optimizer
+        by :mod:`memsym.cli.hf_launch`).
     own : list of str
         memsym's own options found among the words (and the MODEL), in order.
     ignored, notes, defaults : list
@@ -138,6 +142,7 @@ class HfTrainerLaunch:
     gradient_accumulation_steps: int = 1
     precision: str = "fp32"
     recompute: bool = False
+    optim: str | None = None
     own: list = field(default_factory=list)
     ignored: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -149,7 +154,9 @@ def is_hf_trainer_launch(words) -> bool:
     TrainingArguments (or run_clm.py) in transformers' own spelling with ``_``
     (``--per_device_train_batch_size``, ``--model_name_or_path``, ``--output_dir``), or is
     ``--deepspeed`` / ``--fsdp`` / ``--optim``, and is not a Megatron-LM argument or torchrun
-    option.  Megatron-LM spells its arguments with ``-``, so its launches never qualify.
+    option; and the script is not Megatron's (``pretrain_gpt.py``, any ``pretrain_*.py``:
+    Megatron-DeepSpeed's ``--deepspeed`` switch is its own).  Megatron-LM spells its arguments
+    with ``-``, so its launches never qualify.
 
     Examples
     --------
@@ -158,7 +165,12 @@ def is_hf_trainer_launch(words) -> bool:
     >>> is_hf_trainer_launch(["torchrun", "--nproc_per_node", "8", "pretrain_gpt.py",
     ...                       "--micro-batch-size", "4", "--bf16"])
     False
+    >>> is_hf_trainer_launch(["deepspeed", "pretrain_gpt.py", "--deepspeed", "--zero-stage", "1"])
+    False
     """
+    if any(isinstance(w, str) and w.rsplit("/", 1)[-1].startswith("pretrain_")
+           and w.endswith(".py") for w in words):
+        return False
     for w in words:
         if not isinstance(w, str) or not w.startswith("--"):
             continue
@@ -382,10 +394,15 @@ def _line(name) -> str:
 def _read_values(out):
     """The job's settings from the fields read (defaults filled, each with its source)."""
     v = out.values
+    kept = set()
     for name in v:
-        if name in REFUSED and (FIELDS[name][0] != "?" or _flag(v[name], name)):
+        if name in REFUSED and v[name] and v[name][0] in REFUSED_DEFAULTS.get(name, ()):
+            kept.add(name)          # its default spelled out: no effect
+        elif name in REFUSED and (FIELDS[name][0] != "?" or _flag(v[name], name)):
             raise InvalidValueError(f"--{name}: {REFUSED[name]}")
-    out.ignored += sorted(n for n in v if n in IGNORED or n.startswith("no_")
+        elif name in REFUSED:
+            kept.add(name)          # a switch turned off
+    out.ignored += sorted(n for n in v if n in IGNORED or n in kept or n.startswith("no_")
                           or (n in SCRIPT and n not in ("model_name_or_path", "block_size",
                                                         "dtype", "torch_dtype")))
     _read_batch(out)
@@ -402,17 +419,17 @@ def _read_values(out):
     on = [k for k in ("gradient_checkpointing", "activation_checkpointing") if k in v]
     out.recompute = any(_flag(v[k], k) for k in on)
     optim = v.get("optim", [None])[0]
-    if optim is not None and optim not in ADAMW:
-        raise InvalidValueError(f"--optim {optim[:40]}: memsym counts AdamW's two moments "
-                                f"({', '.join(sorted(ADAMW))}); other optimizers (8-bit, "
-                                "Adafactor, paged, GaLore, ...) are not modelled")
+    out.optim = optim
+    if optim is not None and optim not in ADAMW and "deepspeed" not in v:
+        raise InvalidValueError(refused_optim(optim))
     if optim is None and "deepspeed" not in v:   # a ds_config's own optimizer is its reader's
         out.defaults.append(("optimizer", "adamw_torch_fused", f"{_line('optim')}: AdamW, two "
                              "moments (adamw_torch before torch 2.8)"))
     for key in ("fsdp", "fsdp_config"):
-        if key in v and (key != "fsdp" or v[key] and v[key][0] not in ("", "false", "False")):
+        # a bare --fsdp is True (nargs "?", const True: training_args.py:1447-1454)
+        if key in v and (key != "fsdp" or not v[key] or v[key][0].lower() not in ("", "false")):
             raise InvalidValueError(f"--{key}: the Trainer's FSDP (Accelerate's FSDP plugin) is not "
-                                    "read; memsym reads --deepspeed ds.json or plain DDP")
+                                    "read; memsym reads a Trainer launch with --deepspeed ds.json")
     if "deepspeed" in v:
         out.deepspeed = v["deepspeed"][0]
     if "model_name_or_path" in v:
@@ -422,6 +439,19 @@ def _read_values(out):
                                                        MAX_SEQ), "--block_size")
         out.notes.append(f"sequence length {out.seq_length} from run_clm.py's --block_size "
                          f"({RUN_CLM})")
+
+
+def refused_optim(optim: str) -> str:
+    """The one line refusing an optimizer memsym does not count.
+
+    Examples
+    --------
+    >>> refused_optim("adamw_bnb_8bit")[:28]
+    '--optim adamw_bnb_8bit: mems'
+    """
+    return (f"--optim {optim[:40]}: memsym counts AdamW's two moments "
+            f"({', '.join(sorted(ADAMW))}); other optimizers (8-bit, Adafactor, paged, GaLore, "
+            "...) are not modelled")
 
 
 def _read_batch(out):

@@ -18,7 +18,8 @@ at 00d481d18f, ``ModelArguments`` and ``DataTrainingArguments``) adds its own fi
 
 from __future__ import annotations
 
-__all__ = ["TRAINING_ARGS", "RUN_CLM", "FIELDS", "READ", "REFUSED", "IGNORED", "SCRIPT",
+__all__ = ["TRAINING_ARGS", "RUN_CLM", "FIELDS", "READ", "REFUSED", "REFUSED_DEFAULTS",
+           "IGNORED", "SCRIPT",
            "NO_FLAGS", "ADAMW", "arity", "field_name", "BOOL_WORDS"]
 
 #: Where the fields are defined.
@@ -110,9 +111,14 @@ REFUSED = {
     "parallelism_config": "Accelerate's ParallelismConfig (tensor, context parallel) is not "
     "read: memsym reads the DeepSpeed config or plain DDP",
     "torch_empty_cache_steps": "emptying the allocator's cache every few steps is not modelled",
-    "eval_accumulation_steps": "evaluation is not estimated",
-    "neftune_noise_alpha": "NEFTune's noisy embeddings are not modelled",
+    "accelerator_config": "Accelerate's options (split_batches, dispatch_batches, ...) change "
+    "how a batch is made: not read",
+    "label_smoothing_factor": "the Trainer's LabelSmoother computes its own log-softmax over "
+    "the logits (trainer.py:547-556), a loss memsym does not model",
 }
+
+#: Values of a refused field that are its default (no effect): read as ignored.
+REFUSED_DEFAULTS = {"label_smoothing_factor": frozenset({"0", "0.0", "0."})}
 
 #: AdamW's ``--optim`` names: two moments per parameter in the parameters' (fp32 master)
 #: dtype, memsym's ``adam`` (training_args.py:118-119 ``OptimizerNames``; the default is

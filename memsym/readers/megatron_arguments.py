@@ -234,8 +234,12 @@ _HF_TRAINER = ("a Hugging Face Trainer script's argument, not Megatron-LM's: pas
                "launch (launcher, script and its arguments) to a job command, which reads it as "
                "the Trainer's job (memsym.readers.hf_trainer)")
 FOREIGN = {f"--{name}": _HF_TRAINER for name in (
-    "deepspeed", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "gradient_checkpointing")}
+    "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing")}
+#: ``--deepspeed`` is also Megatron-DeepSpeed's switch beside its ``--deepspeed_config``.
+FOREIGN["--deepspeed"] = (
+    "not Megatron-LM's: a Hugging Face Trainer script's (paste the whole launch to a job "
+    "command, which reads it as the Trainer's job) or Megatron-DeepSpeed's (not read: name "
+    "the MODEL and give --deepspeed-config FILE)")
 
 
 class ArgumentError(UnknownNameError):
