@@ -172,6 +172,26 @@ def test_an_optimizer_memsym_cannot_count_is_refused_unless_the_config_has_its_o
     assert any("--optim adamw_bnb_8bit unused" in note for note in rep["notes"])
 
 
+@pytest.mark.parametrize("config, extra, said", [
+    ({"train_micro_batch_size_per_gpu": 4}, [], "--per_device_train_batch_size (default 8): 8"),
+    ({"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": True}}, [],
+     "fp16.enabled True differs from the launch's --fp16"),
+    ({"train_micro_batch_size_per_gpu": 8, "train_batch_size": 32}, [],
+     "train_batch_size 32 differs"),
+])
+def test_a_config_value_the_launch_contradicts_is_refused_as_the_trainer_does(
+        capsys, tmp_path, config, extra, said):
+    """trainer_config_process's fill_match (transformers 5.25 integrations/deepspeed.py:110-134)
+    collects every config value, not "auto", that differs from the argument filling it, and
+    trainer_config_finalize refuses them; the per-device default 8 counts (training_args.py:777)."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**config, "zero_optimization": {"stage": 2}}), encoding="utf-8")
+    code = main(["estimate", "deepspeed", "--num_gpus", "8", "train.py", "--deepspeed", str(path),
+                 "--model_name_or_path", "llama3-8b", "--seq-length", "1024", *extra])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.count("\n") == 1 and said in err
+
+
 def test_a_later_spelling_wins_as_in_argparse():
     """HfArgumentParser is argparse: an option given twice takes its later value."""
     r = read_hf_trainer_launch(["python", "train.py", "--per_device_train_batch_size", "4",
@@ -330,3 +350,41 @@ def test_a_search_holds_the_launchs_global_batch_and_varies_the_micro_batch(caps
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "B = 64" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("config", [
+    {"train_micro_batch_size_per_gpu": 4}, {"train_micro_batch_size_per_gpu": 8},
+    {"bf16": {"enabled": True}}, {"bf16": {"enabled": False}}, {"fp16": {"enabled": True}},
+    {"train_batch_size": 64}, {"train_batch_size": 32}, {"gradient_accumulation_steps": 1},
+    {"gradient_accumulation_steps": 4},
+])
+def test_transformers_and_memsym_refuse_the_same_mismatches(tmp_path, config):
+    """transformers' own fill_match (its mismatches list) and memsym's reading refuse the same
+    configs beside ``torchrun --nproc_per_node 8 train.py`` with the Trainer's defaults
+    (per-device 8, accumulation 1, fp32)."""
+    _transformers()
+    accelerate_deepspeed = pytest.importorskip("accelerate.utils.deepspeed")
+    from transformers import HfArgumentParser, TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig as Hf
+
+    from memsym.cli.hf_launch import hf_trainer_words
+
+    class Oracle(accelerate_deepspeed.HfDeepSpeedConfig):
+        trainer_config_process, fill_match, fill_only = (
+            Hf.trainer_config_process, Hf.fill_match, Hf.fill_only)
+
+    full = {**config, "zero_optimization": {"stage": 2}}
+    oracle = Oracle(copy.deepcopy(full))
+    oracle.mismatches = []
+    ns, _ = HfArgumentParser(TrainingArguments).parse_known_args(["--output_dir", "o"])
+    oracle.trainer_config_process(types.SimpleNamespace(**vars(ns), world_size=8))
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(full), encoding="utf-8")
+    launch = ["torchrun", "--nproc_per_node", "8", "train.py", "--deepspeed", str(path),
+              "--model_name_or_path", "llama3-8b", "--seq-length", "1024"]
+    try:
+        hf_trainer_words({"--seq-length": 1}, launch)
+        refused = False
+    except InvalidValueError:
+        refused = True
+    assert refused == bool(oracle.mismatches), oracle.mismatches

@@ -46,10 +46,14 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
 
     Examples
     --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "ds.json")
+    >>> with open(path, "w") as fh:
+    ...     _ = fh.write('{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}}')
     >>> words, r = hf_trainer_words({"--gpu": 1}, ["deepspeed", "--num_gpus", "8", "run_clm.py",
-    ...     "--deepspeed", "ds.json", "--model_name_or_path", "llama3-8b", "--bf16",
+    ...     "--deepspeed", path, "--model_name_or_path", "llama3-8b", "--bf16",
     ...     "--gradient_checkpointing", "--block_size", "4096", "--gpu", "h100-80gb"])
-    >>> " ".join(words)
+    >>> " ".join(words).replace(path, "ds.json")
     'llama3-8b --deepspeed-config ds.json --micro-batch-size 8 --num-microbatches 1 --precision bf16 --world-size 8 --recompute-granularity full --seq-length 4096 --gpu h100-80gb'
     """
     r = read_hf_trainer_launch(words, own_arities)
@@ -73,7 +77,7 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
     out = [] if model is None else [model]
     if r.deepspeed is None:
         _refuse_ddp(r)
-    _check_optim(r)
+    _check_config(r, searched)
     out += _batch_words(r, searched)
     if r.world_size is not None:
         if "--world-size" in given:
@@ -113,22 +117,47 @@ def _batch_words(r, searched):
             "--precision", r.precision]
 
 
-def _check_optim(r):
-    """``--optim`` beside a DeepSpeed config: unused where the config has its own optimizer
-    section (transformers 5.25 integrations/deepspeed.py:578, ``deepspeed_optim_sched``: the
-    config's optimizer; otherwise the Trainer's ``create_optimizer``, :589), else AdamW only."""
+def _check_config(r, searched):
+    """The launch against its DeepSpeed config, as the Trainer checks them: ``--optim`` (unused
+    where the config has its own optimizer section: transformers 5.25
+    integrations/deepspeed.py:578, ``deepspeed_optim_sched``; the Trainer's
+    ``create_optimizer`` otherwise, :589), and each value of the config's own that differs
+    from the argument that would fill it (``trainer_config_process``'s ``fill_match``,
+    :110-134 and :138-194: a mismatch ``trainer_config_finalize`` refuses)."""
     from ..readers._values import load_json, read_bounded
     from ..readers.hf_trainer import refused_optim
 
-    if r.optim is None or r.optim in ADAMW:
-        return
-    text = read_bounded(r.deepspeed, "DeepSpeed config")
-    if "optimizer" not in (load_json(text, "DeepSpeed config") or {}):
-        raise InvalidValueError(refused_optim(r.optim))
-    r.ignored.append("optim")
-    r.notes.append(f"--optim {r.optim[:40]} unused: the DeepSpeed config's optimizer section "
-                   "is the one DeepSpeed builds (transformers integrations/deepspeed.py:578, "
-                   "deepspeed_optim_sched)")
+    source = r.deepspeed
+    text = source if source.lstrip().startswith("{") else read_bounded(source, "DeepSpeed config")
+    cfg = load_json(text, "DeepSpeed config")
+    if not isinstance(cfg, dict):
+        return                    # the DeepSpeed reader says what is wrong with it
+    if r.optim is not None and r.optim not in ADAMW:
+        if "optimizer" not in cfg:
+            raise InvalidValueError(refused_optim(r.optim))
+        r.ignored.append("optim")
+        r.notes.append(f"--optim {r.optim[:40]} unused: the DeepSpeed config's optimizer "
+                       "section is the one DeepSpeed builds (transformers "
+                       "integrations/deepspeed.py:578, deepspeed_optim_sched)")
+    checks = [("bf16.enabled", r.precision == "bf16", "--bf16 (or --bf16_full_eval)"),
+              ("fp16.enabled", r.precision == "fp16", "--fp16 (or --fp16_full_eval)")]
+    if not searched:
+        checks += [("train_micro_batch_size_per_gpu", r.micro_batch_size,
+                    "--per_device_train_batch_size (default 8)"),
+                   ("gradient_accumulation_steps", r.gradient_accumulation_steps,
+                    "--gradient_accumulation_steps (default 1)")]
+        if r.world_size is not None:
+            checks.append(("train_batch_size", r.micro_batch_size * r.gradient_accumulation_steps
+                           * r.world_size, "GPUs x per-device batch x accumulation"))
+    for key, hf, said in checks:
+        section, _, leaf = key.rpartition(".")
+        node = cfg.get(section) if section else cfg
+        value = node.get(leaf) if isinstance(node, dict) else None
+        if value is not None and value != "auto" and value != hf:
+            raise InvalidValueError(
+                f"the DeepSpeed config's {key} {str(value)[:20]} differs from the launch's {said}: "
+                f"{str(hf)[:20]}; the Trainer refuses the mismatch (trainer_config_process, "
+                'fill_match): set it to "auto" or give the argument')
 
 
 def _refuse_ddp(r):
