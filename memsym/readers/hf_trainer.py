@@ -371,8 +371,10 @@ def _unknown(name):
     if name[2:].replace("-", "_") in _TRL_NAMES:
         return InvalidValueError(f"{name[:40]} is TRL's argument: {TRL}")
     accepted = sorted(f"--{k}" for k in (*FIELDS, *SCRIPT))
-    close = difflib.get_close_matches(name.replace("-", "_").replace("__", "--", 1), accepted,
-                                      n=3, cutoff=0.6)
+    # no field is 60 characters long: a longer word is compared with none (difflib is slow on
+    # a 100 000-character word)
+    close = [] if len(name) > 80 else difflib.get_close_matches(
+        name.replace("-", "_").replace("__", "--", 1), accepted, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(close)}?" if close else \
         " (a script's own argument: memsym reads TrainingArguments and run_clm.py's)"
     return InvalidValueError(f"unknown Hugging Face Trainer argument {name[:80]!r}{hint}")
