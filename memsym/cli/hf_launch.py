@@ -33,6 +33,12 @@ __all__ = ["hf_trainer_words", "hf_report"]
 _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--global-batch-size",
         "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding")
 
+#: memsym's options the launch was written as -> the launch's own words (in the report).
+_SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
+            ("--num-microbatches", "--gradient_accumulation_steps"),
+            ("--precision bf16", "--bf16"), ("--precision fp16", "--fp16"),
+            ("--precision fp32", "neither --bf16 nor --fp16"))
+
 #: The weights' dtype of a plain-DDP job: run_clm.py's --dtype choices (ModelArguments.dtype).
 _FP32 = ("float32",)
 
@@ -186,4 +192,9 @@ def hf_report(args, rep: dict) -> None:
     rep["notes"] = list(dict.fromkeys(list(r.notes) + list(rep.get("notes", []))))
     rows = [{"option": name, "value": value, "source": source}
             for name, value, source in r.defaults]
-    rep["defaults"] = rows + list(rep.get("defaults", []))
+    for row in rep.get("defaults", []):       # the DeepSpeed reader's words, the launch's
+        source = str(row.get("source", ""))
+        for mine, theirs in _SPELLED:
+            source = source.replace(mine, theirs)
+        rows.append({**row, "source": source})
+    rep["defaults"] = rows
