@@ -15,7 +15,8 @@ size, the arguments the job:
   :926) the model's own checkpointing of every decoder layer, memsym's full recompute
   (:data:`memsym.readers.deepspeed_notes.MODEL_CHECKPOINTING`);
 * ``--optim`` (default ``adamw_torch_fused``, :806-814): AdamW's two moments; any other
-  optimizer is refused in one line;
+  optimizer is refused in one line, unless the DeepSpeed config has its own optimizer section
+  (then DeepSpeed builds that one and ``--optim`` is ignored: :mod:`memsym.cli.hf_launch`);
 * ``--deepspeed ds.json`` (:1463): the DeepSpeed config, read by
   :func:`memsym.readers.deepspeed.read_deepspeed_config` with its ``"auto"`` values filled
   from these arguments exactly as ``HfTrainerDeepSpeedConfig.trainer_config_process`` fills
