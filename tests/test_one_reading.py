@@ -862,16 +862,22 @@ def test_a_search_options_value_is_never_read_as_a_launcher(value):
     assert prepare_search(build_parser("search"), pasted)[1] is not None
 
 
-def test_a_pasted_hugging_face_deepspeed_launch_says_how_to_give_it(capsys, tmp_path):
+def test_a_pasted_hugging_face_deepspeed_launch_is_read_as_the_trainers_job(capsys, tmp_path):
     """``deepspeed --num_gpus 8 train.py --deepspeed ds.json --gradient_checkpointing`` runs a
     Hugging Face Trainer script (TrainingArguments' own names, transformers 5.25
-    training_args.py:1463, 926), not pretrain_gpt.py: one line naming memsym's options for it,
-    not a Megatron-LM spelling suggestion ("did you mean --seed?")."""
+    training_args.py:1463, 926), not pretrain_gpt.py: it is read by the Trainer's reader
+    (memsym.readers.hf_trainer), never by Megatron-LM's ("did you mean --seed?"); without a
+    sequence length (a Trainer script's is its tokenizer's) one line says which to give."""
     cfg = tmp_path / "ds.json"
-    cfg.write_text('{"zero_optimization": {"stage": 3}}', encoding="utf-8")
-    code = main(["estimate", "llama3-8b", "deepspeed", "--num_gpus", "8", "train.py",
-                 "--deepspeed", str(cfg), "--gradient_checkpointing", "--gpu", "h100-80gb"])
+    cfg.write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}',
+                   encoding="utf-8")
+    launch = ["estimate", "llama3-8b", "deepspeed", "--num_gpus", "8", "train.py",
+              "--deepspeed", str(cfg), "--gradient_checkpointing", "--gpu", "h100-80gb"]
+    code = main(launch)
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1
-    assert "Hugging Face Trainer" in err and "--deepspeed-config FILE" in err
-    assert "did you mean" not in err
+    assert "--block_size" in err and "--seq-length" in err and "did you mean" not in err
+    code = main([*launch, "--seq-length", "2048", "--json"])
+    out, err = capsys.readouterr()
+    rep = json.loads(out)
+    assert code in (0, 1) and rep["read_as"].startswith("a Hugging Face Trainer launch")

@@ -73,7 +73,7 @@ def _search_words(parser, raw):
     if words is not None:
         estimate = build_parser("estimate")
         subparser(estimate, "estimate").prog = "memsym search"
-        argv, sorted_words = prepare_argv(estimate, ["estimate", *words.job])
+        argv, sorted_words = prepare_argv(estimate, ["estimate", *words.job], searched=True)
         words.reading = estimate.parse_args(argv)
         words.reading.job_words = sorted_words
     return ordered, words

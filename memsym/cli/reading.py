@@ -22,6 +22,13 @@ Which reading applies is decided by one thing only, whether a MODEL is named:
   memsym's own options are applied on top of it;
 * without a MODEL and without any model argument, only the model states are estimated
   (``--params N``);
+* a Hugging Face Trainer launch (``deepspeed train.py --deepspeed ds.json
+  --per_device_train_batch_size 4 ...``) is read by its own reader and written as memsym's
+  options for the same job (:mod:`memsym.cli.hf_launch`), never by Megatron-LM's.  The rule:
+  some option names a field of transformers' ``TrainingArguments`` (or run_clm.py's) in
+  transformers' underscore spelling, or is ``--deepspeed`` / ``--fsdp`` / ``--optim``, and is
+  not a Megatron-LM argument (Megatron spells its arguments with dashes), and the script is not
+  Megatron's ``pretrain_*.py``;
 * with ``--bridge-recipe NAME`` (or run_recipe.py's ``--recipe NAME``) the job is a
   Megatron-Bridge recipe: the ``section.field=value`` words and run_recipe.py's options
   (``-tp 4``) are its overrides (:attr:`JobWords.bridge`, read by
@@ -86,6 +93,9 @@ class JobWords:
     environment : dict
         ``NAME=VALUE`` assignments pasted before the command (``WORLD_SIZE`` gives the world
         size, as Megatron reads it from the environment).
+    hf_trainer : HfTrainerLaunch or None
+        A Hugging Face Trainer launch, read (:mod:`memsym.cli.hf_launch`): its words are
+        replaced by memsym's options for the same job.
     bridge : list of str
         With ``--bridge-recipe`` / ``--recipe``: the ``section.field=value`` overrides, those of
         run_recipe.py's options (``-tp 4``) first, so that a trailing override wins as in
@@ -98,6 +108,7 @@ class JobWords:
     launcher: bool = False
     environment: dict = field(default_factory=dict)
     bridge: list = field(default_factory=list)
+    hf_trainer: object = None
 
 
 def _arity(action) -> object:
@@ -365,9 +376,10 @@ def subparser(parser, name):
     return None
 
 
-def prepare_argv(parser, raw):
+def prepare_argv(parser, raw, *, searched: bool = False):
     """``(argv for argparse, JobWords or None)`` of the whole command line ``raw``: a job
-    command's words sorted by :func:`split_job_words`, any other command's left as given."""
+    command's words sorted by :func:`split_job_words`, any other command's left as given
+    (``searched``: the job of a ``memsym search``, whose micro-batch the search varies)."""
     if not raw or raw[0] not in JOB_COMMANDS:
         return list(raw), None
     head, sub = [raw[0]], subparser(parser, raw[0])
@@ -386,8 +398,25 @@ def prepare_argv(parser, raw):
         if rest[0] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
             rest = ["--vs", *rest]
     expanded, from_file = expand_files(rest)
+    hf = None
+    if positionals == 0 and any(_trainer_spelling(w) for w in expanded):
+        # a Hugging Face Trainer launch, never Megatron-LM's (the rule: memsym.cli.hf_launch)
+        from ..readers.hf_trainer import is_hf_trainer_launch
+        from .hf_launch import hf_trainer_words
+
+        if is_hf_trainer_launch(expanded):
+            expanded, hf = hf_trainer_words(option_arities(sub), expanded, searched=searched)
+            from_file = frozenset()
     words = split_job_words(sub, expanded, positionals=positionals, from_file=from_file)
+    words.hf_trainer = hf
     return head + words.argparse, words
+
+
+def _trainer_spelling(word) -> bool:
+    """Whether ``word`` may be a Hugging Face Trainer argument (an option with ``_`` in its
+    name, or ``--deepspeed`` / ``--fsdp`` / ``--optim``): the readers load only then."""
+    name = str(word).partition("=")[0]
+    return name.startswith("--") and ("_" in name or name in ("--deepspeed", "--fsdp", "--optim"))
 
 
 def expand_files(words):

@@ -482,6 +482,9 @@ def estimate_training(args) -> int:
             rep["ignored"] = [printable(x) for x in reading["ignored"]]
         rep["notes"] = list(dict.fromkeys(rep.get("notes", []) + [printable(n, 300) for n in j.notes]))
         warn_sequence_parallel(args)        # once, after validation, before any output
+    from .hf_launch import hf_report
+
+    hf_report(args, rep)                # a pasted Hugging Face Trainer launch says so
     total = rep.pop("_total")
     if getattr(args, "calibration", None) is not None:
         calibrate_report(args, rep)

@@ -226,16 +226,20 @@ CONFIG_ONLY = {
 
 #: The Hugging Face Trainer's arguments (transformers 5.25 training_args.py, TrainingArguments:
 #: ``deepspeed`` :1463, ``per_device_train_batch_size`` :777, ``gradient_accumulation_steps``
-#: :849, ``gradient_checkpointing`` :926) a pasted ``deepspeed train.py ...`` launch carries:
-#: a script of the user's, not pretrain_gpt.py, so memsym's options say the same job.
-_HF_TRAINER = ("a Hugging Face Trainer script's argument, not Megatron-LM's: name the MODEL and "
-               "give the job as memsym's options (--deepspeed-config FILE --world-size N, "
-               "--micro-batch-size for per_device_train_batch_size, --num-microbatches for "
-               "gradient_accumulation_steps, --recompute-granularity full for "
-               "--gradient_checkpointing)")
+#: :849, ``gradient_checkpointing`` :926) given to Megatron-LM's reader: a script of the
+#: user's, not pretrain_gpt.py.  A job command reads a pasted Trainer launch with the Trainer's
+#: own reader (memsym.readers.hf_trainer, chosen by memsym.cli.reading), so this hint is what
+#: a caller of :func:`memsym.readers.megatron.read_megatron_args` with such words sees.
+_HF_TRAINER = ("a Hugging Face Trainer script's argument, not Megatron-LM's: paste the whole "
+               "launch (launcher, script and its arguments) to a job command, which reads it as "
+               "the Trainer's job (memsym.readers.hf_trainer)")
 FOREIGN = {f"--{name}": _HF_TRAINER for name in (
-    "deepspeed", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "gradient_checkpointing")}
+    "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing")}
+#: ``--deepspeed`` is also Megatron-DeepSpeed's switch beside its ``--deepspeed_config``.
+FOREIGN["--deepspeed"] = (
+    "not Megatron-LM's: a Hugging Face Trainer script's (paste the whole launch to a job "
+    "command, which reads it as the Trainer's job) or Megatron-DeepSpeed's (not read: name "
+    "the MODEL and give --deepspeed-config FILE)")
 
 
 class ArgumentError(UnknownNameError):
