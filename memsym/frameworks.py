@@ -209,6 +209,18 @@ class Framework:
         or full.
     searched_sizes_reason : str
         The line a search prints when it holds :attr:`searched_sizes`.
+    tp_whole_embedding : bool
+        Whether its tensor parallelism leaves the word embedding whole on every TP rank (and
+        a tied output layer with it), where Megatron's ``VocabParallelEmbedding`` splits it:
+        DeepSpeed AutoTP (edaa722126) shards what the model's transformers ``tp_plan`` names
+        (``runtime/engine.py:816-848``, ``module_inject/tp_plan_converter.py:42-70``), which
+        names no embedding (transformers 5.25 ``LlamaConfig.base_model_tp_plan``), and leaves
+        an output layer tied to the embedding replicated (``module_inject/auto_tp.py:488-535``).
+    tp_gathered_logits : bool
+        Whether every TP rank holds all logits: AutoTP's output layer is
+        ``colwise_gather_output`` (transformers' ``LlamaForCausalLM._tp_plan``), a column split
+        whose outputs are all-gathered (``tp_plan_converter.py:48-50``, ``LinearLayer(...,
+        gather_output=True)``, ``auto_tp.py:486``) before the model's own loss.
     """
 
     name: str
@@ -246,6 +258,8 @@ class Framework:
     expert_tp: bool = False
     searched_sizes: tuple = ()
     searched_sizes_reason: str = ""
+    tp_whole_embedding: bool = False
+    tp_gathered_logits: bool = False
 
     def held_sizes(self, **named) -> dict:
         """The searched sizes a search of this framework takes where the caller named none
@@ -347,7 +361,8 @@ FRAMEWORK = {
                               "and sequence parallelism it counts as t = 1 and the whole "
                               "sequence, pipelines are model code (PipelineModule), and "
                               "recompute is the model's own gradient checkpointing of every "
-                              "layer or none"),
+                              "layer or none",
+        tp_whole_embedding=True, tp_gathered_logits=True),
     "torchtitan": Framework(
         name="torchtitan", title="torchtitan", schemes=("fsdp", "ddp"),
         default_scheme="fsdp",

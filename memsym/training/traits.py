@@ -92,15 +92,17 @@ def boundary_bytes(sp_on: bool, training: Training) -> sp.Expr:
 
 
 def logits_gathered(layout: Layout, training: Training) -> bool:
-    """Whether every TP rank holds all logits (DTensor TP without loss_parallel).
+    """Whether every TP rank holds all logits (DTensor TP without loss_parallel, DeepSpeed
+    AutoTP's gathered output layer: :attr:`memsym.frameworks.Framework.tp_gathered_logits`).
 
     Examples
     --------
     >>> logits_gathered(Layout(t=2), Training())
     False
     """
-    return framework_record(training.framework).dtensor_tp and layout.t > 1 \
-        and not training.memory.loss_parallel
+    fw = framework_record(training.framework)
+    return layout.t > 1 and (fw.tp_gathered_logits
+                             or (fw.dtensor_tp and not training.memory.loss_parallel))
 
 
 def loss_kind(layout: Layout, training: Training) -> str:
