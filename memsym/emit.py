@@ -529,11 +529,32 @@ def _torchtitan(row, space, gpus, held=True) -> Emitted:
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed
 # ---------------------------------------------------------------------------------------------
+def _autotp(row, space) -> dict:
+    """The ``tensor_parallel`` section of a DeepSpeed row's t (AutoTP,
+    :mod:`memsym.readers.deepspeed_autotp`), or ``{}`` at t = 1; refused where AutoTP does not
+    run the row as memsym priced it."""
+    t = row["t"]
+    if t == 1:
+        return {}
+    if row["sequence_parallel"]:
+        raise NotExpressible(f"t = {t} with sequence parallelism: DeepSpeed AutoTP keeps the "
+                             "activations whole on every TP rank (no sequence parallelism)")
+    if row["e"] > 1:
+        raise NotExpressible(f"t = {t} with e = {row['e']}: memsym does not model AutoEP beside "
+                             "AutoTP (its experts unsplit by TP)")
+    x = space.arch
+    if x.untie_embeddings_and_output_weights and x.vocab_size % t:
+        raise NotExpressible(f"t = {t} does not divide the vocabulary ({x.vocab_size}): AutoTP "
+                             "splits the output layer unevenly, memsym counts even shards")
+    return {"tensor_parallel": {"autotp_size": t}}
+
+
 def _deepspeed(row, space, gpus, held=True) -> Emitted:
     b, m, B = _batch(row, space)
-    split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "v") if row[k] > 1]
+    split = [f"{k} = {row[k]}" for k in ("p", "c", "v") if row[k] > 1]
     if split:
         raise NotExpressible(f"{', '.join(split)}: {FRAMEWORK['deepspeed'].searched_sizes_reason}")
+    autotp = _autotp(row, space)
     stage = _DEEPSPEED_STAGE.get(row["sharding"])
     if stage is None:
         raise NotExpressible(f"sharding {row['sharding']}: DeepSpeed's ZeRO stages are ddp, "
@@ -557,11 +578,13 @@ def _deepspeed(row, space, gpus, held=True) -> Emitted:
             raise NotExpressible("offload optimizer+params: DeepSpeed offloads parameters "
                                  "under ZeRO-3 only")
         zero["offload_param"] = {"device": "cpu"}
-    cfg = {"train_batch_size": B, "train_micro_batch_size_per_gpu": b,
+    # DeepSpeed's batch rule counts every GPU without an mpu (AUTOTP_BATCH): B t under AutoTP
+    cfg = {"train_batch_size": B * row["t"], "train_micro_batch_size_per_gpu": b,
            "gradient_accumulation_steps": m}
     if space.precision in ("bf16", "fp16"):
         cfg[space.precision] = {"enabled": True}
     cfg["zero_optimization"] = zero
+    cfg.update(autotp)
     host, notes = _host(space), ()   # the model's checkpointing: read back beside the config
     if row["recompute"] == "full":
         host, notes = host + ("--recompute-granularity", "full"), (MODEL_CHECKPOINTING,)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 
 import pytest
 
@@ -137,3 +138,49 @@ def test_megatron_tp_still_splits_the_embedding():
     sp_ = job_stage_parameters(job("llama2-7b", t=2, d=4, seq_length=4096,
                                    global_batch_size=4), 0)
     assert sp_.per_gpu == LINEARS // 2 + NORMS + 2 * V * H // 2
+
+
+def test_search_emits_autotp_and_reads_it_back(capsys, tmp_path):
+    """--tp 2 4 on a DeepSpeed search: each row is AutoTP (no sequence parallelism), emitted
+    as "tensor_parallel": {"autotp_size": t} with train_batch_size = b x GAS x every GPU
+    (DeepSpeed's batch rule without an mpu), and estimating the emitted config gives the
+    row's bytes and step time (the search's vectorized path against the reader's)."""
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", "h100-80gb", "--gpus", 8,
+                         "--framework", "deepspeed", "--tp", 2, 4, "--pp", 1, "--cp", 1,
+                         "--recompute", "none", "--sharding", "zero1", "zero3",
+                         "--global-batch-size", 64, "--top", 6, "--emit", "deepspeed",
+                         "--emit-dir", tmp_path, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert {r["layout"]["tp"] for r in rows} == {2, 4}
+    for row in rows:
+        lay = row["layout"]
+        assert lay["sequence_parallel"] is False
+        with open(row["emit"]["file"], encoding="utf-8") as fh:
+            cfg = json.load(fh)
+        assert cfg["tensor_parallel"] == {"autotp_size": lay["tp"]}
+        assert cfg["train_batch_size"] == lay["micro_batch_size"] * lay["num_microbatches"] * 8
+        assert lay["micro_batch_size"] * lay["num_microbatches"] * lay["dp"] == 64
+        words = shlex.split(row["emit"]["read_back"])
+        code, got, err = run(capsys, *words[1:])
+        assert code == 0, err
+        est = json.loads(got)
+        assert (est["layout"]["tp"], est["layout"]["dp"]) == (lay["tp"], lay["dp"])
+        assert est["bytes"] == row["bytes"]
+        assert est["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+def test_a_config_with_autotp_is_searched_at_its_size(capsys, tmp_path):
+    # the job's t is held (not 1) where the command line names no --tp; a train batch of 64
+    # on 8 GPUs at autotp_size 2 trains 32 sequences a step
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**ZERO1_TP2, "train_micro_batch_size_per_gpu": "auto",
+                                "train_batch_size": 64}))
+    code, out, err = run(capsys, "search", "llama2-7b", "--deepspeed-config", path,
+                         "--world-size", 8, "--seq-length", 4096, "--gpu", "h100-80gb",
+                         "--top", 3, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows and all(r["layout"]["tp"] == 2 and r["layout"]["dp"] == 4 for r in rows)
+    assert all(r["layout"]["micro_batch_size"] * r["layout"]["num_microbatches"] * 4 == 32
+               for r in rows)

@@ -150,10 +150,18 @@ def test_tp_comm_overlap_is_userbuffers_except_under_torchtitan():
     assert not overlap_of(Training(framework="torchtitan", sharding="fsdp")).tp_comm_split
 
 
+def test_deepspeed_autotp_refuses_sequence_parallelism():
+    # AutoTP's LinearAllreduce all-reduces its output and LinearLayer takes the whole input
+    # (DeepSpeed edaa722126 module_inject/layers.py:770-776, 851-869): no sequence split
+    with pytest.raises(InvalidValueError, match="AutoTP"):
+        job("llama3-8b", t=2, d=4, framework="deepspeed", sequence_parallel=True)
+
+
 @pytest.mark.parametrize("name", ["deepspeed", "torchtitan"])
 def test_megatron_options_are_refused_elsewhere(name):
     with pytest.raises(InvalidValueError, match=f"not a {name} option"):
-        job("llama3-8b", t=2, d=4, framework=name, sequence_parallel=True, tp_comm_overlap=True)
+        job("llama3-8b", t=2, d=4, framework=name, sequence_parallel=name != "deepspeed",
+            tp_comm_overlap=True)
     with pytest.raises(InvalidValueError, match=f"not a {name} option"):
         job("llama3-8b", d=8, framework=name, recompute="selective",
             recompute_modules=["core_attn"])

@@ -153,6 +153,10 @@ def searched_deepspeed_config(source, world_size: int | None,
 
     .. math:: B = b \\cdot \\text{GAS} \\cdot d \\quad\\text{(held; b, GAS and d searched)}
 
+    Under AutoTP (``tensor_parallel.autotp_size`` t) the train batch counts every GPU while a
+    TP group's ranks read the same micro-batches
+    (:data:`memsym.readers.deepspeed_autotp.AUTOTP_BATCH`): B is it divided by t.
+
     Returns None when the config's micro-batch is a number and no ``global_batch_size`` is
     given (the config is read as ``estimate`` reads it); else ``(config, B, auto)``: the config
     with its batch triple replaced by a stand-in that DeepSpeed's batch rule accepts on
@@ -207,6 +211,11 @@ def searched_deepspeed_config(source, world_size: int | None,
         raise InvalidValueError('train_micro_batch_size_per_gpu is "auto": give the GPUs, '
                                 "--gpus N or --world-size N")
     world_size = deepspeed_count(world_size, "world size", 1, MAX_GPUS, "gpus")
+    t = read_tensor_parallel(data, [], [])
+    if tb % t:      # AutoTP: every GPU counted, a TP group's ranks share (AUTOTP_BATCH)
+        raise InvalidValueError(f"train batch {tb} is not a multiple of tensor_parallel."
+                                f"autotp_size {t} (micro-batch x accumulation x GPUs)")
+    tb //= t
     mb = 1 if auto else data.get("train_micro_batch_size_per_gpu")
     mb = 1 if mb is None else deepspeed_count(mb, "train_micro_batch_size_per_gpu", 1,
                                               limit="micro_batch")

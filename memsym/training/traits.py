@@ -92,8 +92,8 @@ def boundary_bytes(sp_on: bool, training: Training) -> sp.Expr:
 
 
 def logits_gathered(layout: Layout, training: Training) -> bool:
-    """Whether every TP rank holds all logits (DTensor TP without loss_parallel, DeepSpeed
-    AutoTP's gathered output layer: :attr:`memsym.frameworks.Framework.tp_gathered_logits`).
+    """Whether every TP rank holds all logits (DTensor TP without loss_parallel; DeepSpeed
+    AutoTP's at any t, :func:`autotp_logits`).
 
     Examples
     --------
@@ -101,8 +101,20 @@ def logits_gathered(layout: Layout, training: Training) -> bool:
     False
     """
     fw = framework_record(training.framework)
-    return layout.t > 1 and (fw.tp_gathered_logits
-                             or (fw.dtensor_tp and not training.memory.loss_parallel))
+    return layout.t > 1 and fw.dtensor_tp and not training.memory.loss_parallel
+
+
+def autotp_logits(training: Training) -> bool:
+    """Whether every TP rank holds all logits at any t, so that one expression stands for
+    every t (a search's templates keep t symbolic): DeepSpeed AutoTP's gathered output layer
+    (:attr:`memsym.frameworks.Framework.tp_gathered_logits`); at t = 1 the same logits.
+
+    Examples
+    --------
+    >>> autotp_logits(Training(framework="deepspeed")), autotp_logits(Training())
+    (True, False)
+    """
+    return framework_record(training.framework).tp_gathered_logits
 
 
 def loss_kind(layout: Layout, training: Training) -> str:
