@@ -6,7 +6,7 @@ What AutoTP shards (the oracle, read from DeepSpeed's and transformers' code, no
 ``module_inject/tp_plan_converter.py:42-70``; transformers 5.25's Llama plan
 (``models/llama/configuration_llama.py:48-56``) splits q/k/v/gate/up by columns and o/down by
 rows, ``LlamaForCausalLM._tp_plan`` (``modeling_llama.py:414``) the ``lm_head`` by columns
-(vocabulary rows of its weight) with its output gathered; ``auto_tp.py:716-727`` leaves an
+(vocabulary rows of its weight) with its output gathered; ``auto_tp.py:716-729`` leaves an
 embedding the plan does not name unchanged, ``auto_tp.py:488-535`` leaves a tied lm_head and
 its embedding replicated.  Norms are in no plan: whole.  So one GPU holds, with L layers,
 hidden h, MLP width f, vocabulary V:
@@ -23,6 +23,7 @@ import dataclasses
 import json
 import shlex
 
+import numpy as np
 import pytest
 
 from memsym.errors import InvalidValueError
@@ -31,6 +32,9 @@ from memsym.model import preset, resolve
 from memsym.readers import read_deepspeed_config
 from memsym.readers.jobs import deepspeed_job
 from memsym.symbols import V as V_, b, c, s
+from memsym.timing.data_parallel import parameters_per_gpu
+from memsym.timing.gemm import shape_of
+from memsym.timing.records import Settings
 from memsym.training.activations import output_layer_activations
 from memsym.training.model_states import job_stage_parameters
 from in_process import run
@@ -184,3 +188,14 @@ def test_a_config_with_autotp_is_searched_at_its_size(capsys, tmp_path):
     assert rows and all(r["layout"]["tp"] == 2 and r["layout"]["dp"] == 4 for r in rows)
     assert all(r["layout"]["micro_batch_size"] * r["layout"]["num_microbatches"] * 4 == 32
                for r in rows)
+
+
+def test_step_time_reduces_the_whole_embedding():
+    # the data-parallel reduction and the optimizer step see AutoTP's whole embedding: V h
+    # (1 - 1/t) = 32000 x 4096 / 2 = 65,536,000 more parameters a GPU at t = 2 than Megatron's
+    # split one
+    x = shape_of(preset("llama2-7b"))
+    got = [parameters_per_gpu(x, Settings(whole_embedding=w), np.array(1.0), 2.0, 1.0, 1.0,
+                              (32, 32, 32)) for w in (False, True)]
+    assert float(got[1][0] - got[0][0]) == V * H // 2 == 65_536_000
+    assert float(got[1][3] - got[0][3]) == 65_536_000

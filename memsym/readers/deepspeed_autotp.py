@@ -12,6 +12,11 @@ layer column-wise with its outputs all-gathered; the word embedding and the norm
 and activations are whole on every TP rank (no sequence split).  memsym counts this as its
 tensor-parallel size t without sequence parallelism
 (:attr:`memsym.frameworks.Framework.tp_whole_embedding`, ``tp_gathered_logits``).
+
+Every ZeRO stage composes with it: each rank's TP shard is partitioned over the data-parallel
+group (the tutorial names stages 0-2, ``docs/_tutorials/autotp-training.md:20``; the engine
+also supports ZeRO-3, ``runtime/engine.py:666-669``), except AutoEP beside AutoTP under
+ZeRO-3 (``runtime/engine.py:1894-1897``), which memsym refuses under every stage.
 """
 
 from __future__ import annotations
