@@ -41,7 +41,7 @@ from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .emit_held import NotExpressible, check_held, deepspeed_held, megatron_held, torchtitan_held
-from .emit_rules import AUTOEP_NOTE, megatron_overlaps
+from .emit_rules import AUTOEP_NOTE, AUTOTP_NOTE, megatron_overlaps
 from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.deepspeed_notes import MODEL_CHECKPOINTING
 from .readers.jobs import DEEPSPEED_SCHEMES
@@ -588,6 +588,8 @@ def _deepspeed(row, space, gpus, held=True) -> Emitted:
     host, notes = _host(space), ()   # the model's checkpointing: read back beside the config
     if row["recompute"] == "full":
         host, notes = host + ("--recompute-granularity", "full"), (MODEL_CHECKPOINTING,)
+    if autotp:
+        notes += (AUTOTP_NOTE,)
     if row["e"] > 1:
         # AutoEP (AUTOEP_NOTE): the one config key that splits the experts, what
         # memsym.readers.deepspeed reads back as e

@@ -163,6 +163,8 @@ def test_search_emits_autotp_and_reads_it_back(capsys, tmp_path):
         with open(row["emit"]["file"], encoding="utf-8") as fh:
             cfg = json.load(fh)
         assert cfg["tensor_parallel"] == {"autotp_size": lay["tp"]}
+        assert any(n.startswith("tensor_parallel.autotp_size is DeepSpeed's AutoTP")
+                   for n in row["emit"]["notes"])
         assert cfg["train_batch_size"] == lay["micro_batch_size"] * lay["num_microbatches"] * 8
         assert lay["micro_batch_size"] * lay["num_microbatches"] * lay["dp"] == 64
         words = shlex.split(row["emit"]["read_back"])
