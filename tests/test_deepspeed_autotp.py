@@ -32,8 +32,11 @@ from memsym.model import preset, resolve
 from memsym.readers import read_deepspeed_config
 from memsym.readers.jobs import deepspeed_job
 from memsym.symbols import V as V_, b, c, s
+from memsym.hardware import gpu
 from memsym.timing.data_parallel import parameters_per_gpu
+from memsym.timing.efficiency import memory_time
 from memsym.timing.gemm import shape_of
+from memsym.timing.pipeline import end_layers
 from memsym.timing.records import Settings
 from memsym.training.activations import output_layer_activations
 from memsym.training.model_states import job_stage_parameters
@@ -201,3 +204,18 @@ def test_step_time_reduces_the_whole_embedding():
                               (32, 32, 32)) for w in (False, True)]
     assert float(got[1][0] - got[0][0]) == V * H // 2 == 65_536_000
     assert float(got[1][3] - got[0][3]) == 65_536_000
+
+
+def test_step_time_loss_works_on_all_logits():
+    # the output layer's fp32 logits traffic (6 bytes a logit forward, 10 backward, memsym's
+    # count) on all V logits of T = b s / c tokens under AutoTP, V / t under Megatron's TP;
+    # the GEMMs are the same [T, h] x [h, V/t]
+    h100, x = gpu("h100"), shape_of(preset("llama2-7b"))
+    T = 1 * 4096
+    mega = end_layers(x, Settings(seq_length=4096), h100, 1, 2.0, 1)
+    auto = end_layers(x, Settings(seq_length=4096, gathered_logits=True), h100, 1, 2.0, 1)
+    assert np.isclose(auto[0] - mega[0], memory_time(6 * T * V, h100)
+                      - memory_time(6 * T * V / 2, h100))
+    assert np.isclose(auto[1] - mega[1], memory_time(10 * T * V, h100)
+                      - memory_time(10 * T * V / 2, h100))
+    assert auto[2] == mega[2]

@@ -137,6 +137,10 @@ class Settings:
         Whether the word embedding (and a tied output layer) is whole on every TP rank, not
         split over t: DeepSpeed AutoTP (:attr:`memsym.frameworks.Framework.tp_whole_embedding`);
         its gradient is reduced whole over the data-parallel group.
+    gathered_logits : bool
+        Whether every TP rank's loss works on all V logits (DeepSpeed AutoTP's gathered output
+        layer, :attr:`memsym.frameworks.Framework.tp_gathered_logits`): the loss's memory
+        traffic counts T V, not T V / t (the all-gather itself is not priced).
     tp_overlap_cfg : str, tuple or None
         The userbuffers config ``--tp-comm-overlap`` runs with (a key of
         :data:`memsym.timing.userbuffers.UB_CONFIGS`, e.g. a Megatron-Bridge recipe's
@@ -213,6 +217,7 @@ class Settings:
     mtp_recompute: bool = True
     bias_activation_fusion: bool = True
     whole_embedding: bool = False
+    gathered_logits: bool = False
 
 
 @dataclass(frozen=True)
