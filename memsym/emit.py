@@ -41,7 +41,7 @@ from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .emit_held import NotExpressible, check_held, deepspeed_held, megatron_held, torchtitan_held
-from .emit_rules import AUTOEP_NOTE, megatron_overlaps
+from .emit_rules import AUTOEP_NOTE, AUTOTP_NOTE, megatron_overlaps
 from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.deepspeed_notes import MODEL_CHECKPOINTING
 from .readers.jobs import DEEPSPEED_SCHEMES
@@ -529,11 +529,32 @@ def _torchtitan(row, space, gpus, held=True) -> Emitted:
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed
 # ---------------------------------------------------------------------------------------------
+def _autotp(row, space) -> dict:
+    """The ``tensor_parallel`` section of a DeepSpeed row's t (AutoTP,
+    :mod:`memsym.readers.deepspeed_autotp`), or ``{}`` at t = 1; refused where AutoTP does not
+    run the row as memsym priced it."""
+    t = row["t"]
+    if t == 1:
+        return {}
+    if row["sequence_parallel"]:
+        raise NotExpressible(f"t = {t} with sequence parallelism: DeepSpeed AutoTP keeps the "
+                             "activations whole on every TP rank (no sequence parallelism)")
+    if row["e"] > 1:
+        raise NotExpressible(f"t = {t} with e = {row['e']}: memsym does not model AutoEP beside "
+                             "AutoTP (its experts unsplit by TP)")
+    x = space.arch
+    if x.untie_embeddings_and_output_weights and x.vocab_size % t:
+        raise NotExpressible(f"t = {t} does not divide the vocabulary ({x.vocab_size}): AutoTP "
+                             "splits the output layer unevenly, memsym counts even shards")
+    return {"tensor_parallel": {"autotp_size": t}}
+
+
 def _deepspeed(row, space, gpus, held=True) -> Emitted:
     b, m, B = _batch(row, space)
-    split = [f"{k} = {row[k]}" for k in ("t", "p", "c", "v") if row[k] > 1]
+    split = [f"{k} = {row[k]}" for k in ("p", "c", "v") if row[k] > 1]
     if split:
         raise NotExpressible(f"{', '.join(split)}: {FRAMEWORK['deepspeed'].searched_sizes_reason}")
+    autotp = _autotp(row, space)
     stage = _DEEPSPEED_STAGE.get(row["sharding"])
     if stage is None:
         raise NotExpressible(f"sharding {row['sharding']}: DeepSpeed's ZeRO stages are ddp, "
@@ -557,14 +578,18 @@ def _deepspeed(row, space, gpus, held=True) -> Emitted:
             raise NotExpressible("offload optimizer+params: DeepSpeed offloads parameters "
                                  "under ZeRO-3 only")
         zero["offload_param"] = {"device": "cpu"}
-    cfg = {"train_batch_size": B, "train_micro_batch_size_per_gpu": b,
+    # DeepSpeed's batch rule counts every GPU without an mpu (AUTOTP_BATCH): B t under AutoTP
+    cfg = {"train_batch_size": B * row["t"], "train_micro_batch_size_per_gpu": b,
            "gradient_accumulation_steps": m}
     if space.precision in ("bf16", "fp16"):
         cfg[space.precision] = {"enabled": True}
     cfg["zero_optimization"] = zero
+    cfg.update(autotp)
     host, notes = _host(space), ()   # the model's checkpointing: read back beside the config
     if row["recompute"] == "full":
         host, notes = host + ("--recompute-granularity", "full"), (MODEL_CHECKPOINTING,)
+    if autotp:
+        notes += (AUTOTP_NOTE,)
     if row["e"] > 1:
         # AutoEP (AUTOEP_NOTE): the one config key that splits the experts, what
         # memsym.readers.deepspeed reads back as e

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .emit_held import NotExpressible
 from .frameworks import FRAMEWORK
 
-__all__ = ["AUTOEP_NOTE", "UNSPELLED", "held_for_emit", "megatron_overlaps"]
+__all__ = ["AUTOEP_NOTE", "AUTOTP_NOTE", "UNSPELLED", "held_for_emit", "megatron_overlaps"]
 
 #: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
 #: reads it as AutoEP: ``runtime/config.py:128-133`` (``get_expert_parallel_config``),
@@ -31,6 +31,16 @@ AUTOEP_NOTE = ("expert_parallel is DeepSpeed's AutoEP: it replaces the transform
                "a model built on deepspeed.moe.layer.MoE ignores it and needs MoE(ep_size=E) "
                "in its own code")
 
+
+#: What an emitted ``tensor_parallel`` section needs beside the config.  DeepSpeed
+#: (edaa722126) shards what the model's transformers ``tp_plan`` names
+#: (``runtime/engine.py:816-848``), else a ``partition_config`` / ``preset_model``, else its
+#: heuristic parser (``:849-861``), which also splits the embedding (``auto_tp.py:557-584``):
+#: memsym counts the ``tp_plan`` split (:mod:`memsym.readers.deepspeed_autotp`).
+AUTOTP_NOTE = ("tensor_parallel.autotp_size is DeepSpeed's AutoTP: memsym counts the split of "
+               "the model's transformers tp_plan (q/k/v, gate/up by columns, o_proj, down_proj "
+               "by rows, lm_head by vocabulary; the embedding whole); a model without a tp_plan "
+               "falls back to DeepSpeed's heuristic parser, which splits differently")
 
 #: The searched sizes a framework's file spells only as here, and why
 #: (:attr:`memsym.frameworks.Framework.searched_sizes`, where they are cited): a search holds

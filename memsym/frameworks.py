@@ -199,16 +199,37 @@ class Framework:
         ``(knob, values)`` pairs a search holds where the caller names none (empty: every
         size is searched): the layouts memsym reads back from the framework's own file, so
         that ``memsym search``, ``min-gpus``, ``plot`` and ``search --emit`` rank the same rows.
-        DeepSpeed (edaa722126) does read a config's AutoTP (``tensor_parallel.autotp_size``,
-        ``deepspeed/__init__.py:209-211``) and Ulysses' ``sequence_parallel_size``
-        (:203-206), but memsym's DeepSpeed reader counts them as t = 1 and the whole sequence
-        per GPU (:data:`memsym.readers.deepspeed_notes.NOTED_TOP`), DeepSpeed pipelines only
+        DeepSpeed (edaa722126) reads a config's AutoTP (``tensor_parallel.autotp_size``,
+        ``deepspeed/__init__.py:210-212``), which memsym reads as t
+        (:mod:`memsym.readers.deepspeed_autotp`) but searches only where ``--tp`` names it
+        (AutoTP shards the transformers ``tp_plan`` of the model, which a search does not
+        check) or a read config sets it; Ulysses' ``sequence_parallel_size``
+        (:203-206) runs in the model's attention (``UlyssesSPAttentionHF``), which memsym does
+        not model for DeepSpeed (the reader refuses it > 1); DeepSpeed pipelines only
         a model-code ``PipelineModule`` (``deepspeed/__init__.py:213``), and a Hugging Face
         model's recompute is its own gradient checkpointing of every decoder layer, given
         beside the config (:data:`memsym.readers.deepspeed_notes.MODEL_CHECKPOINTING`): none
         or full.
     searched_sizes_reason : str
         The line a search prints when it holds :attr:`searched_sizes`.
+    tp_whole_embedding : bool
+        Whether its tensor parallelism leaves the word embedding whole on every TP rank (and
+        a tied output layer with it), where Megatron's ``VocabParallelEmbedding`` splits it:
+        DeepSpeed AutoTP (edaa722126) shards what the model's transformers ``tp_plan`` names
+        (``runtime/engine.py:816-848``, ``module_inject/tp_plan_converter.py:42-70``), which
+        names no embedding (transformers 5.25 ``LlamaConfig.base_model_tp_plan``), and leaves
+        an output layer tied to the embedding replicated (``module_inject/auto_tp.py:488-535``).
+    tp_gathered_logits : bool
+        Whether every TP rank holds all logits: AutoTP's output layer is
+        ``colwise_gather_output`` (transformers' ``LlamaForCausalLM._tp_plan``), a column split
+        whose outputs are all-gathered (``tp_plan_converter.py:48-50``, ``LinearLayer(...,
+        gather_output=True)``, ``auto_tp.py:486``) before the model's own loss.
+    tp_without_sequence_parallel : bool
+        Whether its tensor parallelism never splits the sequence: AutoTP keeps the
+        activations between its linears whole on every TP rank (``LinearAllreduce``
+        all-reduces its output, ``LinearLayer`` takes the whole input: edaa722126
+        ``module_inject/layers.py:770-776``, ``:851-869``), so a
+        job with sequence parallelism is refused and a search holds it off.
     """
 
     name: str
@@ -246,6 +267,9 @@ class Framework:
     expert_tp: bool = False
     searched_sizes: tuple = ()
     searched_sizes_reason: str = ""
+    tp_whole_embedding: bool = False
+    tp_gathered_logits: bool = False
+    tp_without_sequence_parallel: bool = False
 
     def held_sizes(self, **named) -> dict:
         """The searched sizes a search of this framework takes where the caller named none
@@ -342,12 +366,13 @@ FRAMEWORK = {
         config_optimizers=("adam", "adamw"), reads_offload=True,
         searched_sizes=(("tp", (1,)), ("pp", (1,)), ("cp", (1,)), ("vpp", (1,)),
                         ("recompute", ("none", "full"))),
-        searched_sizes_reason="memsym's DeepSpeed reader reads ZeRO data parallelism and "
-                              "AutoEP's expert parallelism from a ds_config.json; its AutoTP "
-                              "and sequence parallelism it counts as t = 1 and the whole "
-                              "sequence, pipelines are model code (PipelineModule), and "
-                              "recompute is the model's own gradient checkpointing of every "
-                              "layer or none"),
+        searched_sizes_reason="memsym's DeepSpeed reader reads ZeRO data parallelism, "
+                              "AutoEP's expert parallelism and AutoTP's autotp_size (searched "
+                              "where --tp names it) from a ds_config.json; Ulysses' sequence "
+                              "parallelism it does not model, pipelines are model code "
+                              "(PipelineModule), and recompute is the model's own gradient "
+                              "checkpointing of every layer or none",
+        tp_whole_embedding=True, tp_gathered_logits=True, tp_without_sequence_parallel=True),
     "torchtitan": Framework(
         name="torchtitan", title="torchtitan", schemes=("fsdp", "ddp"),
         default_scheme="fsdp",

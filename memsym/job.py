@@ -31,8 +31,8 @@ from .job_record import (DEFAULTS, FIELD_PARTS, OPTION_ALIASES, REPORTED_DEFAULT
 # the checks and the framework's decisions live in their own modules; re-exported here, where
 # every caller imports them from
 from .job_checks import canonical, check_fields, check_types, flag, validate  # noqa: F401
-from .job_framework import (dropout_kept, framework_dropout, framework_layout,  # noqa: F401
-                            resolve_dropout)
+from .job_framework import (dropout_kept, framework_architecture, framework_dropout,  # noqa: F401
+                            framework_layout, resolve_dropout)
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "recompute_modules_of", "resolve_dropout", "dropout_kept",
@@ -203,6 +203,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     notes += layout_notes
     trn, why = _training_of(training, trn_kw, model, base, notes)
     fw = framework_record(trn.framework)
+    base = framework_architecture(base, trn.framework)   # transformers' unpadded vocabulary
     if world_size is not None:
         lay = _with_world_size(base, lay, "d" in lay_kw, world_size)
     if not seq_given:

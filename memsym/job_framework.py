@@ -21,7 +21,8 @@ from .model import recipe
 from .model.torchtitan_stages import torchtitan_end_stages
 from .job_record import Layout, Training
 
-__all__ = ["framework_layout", "framework_dropout", "resolve_dropout", "dropout_kept"]
+__all__ = ["framework_layout", "framework_architecture", "framework_dropout", "resolve_dropout",
+           "dropout_kept"]
 
 
 def framework_layout(x, layout: Layout, training: Training) -> tuple:
@@ -43,6 +44,10 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
     (15, 15)
     """
     notes, fw = [], framework_record(training.framework)
+    if fw.tp_without_sequence_parallel and layout.t > 1 and layout.sequence_parallel:
+        raise InvalidValueError(f"sequence_parallel with t = {layout.t}: {fw.title}'s tensor "
+                                "parallelism (AutoTP) keeps the activations whole on every TP "
+                                "rank; drop --sequence-parallel")
     if fw.tp_sequence_parallel and layout.t > 1 and not layout.sequence_parallel:
         # apply_tp: SequenceParallel norms and Shard(1) block outputs; no switch turns it off
         layout = dataclasses.replace(layout, sequence_parallel=True)
@@ -62,6 +67,24 @@ def framework_layout(x, layout: Layout, training: Training) -> tuple:
     return (dataclasses.replace(layout, first_stage_layers=first, last_stage_layers=last),
             notes + [f"torchtitan's pipeline split: {ranks} layers per rank (generate_llm_fqn_"
                      "per_model_part, the embedding and the output counted as one layer each)"])
+
+
+def framework_architecture(arch, framework: str):
+    """The architecture as the framework builds it: a framework that runs the transformers
+    model's own code (``hf_model_code``: DeepSpeed) keeps its vocabulary unpadded
+    (``make_vocab_size_divisible_by = 1``: ``nn.Embedding(config.vocab_size, ...)``, and
+    AutoTP splits the output layer's own rows, DeepSpeed edaa722126
+    ``module_inject/tp_shard.py:47-93``); elsewhere ``arch`` as it is.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> framework_architecture(preset("gpt3-175b"), "deepspeed").make_vocab_size_divisible_by
+    1
+    """
+    if not framework_record(framework).hf_model_code or arch.make_vocab_size_divisible_by == 1:
+        return arch
+    return dataclasses.replace(arch, make_vocab_size_divisible_by=1)
 
 
 def framework_dropout(framework: str, dropout=None, arch=None):

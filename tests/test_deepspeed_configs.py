@@ -431,10 +431,16 @@ def test_deepspeed_examples_autotuning():
     assert (c["precision"]["params_dtype"], c["sharding"]["zero_stage"]) == ("fp16", 2)
 
 
-def test_deepspeed_examples_autotp_noted():
+def test_deepspeed_examples_autotp_read():
+    # autotp_size 4 on 8 GPUs: DeepSpeed's (data, tensor) mesh is (8 // 4, 4)
+    # (utils/groups.py:146-155 @ edaa722126); the Trainer's "auto" train_batch_size is
+    # 1 x 1 x 8 processes, but a TP group's 4 ranks read the same micro-batch
+    # (accelerate data_loader.py:1124-1128), so a step trains 1 x 1 x 2 = 2 sequences
     c = read_deepspeed_config(DSE_AUTOTP, 8, micro_batch_size=1, precision="bf16")
-    assert c["precision"]["params_dtype"] == "bf16" and c["training"]["global_batch_size"] == 8
-    assert any(n.startswith("tensor_parallel read") for n in c["notes"])
+    assert c["precision"]["params_dtype"] == "bf16" and c["training"]["global_batch_size"] == 2
+    assert (c["layout"]["t"], c["layout"]["d"]) == (4, 2)
+    assert any(n.startswith("tensor_parallel.autotp_size 4:") for n in c["notes"])
+    assert not any(k.startswith("tensor_parallel") for k in c["ignored"])
     assert "zero_optimization.gather_16bit_weights_on_model_save" in c["ignored"]
 
 

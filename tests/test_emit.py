@@ -435,9 +435,9 @@ def test_deepspeed_zero12_row_is_the_emitted_overlap_comm_job(capsys, tmp_path, 
 
 
 def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
-    """Unnamed, the sizes memsym's DeepSpeed reader does not read from a ds_config.json
-    (DeepSpeed reads AutoTP and Ulysses keys, deepspeed/__init__.py:203-211, but the reader
-    counts t = 1 and the whole sequence) are held at 1, and recompute at the model's own
+    """Unnamed, the sizes memsym's DeepSpeed reader does not read from a ds_config.json (or
+    searches only where named: AutoTP's autotp_size, deepspeed/__init__.py:210-212) are held
+    at 1, and recompute at the model's own
     gradient checkpointing or none; the output says so, naming the reader: every ranked row
     is written, Mixtral's experts split by AutoEP (the search's e divides its 8 experts,
     auto_ep_config.py:285).  Without --emit the same search ranks the same rows: the held
@@ -463,13 +463,14 @@ def test_deepspeed_emit_search_ranks_only_what_its_config_holds(capsys):
 
 
 def test_deepspeed_refuses_what_its_config_cannot_hold(capsys):
-    """Tensor parallelism and selective recompute are not read from a ds_config.json by memsym:
-    every row refused is one stderr line and exit 2 when none is left; a full recompute is
-    the model's gradient checkpointing, read back beside the config with its note."""
-    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 2,
-                         "--pp", 1, "--global-batch-size", 64, "--top", 2,
+    """Pipeline parallelism and selective recompute are not read from a ds_config.json by
+    memsym: every row refused is one stderr line and exit 2 when none is left; a full
+    recompute is the model's gradient checkpointing, read back beside the config with its
+    note.  (Tensor parallelism is AutoTP's autotp_size: tests/test_deepspeed_autotp.py.)"""
+    code, out, err = run(capsys, "search", "llama2-7b", "--gpu", GPU, "--gpus", 8, "--tp", 1,
+                         "--pp", 2, "--global-batch-size", 64, "--top", 2,
                          "--emit", "deepspeed")
-    assert (code, out) == (2, "") and err.count("\n") == 1 and "t = 2" in err
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "p = 2" in err
     res = search("llama2-7b", GPU, 8, framework="deepspeed", global_batch_size=64, tp=[1],
                  pp=[1], cp=[1], recompute=["selective"], sharding=["zero2"])
     with pytest.raises(NotExpressible, match="recompute selective"):

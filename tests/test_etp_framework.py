@@ -31,10 +31,15 @@ def test_the_library_refuses_it_and_accepts_t_e_equal_t():
         training_memory("mixtral-8x7b", Layout(t=1, d=16, t_e=2),
                         Training(seq_length=256, framework="deepspeed", sharding="zero1"))
     # t_e = t is what DeepSpeed runs: the same bytes as t_e left out
-    same = [training_memory("mixtral-8x7b", Layout(t=2, d=8, t_e=te, sequence_parallel=True),
+    same = [training_memory("mixtral-8x7b", Layout(t=1, d=16, t_e=te),
                             Training(seq_length=256, framework="deepspeed", sharding="zero1"))
-            for te in (2, None)]
+            for te in (1, None)]
     assert same[0].bytes_total == same[1].bytes_total
+    # and its TP (AutoTP) never splits the sequence, which Megatron's MoE TP needs
+    # (DeepSpeed edaa722126 module_inject/layers.py:770-776, 851-869)
+    with pytest.raises(InvalidValueError, match="AutoTP"):
+        training_memory("mixtral-8x7b", Layout(t=2, d=8, t_e=2, sequence_parallel=True),
+                        Training(seq_length=256, framework="deepspeed", sharding="zero1"))
 
 
 def test_megatron_takes_etp(capsys):

@@ -22,7 +22,7 @@ from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.frameworks import FRAMEWORK, FRAMEWORK_SCHEMES, Framework, framework
 from memsym.job import REPORTED_DEFAULTS, Layout, Training, job
 from memsym.readers.jobs import DEEPSPEED_SCHEMES
-from memsym.symbols import b, c, h, s, t
+from memsym.symbols import V, b, c, h, s, t
 from memsym.timing.step import overlap_of
 from memsym.training import phase_transients, stage_activations
 from memsym.vocabulary import FRAMEWORKS, SCHEMES
@@ -150,10 +150,18 @@ def test_tp_comm_overlap_is_userbuffers_except_under_torchtitan():
     assert not overlap_of(Training(framework="torchtitan", sharding="fsdp")).tp_comm_split
 
 
+def test_deepspeed_autotp_refuses_sequence_parallelism():
+    # AutoTP's LinearAllreduce all-reduces its output and LinearLayer takes the whole input
+    # (DeepSpeed edaa722126 module_inject/layers.py:770-776, 851-869): no sequence split
+    with pytest.raises(InvalidValueError, match="AutoTP"):
+        job("llama3-8b", t=2, d=4, framework="deepspeed", sequence_parallel=True)
+
+
 @pytest.mark.parametrize("name", ["deepspeed", "torchtitan"])
 def test_megatron_options_are_refused_elsewhere(name):
     with pytest.raises(InvalidValueError, match=f"not a {name} option"):
-        job("llama3-8b", t=2, d=4, framework=name, sequence_parallel=True, tp_comm_overlap=True)
+        job("llama3-8b", t=2, d=4, framework=name, sequence_parallel=name != "deepspeed",
+            tp_comm_overlap=True)
     with pytest.raises(InvalidValueError, match=f"not a {name} option"):
         job("llama3-8b", d=8, framework=name, recompute="selective",
             recompute_modules=["core_attn"])
@@ -247,13 +255,16 @@ def test_torchtitan_output_layer_saves_its_gathered_input():
     """torch's ColwiseParallel saves the all-gathered input (2 s b h rather than Megatron's
     2 s b h / t) and its final RMSNorm runs in fp32: more than Megatron-LM's and DeepSpeed's
     output layer.  DeepSpeed's runs transformers' LlamaRMSNorm: Megatron's plus the fp32 copy,
-    4 tau h / sigma (tests/test_hf_norms.py)."""
+    4 tau h / sigma (tests/test_hf_norms.py), and under AutoTP every rank holds all the fp32
+    logits, 4 s b V / c rather than Megatron's 4 s b V / (c t): its output layer is
+    colwise_gather_output (DeepSpeed edaa722126 module_inject/tp_plan_converter.py:48-50)."""
     def out(name):
         a = stage_activations(job("llama3-8b").model, Layout(t=2, d=4, sequence_parallel=True),
                               Training(framework=name, sharding="ddp", seq_length=4096))
         return next(t_ for t_ in a.terms if t_.key == "output_activations").expr
     mlm, ds, titan = (out(n) for n in FRAMEWORKS)
-    assert sp.simplify(ds - mlm - 4 * s * b * h / (c * t)) == 0 and titan - mlm > 0
+    gathered = 4 * s * b * V / c - 4 * s * b * V / (c * t)
+    assert sp.simplify(ds - mlm - 4 * s * b * h / (c * t) - gathered) == 0 and titan - mlm > 0
 
 
 def test_deepspeed_overlap_comm_adds_an_ipg_buffer():

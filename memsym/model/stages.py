@@ -319,7 +319,8 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
                      t_e: Optional[int] = None, first_stage_layers: Optional[int] = None,
                      last_stage_layers: Optional[int] = None, pad_vocab: bool = True,
                      tied_output_copy: bool = True, pipeline_layout=None,
-                     output_stage: Optional[int] = None) -> StageParameters:
+                     output_stage: Optional[int] = None,
+                     split_embedding: bool = True) -> StageParameters:
     """The parameters pipeline ``stage`` of ``p`` holds (Megatron-LM placement).
 
     The first stage holds the word embedding (V_pad·h, sharded over t) and the learned position
@@ -347,6 +348,11 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     output_stage : int, optional
         The rank that holds the final norm and the output layer (default p - 1; 0 under
         torch's V placement, where rank 0 holds the first and the last stage).
+    split_embedding : bool
+        Whether the word embedding is split over t (default True: Megatron's
+        ``VocabParallelEmbedding``).  False: it is whole on every TP rank, and so is a tied
+        output layer (DeepSpeed AutoTP, :attr:`memsym.frameworks.Framework.tp_whole_embedding`);
+        an untied output layer stays split over its vocabulary.
 
     Examples
     --------
@@ -354,6 +360,9 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     >>> sp0 = stage_parameters(preset("llama2-7b"), t=1, p=4, stage=0, pad_vocab=False)
     >>> sp0.total == 8 * 202383360 + 32000 * 4096
     True
+    >>> sp1 = stage_parameters(preset("llama2-7b"), t=2, pad_vocab=False, split_embedding=False)
+    >>> sp1.replicated - stage_parameters(preset("llama2-7b"), t=2, pad_vocab=False).replicated
+    131072000
     """
     x = resolve(arch)   # strict: the position table is counted on stage 0
     check_layout(x, t, p, e, t_e, first_stage_layers, last_stage_layers, pipeline_layout)
@@ -369,7 +378,10 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     vh = as_int(V * h, vals)
     first, last = stage == 0, stage == (p - 1 if output_stage is None else output_stage)
     if first:
-        tp += vh
+        if split_embedding:
+            tp += vh
+        else:
+            rep += vh
         if x.position_embedding_type == "learned_absolute":
             rep += x.max_position_embeddings * x.hidden_size
         if x.embedding_norm:                    # BLOOM's norm after the word embedding
@@ -380,8 +392,11 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
             rep += as_int(shared["norms"], vals)
     if last:
         rep += norm_params(x) * x.hidden_size
-        if x.untie_embeddings_and_output_weights or (p > 1 and tied_output_copy):
+        if x.untie_embeddings_and_output_weights:
             tp += vh
+        elif p > 1 and tied_output_copy:
+            # AutoTP leaves a tied output layer whole beside its embedding
+            rep, tp = (rep, tp + vh) if split_embedding else (rep + vh, tp)
         if x.output_layer_bias:                 # GPT-J's lm_head bias, one per (padded) row
             tp += as_int(V, vals)
         if x.mtp_num_layers:

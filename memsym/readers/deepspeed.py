@@ -21,6 +21,7 @@ from ..errors import InvalidValueError
 from ..limits import check_limit
 from ..text import short
 from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, load_json, read_bounded
+from .deepspeed_autotp import autotp_data_parallel, read_tensor_parallel
 from .deepspeed_notes import NOTED_TOP
 from .deepspeed_values import HF_ACCELERATE, HF_TRAINER, deepspeed_count, deepspeed_flag
 from .deepspeed_zero import (HIDDEN_AUTO_KEYS, ZERO_DEFAULTS, read_zero_optimization,
@@ -34,7 +35,8 @@ _DTYPE_KEYS = {"fp16": ("fp16_master_weights_and_grads",),
                "bf16": ("bf16_master_weights_and_grads", "bf16_optimizer_states")}
 _TOP_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu",
                  "gradient_accumulation_steps", "bf16", "bfloat16", "fp16", "zero_optimization",
-                 "data_types", "optimizer", "expert_parallel"}
+                 "data_types", "optimizer", "expert_parallel", "tensor_parallel",
+                 "sequence_parallel_size"}
 #: DeepSpeed's optimizer names with Adam's two moments (runtime/config.py's *_OPTIMIZER names)
 _ADAM_LIKE = {"adam", "adamw", "fusedadam", "cpuadam", "onebitadam", "zerooneadam",
               "lamb", "onebitlamb", "muadam", "muadamw"}
@@ -72,7 +74,9 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
     source : str, path or dict
         A path to the JSON file, its text, or the parsed object.
     world_size : int, optional
-        The data-parallel size d [GPUs]; without it, d is derived from the full triple if given.
+        The GPUs [GPUs], DeepSpeed's world size: the data-parallel size d, or t d under AutoTP
+        (``tensor_parallel.autotp_size`` t, :func:`memsym.readers.deepspeed_autotp.
+        autotp_data_parallel`); without it, derived from the full triple if given.
     micro_batch_size : int, optional
         The Trainer's ``per_device_train_batch_size`` [sequences].
     gradient_accumulation_steps : int, optional
@@ -85,7 +89,8 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
     Returns
     -------
     dict
-        ``layout`` (d; e, AutoEP's ``autoep_size`` when enabled), ``training`` (micro_batch_size [sequences], gradient_accumulation_steps,
+        ``layout`` (d; t, AutoTP's ``autotp_size`` or 1; e, AutoEP's ``autoep_size`` when
+        enabled), ``training`` (micro_batch_size [sequences], gradient_accumulation_steps,
         global_batch_size [sequences]), ``precision`` (params_dtype, grad_accum_dtype),
         ``optimizer`` (memsym's name), ``sharding`` (zero_stage, offload devices, buckets
         [elements], overlap_comm, stage3_*), ``defaults`` ((key, value, source) per "auto"
@@ -113,16 +118,24 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
     notes, ignored, defaults = [], [], []
     world_size, micro_batch_size, gradient_accumulation_steps = _check_options(
         world_size, micro_batch_size, gradient_accumulation_steps, precision)
-    d, tb, mb, gas = _read_batch(data, world_size, micro_batch_size,
-                                 gradient_accumulation_steps, notes, defaults)
+    t = read_tensor_parallel(data, notes, ignored)
+    world, tb, mb, gas = _read_batch(data, world_size, micro_batch_size,
+                                     gradient_accumulation_steps, notes, defaults)
+    d = autotp_data_parallel(world, t, notes)
     params, grad_accum = _read_precision(data, precision, notes, ignored, defaults)
     optimizer = _read_optimizer(data, notes, ignored)
     sh = read_zero_optimization(data, hidden_size, notes, ignored, defaults)
     e = _read_expert_parallel(data, notes, ignored)
+    if e is not None and t > 1:
+        # AutoEP's experts are EP-sharded, not TP-sharded (auto_tp.py:363-365), while memsym
+        # splits a DeepSpeed job's experts by t (Framework.expert_tp False)
+        raise InvalidValueError(f"expert_parallel with tensor_parallel.autotp_size {t}: AutoEP "
+                                "folds its experts beside AutoTP unsplit by TP, which memsym does "
+                                "not model (it splits the experts by t); drop one of them")
     _read_top_keys(data, notes, ignored)
-    return {"layout": {"d": d, "e": e}, "training": {"micro_batch_size": mb,
-                                             "gradient_accumulation_steps": gas,
-                                             "global_batch_size": tb},
+    return {"layout": {"d": d, "e": e, "t": t},
+            "training": {"micro_batch_size": mb, "gradient_accumulation_steps": gas,
+                         "global_batch_size": tb if t == 1 or d is None else mb * gas * d},
             "precision": {"params_dtype": params, "grad_accum_dtype": grad_accum},
             "optimizer": optimizer, "sharding": sh, "defaults": tuple(defaults),
             "ignored": tuple(ignored), "notes": tuple(notes)}
@@ -139,6 +152,10 @@ def searched_deepspeed_config(source, world_size: int | None,
     without it, since a ``"auto"`` train batch is b GAS d and changes with every layout)
 
     .. math:: B = b \\cdot \\text{GAS} \\cdot d \\quad\\text{(held; b, GAS and d searched)}
+
+    Under AutoTP (``tensor_parallel.autotp_size`` t) the train batch counts every GPU while a
+    TP group's ranks read the same micro-batches
+    (:data:`memsym.readers.deepspeed_autotp.AUTOTP_BATCH`): B is it divided by t.
 
     Returns None when the config's micro-batch is a number and no ``global_batch_size`` is
     given (the config is read as ``estimate`` reads it); else ``(config, B, auto)``: the config
@@ -194,6 +211,11 @@ def searched_deepspeed_config(source, world_size: int | None,
         raise InvalidValueError('train_micro_batch_size_per_gpu is "auto": give the GPUs, '
                                 "--gpus N or --world-size N")
     world_size = deepspeed_count(world_size, "world size", 1, MAX_GPUS, "gpus")
+    t = read_tensor_parallel(data, [], [])
+    if tb % t:      # AutoTP: every GPU counted, a TP group's ranks share (AUTOTP_BATCH)
+        raise InvalidValueError(f"train batch {tb} is not a multiple of tensor_parallel."
+                                f"autotp_size {t} (micro-batch x accumulation x GPUs)")
+    tb //= t
     mb = 1 if auto else data.get("train_micro_batch_size_per_gpu")
     mb = 1 if mb is None else deepspeed_count(mb, "train_micro_batch_size_per_gpu", 1,
                                               limit="micro_batch")

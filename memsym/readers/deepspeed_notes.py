@@ -14,9 +14,6 @@ NOTED_TOP = {
     "model calls deepspeed.checkpointing (Megatron-DeepSpeed); memsym counts no recompute from "
     "it (the model's own gradient checkpointing: --recompute-granularity full beside the "
     "config)",
-    "tensor_parallel": "DeepSpeed AutoTP splits the linear layers: memsym counts t = 1",
-    "sequence_parallel_size": "Ulysses sequence parallelism splits the sequence: memsym counts "
-    "the whole sequence on each GPU",
     "communication_data_type": "the gradient reduction's dtype changes the traffic, not "
     "modelled (memsym reduces in the gradient dtype)",
     "amp": "apex AMP is not modelled (memsym counts the bf16/fp16 sections only)",

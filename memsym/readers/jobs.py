@@ -22,7 +22,7 @@ from .megatron import MEGATRON_FSDP_SCHEMES
 from .torchtitan import V_SCHEDULES
 from .torchtitan_models import torchtitan_architecture
 
-__all__ = ["megatron_job", "deepspeed_job", "torchtitan_job", "torchtitan_positions",
+__all__ = ["megatron_job", "deepspeed_job", "autotp_architecture", "torchtitan_job", "torchtitan_positions",
            "MEGATRON_FSDP_SCHEMES", "DEEPSPEED_SCHEMES"]
 
 
@@ -194,8 +194,10 @@ def deepspeed_job(cfg: dict, model, **options):
     precision, ``optimizer.type`` -> optimizer, AutoEP's ``autoep_size`` -> e, micro-batch and global batch as DeepSpeed's
     batch rule resolved them, ``reduce_bucket_size`` / ``stage3_prefetch_bucket_size`` (and
     no IPG buffer without ``contiguous_gradients``: ``stage_1_and_2.py``, ``setup_buckets``)
-    -> the job's ``zero_buckets``; DeepSpeed keeps no
-    tensor or pipeline split of its own here (t = p = 1).  ZeRO sizes still ``"auto"`` are
+    -> the job's ``zero_buckets``, AutoTP's ``autotp_size`` -> t (without sequence
+    parallelism: :mod:`memsym.readers.deepspeed_autotp`; the model's vocabulary unpadded,
+    :func:`autotp_architecture`); DeepSpeed keeps no pipeline split of its own here
+    (p = 1).  ZeRO sizes still ``"auto"`` are
     filled from the model's hidden size as the Hugging Face Trainer fills them
     (:func:`memsym.readers.deepspeed.resolve_hidden_autos`); every value filled is reported
     among the job's defaults, with its source.
@@ -222,6 +224,9 @@ def deepspeed_job(cfg: dict, model, **options):
         opts["optimizer"] = cfg["optimizer"]
     if cfg["layout"].get("e") is not None:
         opts["e"] = cfg["layout"]["e"]          # AutoEP's autoep_size
+    if cfg["layout"].get("t", 1) > 1:
+        opts["t"] = cfg["layout"]["t"]          # AutoTP's autotp_size
+        model = autotp_architecture(model, opts["t"])
     off_p, off_o = shard.get("offload_param", "none"), shard.get("offload_optimizer", "none")
     if off_p not in (None, "none"):
         opts["offload"] = "optimizer+params"
@@ -249,6 +254,35 @@ def deepspeed_job(cfg: dict, model, **options):
         notes += (MODEL_CHECKPOINTING,)
     return job(model, _notes=notes,
                _defaults=tuple(d for d in defaults if d[0] not in options), **opts)
+
+
+def autotp_architecture(model, t: int) -> Architecture:
+    """The architecture as DeepSpeed AutoTP splits it over ``t`` ranks: the transformers
+    model's own vocabulary, unpadded (``make_vocab_size_divisible_by = 1``: transformers
+    builds ``nn.Embedding(config.vocab_size, ...)``), whose untied output layer AutoTP splits
+    by rows (``colwise_gather_output``).  AutoTP allows uneven shards (``module_inject/
+    tp_shard.py:47-93``; ``docs/_tutorials/autotp-training.md``, "Limitations"), memsym counts
+    even ones: an untied vocabulary that t does not divide is refused in one line (the heads
+    and the MLP width are checked by :func:`memsym.model.check_layout`).
+
+    Parameters
+    ----------
+    model : str, Architecture
+        A preset, a config.json or an Architecture.
+    t : int
+        AutoTP's ``autotp_size`` [GPUs].
+
+    Examples
+    --------
+    >>> autotp_architecture("llama2-7b", 2).make_vocab_size_divisible_by
+    1
+    """
+    arch = model if isinstance(model, Architecture) else resolve_model(model)
+    if arch.untie_embeddings_and_output_weights and arch.vocab_size % t:
+        raise InvalidValueError(f"tensor_parallel.autotp_size {t} does not divide the vocabulary "
+                                f"({arch.vocab_size}): AutoTP splits the output layer unevenly, "
+                                "memsym counts even shards")
+    return dataclasses.replace(arch, make_vocab_size_divisible_by=1)
 
 
 def torchtitan_positions(model, seq_len: int):

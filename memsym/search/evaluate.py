@@ -457,6 +457,8 @@ def _step_time(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool, scheme
                   distributed_optimizer=scheme != "ddp",
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
                   reduce_per_microbatch=scheme == "zero2",
+                  whole_embedding=FRAMEWORK[space.framework].tp_whole_embedding,
+                  gathered_logits=FRAMEWORK[space.framework].tp_gathered_logits,
                   pipelined_fsdp=scheme == "fsdp" and FRAMEWORK[space.framework].torch_pipelining,
                   torch_rounds=FRAMEWORK[space.framework].torch_pipelining,
                   schedule="gpipe" if space.schedule == "gpipe" else "1f1b",

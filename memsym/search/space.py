@@ -17,6 +17,7 @@ from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK, FRAMEWORK_SCHEMES
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
 from ..job_checks import compile_changes_recompute
+from ..job_framework import framework_architecture
 from ..limits import check_limit
 from ..terms.model_state import (CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, byte_widths,
                                  SCHEMES as ALL_SCHEMES)
@@ -395,6 +396,19 @@ def from_job(model, gpu, options: dict):
     return model.model, gpu
 
 
+def _sequence_parallel_choices(sequence_parallel, framework) -> tuple:
+    """The sequence-parallel choices searched: off only where the framework's TP never splits
+    the sequence (:attr:`memsym.frameworks.Framework.tp_without_sequence_parallel`)."""
+    got = {bool(x) for x in ([sequence_parallel] if isinstance(sequence_parallel, bool)
+                             else sequence_parallel)}
+    if FRAMEWORK[framework].tp_without_sequence_parallel:
+        if got == {True}:
+            raise InvalidValueError(f"sequence_parallel: {FRAMEWORK[framework].title}'s tensor "
+                                    "parallelism (AutoTP) never splits the sequence")
+        got = {False}
+    return tuple(sorted(got))
+
+
 def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_size=None,
                micro_batch_sizes=None,
                recompute=None, sharding=None,
@@ -425,6 +439,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     mbs = _int_list(micro_batch_sizes, "micro-batch size")
 
     framework = choose("framework", framework, FRAMEWORKS)
+    arch = framework_architecture(arch, framework)      # transformers' unpadded vocabulary
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
     # the sizes its own file spells, held where none is named (search, min-gpus, plot, --emit)
     held_sizes = FRAMEWORK[framework].held_sizes(tp=tp, pp=pp, cp=cp, vpp=vpp, recompute=recompute)
@@ -474,8 +489,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         recompute=_recompute_choices([recompute] if isinstance(recompute, str) else recompute,
                                      modes, titan, arch.num_layers),
         sharding=shard,
-        sequence_parallel=tuple(sorted({bool(x) for x in ([sequence_parallel] if isinstance(
-            sequence_parallel, bool) else sequence_parallel)})),
+        sequence_parallel=_sequence_parallel_choices(sequence_parallel, framework),
         offload=matched_choices("offload", [offload] if isinstance(offload, str) else offload, OFFLOADS),
         tp=_int_list(tp, "tp"), pp=_int_list(pp, "pp"), cp=_int_list(cp, "cp"),
         ep=_int_list(ep, "ep"), vpp=_int_list(vpp, "vpp"),

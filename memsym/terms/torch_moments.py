@@ -38,6 +38,9 @@ _CKPT = Source("megatron-core", "megatron/core/tensor_parallel/random.py, Checkp
 _TT = "torchtitan/models/llama3/infra/parallelize.py at 018740b7aae7"
 _OUT = Source("torchtitan", f"{_TT}, apply_tp (output ColwiseParallel with output_layouts "
               "Replicate() unless loss_parallel: every TP rank holds every logit)")
+_AUTOTP = Source("deepspeed-autotp", "module_inject/tp_plan_converter.py:48-50 (the output "
+                 "layer's colwise_gather_output), module_inject/layers.py:861-869 (LinearLayer "
+                 "all-gathers its output shards): every TP rank holds every logit")
 _FSDP = Source("pytorch-fsdp2", f"{_TT}, apply_fsdp (tok_embeddings, each block and [norm, "
                "output] their own groups); torch _fully_shard/_fsdp_state.py (the backward "
                "prefetches the group that ran before in forward), _fsdp_param_group.py "
@@ -70,15 +73,17 @@ def working_set_absent(working_set: Term) -> Term:
                 _CKPT, label="no working set")
 
 
-def gathered_logits(terms) -> tuple:
+def gathered_logits(terms, autotp: bool = False) -> tuple:
     """The loss's Terms with every TP rank holding all logits (torchtitan without
-    ``loss_parallel``): :math:`V/t` becomes :math:`V`.
+    ``loss_parallel``; DeepSpeed AutoTP with ``autotp``): :math:`V/t` becomes :math:`V`.
 
     >>> gathered_logits((Term("logits", 4 * s * b * V / t, "x", _OUT),))[0].expr
     4*V*b*s
     """
-    return tuple(Term(term.key, term.expr.xreplace({t: 1}), term.description + " (gathered "
-                      "over TP: output_layouts Replicate())", _OUT, label=term.label)
+    why, src = ((" (whole on every TP rank: AutoTP's colwise_gather_output)", _AUTOTP) if autotp
+                else (" (gathered over TP: output_layouts Replicate())", _OUT))
+    return tuple(Term(term.key, term.expr.xreplace({t: 1}), term.description + why, src,
+                      label=term.label)
                  if term.expr.has(V) else term for term in terms)
 
 

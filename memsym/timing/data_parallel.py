@@ -46,13 +46,15 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
 
     Also its decoder layers, and of its dense parameters those outside the decoder layers:
 
-    .. math:: N_{dense} = \frac{L_{max}\,\bar N_{layer} + N_{ends}}{t}, \quad
+    .. math:: N_{dense} = \frac{L_{max}\,\bar N_{layer} + N_{ends}}{t}
+       + [\text{AutoTP}]\,V h\,(1 - 1/t), \quad
        N_{expert} = \frac{L_{max}\,\bar N_{expert}}{e\,t_e}, \quad
        N_{ends} = V h\,(1 + [p = 1 \wedge \text{untied}]) + h
 
     ``stages``: the decoder layers of the (first, middle, last) stages, and of the heaviest
     middle stage where the middle ones differ (a fourth entry).  The dense ones are
-    split over TP, the experts over EP x expert TP; the end stages hold the embedding or the
+    split over TP (but DeepSpeed AutoTP's word embedding, ``Settings.whole_embedding``), the
+    experts over EP x expert TP; the end stages hold the embedding or the
     output layer and the final norm (the fourth value: not linear-layer weights, gathered at
     16 bits under FP8 / NVFP4 parameters; so are the dense weights of the rank's BF16 layers,
     ``Settings.bf16_layers``: both ends' at p = 1, else the larger end's).  A hybrid's layer is the mean of its kinds' weights
@@ -100,8 +102,10 @@ def parameters_per_gpu(x, st: Settings, p, t, e, t_e, stages: tuple) -> tuple:
     # the end stages' own weights: the embedding (first stage) or the output layer and the
     # final norm (last); with p = 1 one GPU holds them all, both matrices when untied
     ends = x.V * x.h * np.where((p == 1) & bool(x.untied), 2, 1) + x.h
-    dense_gpu = (layers_max * per_layer_dense + ends) / t
-    ends_gpu = ends / t
+    # AutoTP's word embedding (a tied output layer with it) whole on every TP rank
+    whole = x.V * x.h * (1 - 1 / np.asarray(t, dtype=float)) if st.whole_embedding else 0.0
+    dense_gpu = (layers_max * per_layer_dense + ends) / t + whole
+    ends_gpu = ends / t + whole
     if st.output_first:
         # V placement: the first rank holds both matrices, the others only layers
         v_first = first * per_layer_dense + 2 * x.V * x.h + x.h

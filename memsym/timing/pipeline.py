@@ -171,7 +171,8 @@ def end_layers(x, st: Settings, dev, b, t, c, eta_gemm=None) -> tuple:
             + \frac{10\,T V/t}{B_{HBM}},\quad t_{\text{emb}} = \frac{4\,T h}{B_{HBM}}
 
     with :math:`T = bs/c` tokens.  The output layer runs 16-bit (Transformer Engine keeps it
-    out of FP8), its fp32 logits cost ~16 bytes per logit forward + backward; the embedding
+    out of FP8), its fp32 logits cost ~16 bytes per logit forward + backward (all V logits
+    under DeepSpeed AutoTP, ``Settings.gathered_logits``); the embedding
     lookup and its gradient scatter 4 T h bytes.  The MTP depths' work beside their decoder
     layers is :func:`memsym.timing.mtp.mtp_depth`'s.
 
@@ -227,7 +228,8 @@ def _end_layers(x, st: Settings, dev, b, t, c, eta_gemm) -> tuple:
     out_f = gemm_time(og.M, og.N, og.K, dev, oprec, eta_gemm=eta_gemm)
     out_b = (gemm_time(og.M, og.K, og.N, dev, oprec, eta_gemm=eta_gemm)
              + gemm_time(og.K, og.N, og.M, dev, oprec, eta_gemm=eta_gemm))
-    logits = og.M * og.N
+    # AutoTP's loss works on the all-gathered logits (Settings.gathered_logits)
+    logits = og.M * (og.N * t if st.gathered_logits else og.N)
     out_f = out_f + memory_time(6 * logits, dev)
     out_b = out_b + memory_time(10 * logits, dev)
     T = b * s / c

@@ -133,6 +133,14 @@ class Settings:
         Under selective recompute, Megatron-core's ``--recompute-modules``
         (:data:`memsym.vocabulary.RECOMPUTE_MODULES`; its default ``core_attn``), each
         module's forward rerun in backward (:mod:`memsym.timing.recompute`).
+    whole_embedding : bool
+        Whether the word embedding (and a tied output layer) is whole on every TP rank, not
+        split over t: DeepSpeed AutoTP (:attr:`memsym.frameworks.Framework.tp_whole_embedding`);
+        its gradient is reduced whole over the data-parallel group.
+    gathered_logits : bool
+        Whether every TP rank's loss works on all V logits (DeepSpeed AutoTP's gathered output
+        layer, :attr:`memsym.frameworks.Framework.tp_gathered_logits`): the loss's memory
+        traffic counts T V, not T V / t (the all-gather itself is not priced).
     tp_overlap_cfg : str, tuple or None
         The userbuffers config ``--tp-comm-overlap`` runs with (a key of
         :data:`memsym.timing.userbuffers.UB_CONFIGS`, e.g. a Megatron-Bridge recipe's
@@ -208,6 +216,8 @@ class Settings:
     mla_down_proj_fusion: bool = False
     mtp_recompute: bool = True
     bias_activation_fusion: bool = True
+    whole_embedding: bool = False
+    gathered_logits: bool = False
 
 
 @dataclass(frozen=True)

@@ -392,6 +392,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     grad_bytes=2 if states.grad_dtype in ("bf16", "fp16") else 4,
                     gather_per_microbatch=states.sharding in ("zero3", "fsdp"),
                     reduce_per_microbatch=states.sharding == "zero2",
+                    whole_embedding=framework(training.framework).tp_whole_embedding,
+                    gathered_logits=framework(training.framework).tp_gathered_logits,
                     pipelined_fsdp=states.sharding == "fsdp" and titan,
                     recompute_fraction=_recompute_fraction(arch, layout, training),
                     # block skips the MTP layer's recompute (multi_token_prediction.py:1630)

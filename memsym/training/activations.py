@@ -36,8 +36,8 @@ from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbat
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
 from .bf16_layers import bf16_activation_excess
-from .traits import (activation_width, boundary_bytes, logits_gathered, loss_kind, output_stage,
-                     resolve_arch, sequence_parallel_on, stage_role)
+from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
+                     loss_kind, output_stage, resolve_arch, sequence_parallel_on, stage_role)
 
 #: memsym's own derivation of the terms without a published source (MTP, working set).
 _DERIVED = Source("memsym-derivation", "memsym/training/activations.py, stage_activations")
@@ -121,8 +121,8 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
             product=getattr(x, "norm_fp32_product", False))))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
-    return Total(out.name, tm.gathered_logits(out.terms)) if logits_gathered(layout, training) \
-        else out
+    return Total(out.name, tm.gathered_logits(out.terms, autotp_logits(training))) \
+        if autotp_logits(training) or logits_gathered(layout, training) else out
 
 
 def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Expr:

@@ -58,7 +58,8 @@ def job_stage_parameters(j: Job | UncheckedJob, stage: int):
     return models.stage_parameters(
         j.model, layout.t, layout.p, stage, e=layout.e, t_e=layout.t_e,
         first_stage_layers=layout.first_stage_layers, last_stage_layers=layout.last_stage_layers,
-        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, j.training))
+        pipeline_layout=layout.pipeline_layout, output_stage=output_stage(layout, j.training),
+        split_embedding=not framework_record(j.training.framework).tp_whole_embedding)
 
 
 def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:

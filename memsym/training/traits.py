@@ -92,15 +92,29 @@ def boundary_bytes(sp_on: bool, training: Training) -> sp.Expr:
 
 
 def logits_gathered(layout: Layout, training: Training) -> bool:
-    """Whether every TP rank holds all logits (DTensor TP without loss_parallel).
+    """Whether every TP rank holds all logits (DTensor TP without loss_parallel; DeepSpeed
+    AutoTP's at any t, :func:`autotp_logits`).
 
     Examples
     --------
     >>> logits_gathered(Layout(t=2), Training())
     False
     """
-    return framework_record(training.framework).dtensor_tp and layout.t > 1 \
-        and not training.memory.loss_parallel
+    fw = framework_record(training.framework)
+    return layout.t > 1 and fw.dtensor_tp and not training.memory.loss_parallel
+
+
+def autotp_logits(training: Training) -> bool:
+    """Whether every TP rank holds all logits at any t, so that one expression stands for
+    every t (a search's templates keep t symbolic): DeepSpeed AutoTP's gathered output layer
+    (:attr:`memsym.frameworks.Framework.tp_gathered_logits`); at t = 1 the same logits.
+
+    Examples
+    --------
+    >>> autotp_logits(Training(framework="deepspeed")), autotp_logits(Training())
+    (True, False)
+    """
+    return framework_record(training.framework).tp_gathered_logits
 
 
 def loss_kind(layout: Layout, training: Training) -> str:

@@ -29,8 +29,8 @@ from ..unchecked_job import UncheckedJob
 from ..values import as_expr
 from .activations import output_layer_activations, resolved_stage_activations
 from .model_states import STEP_STATE_KEYS, stage_has_experts, state_terms, state_training
-from .traits import (activation_width, boundary_bytes, logits_gathered, loss_kind, output_stage,
-                     sequence_parallel_on)
+from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
+                     loss_kind, output_stage, sequence_parallel_on)
 
 #: The phases of one training step whose peaks memsym compares (on the most-loaded stage):
 #: the end of the forward, the loss's backward (the first of the backward: every activation
@@ -281,7 +281,9 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
     gathered), the deferred embedding weight-gradient buffers, and in the blocks' backward the
     output layer's activations freed (``output_freed``)."""
     fwd, bwd = _loss_transients(loss_kind(layout, training))
-    if logits_gathered(layout, training):
+    if autotp_logits(training):
+        fwd, bwd = tm.gathered_logits(fwd, autotp=True), tm.gathered_logits(bwd, autotp=True)
+    elif logits_gathered(layout, training):
         fwd, bwd = tm.gathered_logits(fwd), tm.gathered_logits(bwd)
     out["forward"] += list(fwd)
     out["loss-backward"] += list(bwd)
