@@ -179,7 +179,7 @@ def _job_recompute(memory) -> str:
     """The search's recompute choice of the job: Megatron's full recompute of every layer
     (``--recompute-method uniform --recompute-num-layers 1``, how ``--emit megatron``
     spells full) is the search's ``full``; block-N and every-N as they are."""
-    from ..search.space import recompute_choice
+    from ..search.job_fields import recompute_choice
 
     if memory.recompute == "full" and memory.recompute_method == "uniform" \
             and memory.recompute_num_layers in (None, 1):

@@ -26,10 +26,9 @@ from ..training import ALLOWANCES, Training
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 # re-exported: the search's callers import them here
 from .job_fields import (HELD_FIELDS, MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS,  # noqa: F401
-                         SEARCHED_FIELDS, carried_ub_config, checked_held, checked_overlaps, row_overlaps,
-                         global_batch_of, held_of, checked_efficiency,
-                         megatron_fsdp_rows, recompute_choice, refuse_unsearched, states_scheme,
-                         unsearched_fields)
+                         carried_ub_config, checked_held, checked_overlaps, row_overlaps,
+                         global_batch_of, held_of, checked_efficiency, megatron_fsdp_rows,
+                         refuse_unsearched, states_scheme)
 
 
 #: The rules the search applies, by name (the name is what the output shows), from the one
