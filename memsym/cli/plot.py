@@ -334,9 +334,9 @@ def _feasibility_figure(args, arch, layout, training, cap, search_result, job=No
                                     "search runs over the job's world size)")
         from .. import search as searching
         from ..job import job as build_job
-        from ..search.job_fields import space_differences
+        from ..search.job_fields import recompute_choice, space_differences
         from ..search.space import (OVERLAP_FIELDS, from_job, global_batch_of, make_space,
-                                    recompute_choice, refuse_unsearched)
+                                    refuse_unsearched)
 
         if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
             raise InvalidValueError("plot feasibility searches the recompute modes; "
