@@ -18,6 +18,7 @@ import pytest
 
 from memsym.hardware import cluster_for, gpu
 from memsym.model import preset
+from memsym.timing.collectives import group_bandwidth
 from memsym.timing.gemm import layer_gemms, shape_of
 from memsym.timing.layer import layer_time
 from memsym.timing.moe import grouped_quantize_bytes
@@ -74,3 +75,30 @@ def test_a_tensorwise_layers_memory_time_grows_by_the_amax_bytes_at_hbm_bandwidt
     assert float(ft["memory"] - fd["memory"]) == pytest.approx(
         (2 * CAST_FWD + 4 * NORMED) / 3.35e12, rel=1e-12)
     assert float(bt["memory"] - bd["memory"]) == pytest.approx(2 * GRADS / 3.35e12, rel=1e-12)
+
+
+def test_the_amax_all_reduce_under_sequence_parallelism_is_exposed_tp_time():
+    # TE d0067d0da6 module/linear.py:351-355, 818-825: under SP the column-parallel input's and
+    # the row-parallel output gradient's quantizers all-reduce their fp32 amax (4 bytes, MAX)
+    # over the TP group (csrc/quantizer.cpp:1015-1021) before the cast, the stream waiting on
+    # it.  Llama 3 8B at t = 2 with SP: two blocks (attention, MLP), one all-reduce each way
+    # per block, by the ring form 2 (t - 1)/t S / beta + 2 (t - 1) alpha with S = 4 bytes
+    dev = gpu("h100-80gb")
+    clu = cluster_for(dev.name)
+    x = shape_of(preset("llama3-8b"))
+    st = Settings(seq_length=8192, micro_batch_size=1, precision="fp8", fp8_recipe="delayed",
+                  sequence_parallel=True)
+    kw = dict(moe=False, eta_gemm=None, overlap=Overlap(), dp=1.0)
+    fd, bd = layer_time(x, st, dev, clu, 2.0, 1.0, 1.0, 2.0, 1.0, **kw)
+    ft, bt = layer_time(x, dataclasses.replace(st, fp8_recipe="tensorwise"), dev, clu,
+                        2.0, 1.0, 1.0, 2.0, 1.0, **kw)
+    beta, alpha = group_bandwidth("tp", 2, clu, t=2, c=1, d=1)
+    one = 2 * (2 - 1) / 2 * 4 / beta + 2 * (2 - 1) * alpha
+    assert float(ft["tp"] - fd["tp"]) == pytest.approx(2 * one, rel=1e-9)
+    assert float(bt["tp"] - bd["tp"]) == pytest.approx(2 * one, rel=1e-9)
+    # without SP no quantizer reduces its amax (set_quantizer_amax_reduction_group(..., None))
+    no_sp = dataclasses.replace(st, sequence_parallel=False)
+    f0, _ = layer_time(x, no_sp, dev, clu, 2.0, 1.0, 1.0, 2.0, 1.0, **kw)
+    f1, _ = layer_time(x, dataclasses.replace(no_sp, fp8_recipe="tensorwise"), dev, clu,
+                       2.0, 1.0, 1.0, 2.0, 1.0, **kw)
+    assert float(f1["tp"]) == float(f0["tp"])

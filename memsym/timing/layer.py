@@ -305,6 +305,16 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
     elif overlap.tp_comm:
         f_tp = np.maximum(0, f_tp - f_gemm)
         b_tp = np.maximum(0, b_tp - b_gemm)
+    if st.sequence_parallel and current_scaling(prec, st.fp8_recipe):
+        # FP8 current scaling under SP: each block's column-parallel input (forward) and
+        # row-parallel output gradient (backward) quantizer all-reduces its fp32 amax, 4
+        # bytes (MAX), over the TP group before the cast, the stream waiting on it: exposed
+        # (TE d0067d0da6 module/linear.py:351-355, 818-825; csrc/quantizer.cpp:1015-1021)
+        amax = blocks * collective_time("all-reduce", 4, t, bw, lat)
+        amax_bytes = blocks * collective_bytes("all-reduce", 4, t)
+        f_tp, b_tp = f_tp + amax, b_tp + amax
+        tp_raw = [tp_raw[0] + amax, tp_raw[1] + amax, tp_raw[2] + amax_bytes,
+                  tp_raw[3] + amax_bytes]
     return f_gemm, b_gemm, f_tp, b_tp, tp_raw
 
 

@@ -56,8 +56,9 @@ scaling's fully fused norm does not spend.  Per layer:
 
 (:math:`N` the norm-fused GEMMs, :data:`NORM_FUSED`).  Under sequence parallelism TE
 all-reduces each amax of the column-parallel inputs and the row-parallel output gradients
-over the TP group (``amax_reduction_group``): one fp32, 4 bytes, per cast, four per layer,
-each a latency-bound all-reduce; not priced.
+over the TP group (``amax_reduction_group``): one fp32, 4 bytes, per cast, two a block
+(attention, dense MLP), a latency-bound all-reduce the stream waits on, priced as exposed TP
+time (:mod:`memsym.timing.layer`).
 
 References
 ----------
