@@ -133,6 +133,15 @@ MEGATRON_CASES = {
                        dict(tp=[1], pp=[4], vpp=[2], uneven=False,
                             sharding=["distributed-optimizer"], recompute=["full"]),
                        ["--no-overlap-p2p-communication"]),
+    # the same on uneven end stages (6 + 10 + 10 + 6 layers over pp 4, vpp 2): the search
+    # prices its interleaved rows by the schedule's longest path as the estimate simulates
+    # them (m = 32: 2 p m v = 512 chunk passes, within memsym.timing.interleaved.MAX_PASSES)
+    "no-overlap-p2p-uneven": (dict(overlap_p2p_comm=False),
+                              dict(tp=[1], pp=[4], vpp=[2], first_stage_layers=6,
+                                   last_stage_layers=6, sharding=["distributed-optimizer"],
+                                   recompute=["full"]),
+                              ["--decoder-first-pipeline-num-layers", "6",
+                               "--decoder-last-pipeline-num-layers", "6"]),
     "no-bias-swiglu-fusion": (dict(bias_activation_fusion=False),
                               dict(tp=[2], pp=[1], sharding=["distributed-optimizer"]),
                               ["--no-bias-swiglu-fusion"]),

@@ -40,8 +40,11 @@ __all__ = ["MAX_PASSES", "schedule_levels", "interleaved_makespan", "exact_inter
 
 #: The most chunk passes (2 p m v) of one (p, m, v, N) shape priced by its exact longest
 #: path in a grid; larger shapes keep the closed form (their levels, one numpy step each,
-#: would outweigh the rest of a search).
-MAX_PASSES = 128
+#: would outweigh the rest of a search).  1024 (was 128): pp 4, vpp 2 up to m = 64, where a
+#: search row with uneven end stages was ~0.4 % off ``memsym estimate`` (the closed form);
+#: a default search of llama3-70b on 64 / 256 H100s took ~1.5 s before, ~2-3 s after (two
+#: shared cores; unlimited: 28 s / 70 s).
+MAX_PASSES = 1024
 
 
 @functools.lru_cache(maxsize=512)
@@ -65,10 +68,12 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
     Returns
     -------
     tuple
-        ``(levels, ends, n)``: per level ``(passes, rank_previous, dependency, duration)``
-        index arrays [1] (a missing predecessor is pass ``n``, which ends at 0; the duration
-        index 0..5 is forward of the first, middle, last rank, then backward); ``ends`` the
-        last pass of each rank [1]; ``n`` the number of passes [1].  None where the order
+        ``(levels, ends, n)``, the passes numbered in level order: per level ``(lo, hi,
+        rank_previous, dependency, duration)``, its passes ``lo .. hi - 1`` and their
+        predecessors' and duration's index arrays [1] (a missing predecessor is pass ``n``,
+        which ends at 0; the duration index 0..5 is forward of the first, middle, last rank,
+        then backward); ``ends`` the last pass of each rank [1]; ``n`` the number of passes
+        [1].  None where the order
         deadlocks (some layouts Megatron refuses: m mod N in (0, p)).
 
     Examples
@@ -95,13 +100,17 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
     if len(rows) < 2 * p * m * v:
         return None      # a layout Megatron refuses (m mod N below p) can deadlock
     n = len(rows)
-    arr = np.array(rows, dtype=np.intp)
-    arr[arr < 0] = n
+    # renumbered in level order, each level a contiguous run: a level's step writes a slice
     lev = np.array(level)
     order = np.argsort(lev, kind="stable")
-    bounds = np.flatnonzero(np.diff(lev[order])) + 1
-    levels = tuple(tuple(arr[grp, k] for k in range(4)) for grp in np.split(order, bounds))
-    return levels, np.array(prev, dtype=np.intp), n
+    pos = np.empty(n + 1, dtype=np.intp)
+    pos[order], pos[n] = np.arange(n), n
+    arr = np.array(rows, dtype=np.intp)[order]
+    arr[arr < 0] = n
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(lev[order])) + 1, [n]])
+    levels = tuple((int(lo), int(hi), pos[arr[lo:hi, 1]], pos[arr[lo:hi, 2]], arr[lo:hi, 3])
+                   for lo, hi in zip(bounds[:-1], bounds[1:]))
+    return levels, pos[np.array(prev, dtype=np.intp)], n
 
 
 def interleaved_makespan(p: int, m: int, v: int, group: int, fwd: tuple, bwd: tuple):
@@ -149,8 +158,10 @@ def interleaved_makespan(p: int, m: int, v: int, group: int, fwd: tuple, bwd: tu
     vals = np.broadcast_arrays(*(np.asarray(x, dtype=float) / v for x in (*fwd, *bwd)))
     dur = np.stack([x.ravel() for x in vals])
     end = np.zeros((n + 1, dur.shape[1]))
-    for idx, prev, dep, which in levels:
-        end[idx] = np.maximum(end[prev], end[dep]) + dur[which]
+    for lo, hi, prev, dep, which in levels:
+        step = end[lo:hi]
+        np.maximum(end[prev], end[dep], out=step)
+        step += dur[which]
     return end[ends].max(axis=0).reshape(vals[0].shape)
 
 

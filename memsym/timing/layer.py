@@ -27,7 +27,7 @@ from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_eager import eager_seconds
 from .moe_host import host_exposed
-from .quantize import cast_bytes, cast_copies
+from .quantize import cast_bytes, cast_copies, current_scaling
 from .records import Overlap, Settings
 from .recompute import module_recompute
 from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
@@ -189,7 +189,9 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
         # Transformer Engine's casts of each quantized GEMM's input and output gradient
         # (memsym.timing.quantize): one copy under per-tensor FP8 on a non-TN GPU, else two
         copies = cast_copies(prec, st.fp8_recipe, dev.non_tn_fp8_gemm)
-        f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st), copies)
+        # current scaling (tensorwise): each cast's amax pass, the norm-fused inputs' casts
+        f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st), copies,
+                              amax=current_scaling(prec, st.fp8_recipe))
         f_mem, b_mem = f_mem + memory_time(f_q, dev), b_mem + memory_time(b_q, dev)
     return f_gemm, b_gemm, f_att, b_att, f_mem, b_mem
 
@@ -280,6 +282,16 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
     elif overlap.tp_comm:
         f_tp = np.maximum(0, f_tp - f_gemm)
         b_tp = np.maximum(0, b_tp - b_gemm)
+    if st.sequence_parallel and current_scaling(prec, st.fp8_recipe):
+        # FP8 current scaling under SP: each block's column-parallel input (forward) and
+        # row-parallel output gradient (backward) quantizer all-reduces its fp32 amax, 4
+        # bytes (MAX), over the TP group before the cast, the stream waiting on it: exposed
+        # (TE d0067d0da6 module/linear.py:351-355, 818-825; csrc/quantizer.cpp:1015-1021)
+        amax = blocks * collective_time("all-reduce", 4, t, bw, lat)
+        amax_bytes = blocks * collective_bytes("all-reduce", 4, t)
+        f_tp, b_tp = f_tp + amax, b_tp + amax
+        tp_raw = [tp_raw[0] + amax, tp_raw[1] + amax, tp_raw[2] + amax_bytes,
+                  tp_raw[3] + amax_bytes]
     return f_gemm, b_gemm, f_tp, b_tp, tp_raw
 
 

@@ -55,7 +55,7 @@ from .efficiency import K0, LAUNCH_OVERHEAD, TILES, as_array, ceiling, gemm_time
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
-from .quantize import cast_copies
+from .quantize import cast_copies, current_scaling
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
            "dispatch_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
@@ -207,8 +207,11 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None, non_tn_fp8_gemm=False):
     column-wise copies (1 + 1; MXFP8: a scale byte per 32 elements each), or under per-tensor
     FP8 on a GPU with non-TN FP8 GEMMs the row-wise copy alone (n = 1,
     :func:`memsym.timing.quantize.cast_copies`: TE d0067d0da6 csrc/quantizer.cpp:546-547,
-    799-800, no transpose); a dense fc1's input comes quantised from the fused norm.  Current
-    scaling's amax pre-pass is not counted.
+    799-800, no transpose); a dense fc1's input comes quantised from the fused norm (cast
+    after it under current scaling: :func:`memsym.timing.quantize.cast_bytes`).  Under
+    current scaling (``tensorwise``) each split's ``quantize`` first reads its rows for the
+    amax (TE d0067d0da6 csrc/extensions/cast.cpp:907-940, csrc/quantizer.cpp:1009-1012): 2
+    more bytes an element (:func:`memsym.timing.quantize.current_scaling`).
 
     Parameters
     ----------
@@ -227,7 +230,12 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None, non_tn_fp8_gemm=False):
     True
     >>> int(grouped_quantize_bytes(32768, 2048, "mxfp8")) == (4 + 1 / 16) * 32768 * 2048
     True
-    >>> int(grouped_quantize_bytes(32768, 2048, "tensorwise", True)) == 3 * 32768 * 2048
+    >>> int(grouped_quantize_bytes(32768, 2048, "delayed", True)) == 3 * 32768 * 2048
+    True
+
+    Current scaling adds the amax read: 2 + 1 + 2 = 5 bytes an element on a non-TN GPU:
+
+    >>> int(grouped_quantize_bytes(32768, 2048, "tensorwise", True)) == 5 * 32768 * 2048
     True
 
     References
@@ -239,6 +247,8 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None, non_tn_fp8_gemm=False):
            else 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0))
     if cast_copies("fp8", fp8_recipe, non_tn_fp8_gemm) == 1:
         per = 3       # per-tensor FP8, non-TN GPU: the 1-byte row-wise copy alone
+    if current_scaling("fp8", fp8_recipe):
+        per += 2      # current scaling: each split's amax pass reads its bf16 rows
     return per * as_array(rows) * k_dim
 
 

@@ -39,6 +39,27 @@ experts); :math:`F` the GEMMs whose input is not cast here (:data:`NOT_CAST_FORW
 weigh :math:`\tfrac{1}{6}(1/N + 1/K)(2 + n w)` bytes per FLOP, three to six times more on
 Qwen3-30B-A3B's experts (K, N of 768-2048) than on Llama 3's layers (4096-28672).
 
+Under FP8 current scaling (Megatron's ``--fp8-recipe tensorwise``, TE's
+``Float8CurrentScalingQuantizer``; :func:`current_scaling`) each cast computes its tensor's
+amax first, in a pass of its own over the bf16 input (``nvte_compute_amax_with_config``),
+then the scale from it and then the cast [te-current-scaling]: 2 more bytes read an element,
+:math:`4 + n w`.  A norm-fused GEMM's input is not written quantized by the norm under
+current scaling: the norm kernel writes its bf16 output and the amax beside it, and
+``quantize_with_amax`` casts it (no amax pass): :math:`2 + n w` an element that delayed
+scaling's fully fused norm does not spend.  Per layer:
+
+.. math::
+
+    B_{\text{fwd}} = (4 + n w)\sum_{g \notin F} M_g K_g c_g
+        + (2 + n w)\sum_{g \in N} M_g K_g c_g,\qquad
+    B_{\text{bwd}} = (4 + n w)\sum_{g \notin U} M_g N_g c_g
+
+(:math:`N` the norm-fused GEMMs, :data:`NORM_FUSED`).  Under sequence parallelism TE
+all-reduces each amax of the column-parallel inputs and the row-parallel output gradients
+over the TP group (``amax_reduction_group``): one fp32, 4 bytes, per cast, two a block
+(attention, dense MLP), a latency-bound all-reduce the stream waits on, priced as exposed TP
+time (:mod:`memsym.timing.layer`).
+
 References
 ----------
 .. [te-quantize] NVIDIA/TransformerEngine v2.8: transformer_engine/pytorch/module/linear.py
@@ -64,6 +85,19 @@ References
    read from its row-wise data with the GEMM's own transpose flag where non-TN GEMMs run; the
    column-wise copy only on TN-only GPUs); common/transformer_engine.cpp:1191-1204
    (``nvte_is_non_tn_fp8_gemm_supported``: sm_arch 100-119 or >= 130).
+.. [te-current-scaling] NVIDIA/TransformerEngine d0067d0da6: pytorch/csrc/quantizer.cpp:980-1033
+   (``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax_with_config`` over the
+   input where ``compute_amax``, the amax all-reduce (``ReduceOp::MAX``) where
+   ``with_amax_reduction``, ``nvte_compute_scale_from_amax``, then ``nvte_quantize_v2``),
+   1035-1040 (``quantize``: ``compute_amax`` true), 1042-1048 (``quantize_with_amax``: false);
+   pytorch/csrc/extensions/normalization.cpp:114-118, 154-160, 200-204 (a current-scaling
+   quantizer runs the norm as ``FUSED_NORM_AMAX_FP8``: a bf16 output with its amax, then
+   ``quantize_with_amax``); pytorch/csrc/extensions/cast.cpp:907-940 (``split_quantize``'s
+   per-tensor path: each split's ``quantize``, amax pass included); pytorch/module/linear.py:
+   351-355, 818-825 (``set_quantizer_amax_reduction_group``: the TP group under sequence
+   parallelism, the column-parallel input and the row-parallel output gradient);
+   pytorch/tensor/float8_tensor.py:197-256 (``Float8CurrentScalingQuantizer``,
+   ``with_amax_reduction``, ``amax_reduction_group``).
 .. [megatron-specs] Megatron-LM core_v0.17.0 megatron/core/models/gpt/gpt_layer_specs.py:
    ``linear_qkv`` and the dense ``linear_fc1`` are ``column_parallel_layer_norm_linear``, MLA's
    ``linear_q_up_proj`` / ``linear_kv_up_proj`` too under ``qk_layernorm``;
@@ -76,7 +110,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["NORM_FUSED", "UNQUANTIZED", "NOT_CAST_FORWARD", "PER_TENSOR_RECIPES", "cast_copies",
-           "cast_bytes"]
+           "current_scaling", "cast_bytes"]
 
 #: GEMMs whose input Transformer Engine's fused norm writes quantized ([megatron-specs]:
 #: ``TELayerNormColumnParallelLinear``; MLA's up projections with their q / kv layernorm).
@@ -133,7 +167,44 @@ def cast_copies(precision: str, fp8_recipe=None, non_tn_fp8_gemm: bool = False) 
     return 1 if per_tensor and non_tn_fp8_gemm else 2
 
 
-def cast_bytes(gemms, width, copies=2):
+def current_scaling(precision: str, fp8_recipe=None) -> bool:
+    r"""Whether Transformer Engine's casts run current scaling, an amax pass each [1].
+
+    .. math:: [\text{precision} = \text{fp8} \wedge \text{recipe} = \text{tensorwise}]
+
+    Megatron-LM's ``--fp8-recipe tensorwise`` is TE's ``Float8CurrentScaling``: each cast
+    computes the amax of the tensor it casts in a pass of its own before the cast (delayed
+    scaling takes the scale from the amax history; MXFP8 computes each block's scale inside
+    the cast kernel).
+
+    Parameters
+    ----------
+    precision : str
+        The GEMM precision.
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        The FP8 recipe (None: Megatron's default, delayed).
+
+    Returns
+    -------
+    bool
+        True under FP8 current scaling [1].
+
+    Examples
+    --------
+    >>> [current_scaling("fp8", r) for r in (None, "delayed", "tensorwise", "mxfp8")]
+    [False, False, True, False]
+
+    References
+    ----------
+    .. [te-current-scaling] transformer-engine d0067d0da6 pytorch/csrc/quantizer.cpp:1009-1012
+       (``nvte_compute_amax_with_config`` before the cast; [te-current-scaling] in this module);
+       Megatron-LM d98e8a64dd megatron/core/fp8_utils.py:777-780 (``tensorwise``:
+       ``Float8CurrentScaling``).
+    """
+    return precision == "fp8" and fp8_recipe == "tensorwise"
+
+
+def cast_bytes(gemms, width, copies=2, amax=False):
     r"""HBM bytes (forward, backward) of one layer's input and output-gradient casts [bytes].
 
     .. math:: B_{fwd} = (2 + n w) \sum_q M_q K_q c_q, \quad
@@ -152,6 +223,10 @@ def cast_bytes(gemms, width, copies=2):
         Bytes per element of one quantized copy, w [bytes] (1 FP8, 1 + 1/32 MXFP8).
     copies : int
         Quantized copies written per cast, n [1] (:func:`cast_copies`; default 2).
+    amax : bool
+        Current scaling (:func:`current_scaling`): each cast reads its input once more for
+        the amax (2 more bytes an element), and the norm-fused GEMMs' inputs are cast from
+        the norm's bf16 output (:math:`2 + n w`, their amax from the norm kernel).
 
     Returns
     -------
@@ -190,6 +265,17 @@ def cast_bytes(gemms, width, copies=2):
     >>> int(f) == 3 * 8192 * 4096, int(b) == 3 * 8192 * 4096
     (True, True)
 
+    Current scaling on the dense layer (Hopper, two copies): proj's and fc2's inputs and the
+    output gradients 2 + 2 + 2 = 6 bytes an element, qkv's and fc1's norm outputs cast at 4:
+
+    >>> g = [Gemm("qkv", 8192, 12288, 4096), Gemm("proj", 8192, 4096, 4096),
+    ...      Gemm("fc1", 8192, 16384, 4096), Gemm("fc2", 8192, 4096, 16384)]
+    >>> f, b = cast_bytes(g, 1, amax=True)
+    >>> int(f) == 6 * 8192 * (4096 + 16384) + 4 * 8192 * (4096 + 4096)
+    True
+    >>> int(b) == 6 * 8192 * (12288 + 4096 + 16384 + 4096)
+    True
+
     References
     ----------
     .. [transformer-engine] csrc/extensions/cast.cu (rowwise data and data_transpose);
@@ -200,4 +286,10 @@ def cast_bytes(gemms, width, copies=2):
                if q.name not in NOT_CAST_FORWARD), np.zeros(()))
     bwd = sum((np.asarray(q.M, float) * q.N * q.count for q in gemms
                if q.name not in UNQUANTIZED), np.zeros(()))
-    return per * fwd, per * bwd
+    if not amax:
+        return per * fwd, per * bwd
+    # current scaling: the amax pass reads each cast tensor once more (2 bytes); the
+    # norm-fused inputs are cast from the norm's bf16 output, their amax the norm's own
+    normed = sum((np.asarray(q.M, float) * q.K * q.count for q in gemms
+                  if q.name in NORM_FUSED), np.zeros(()))
+    return (per + 2) * fwd + per * normed, (per + 2) * bwd
