@@ -117,7 +117,7 @@ def _divisors(n: int) -> list:
 
 
 def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None,
-              fix_dp: bool = False) -> JobSolution:
+              fix_dp: bool = False, tidied: bool = True) -> JobSolution:
     r"""The smallest (dp, tp, pp, cp, gpus) or largest (micro-batch-size, seq-length) value
     of ``unknown`` for which the whole job fits: model states + activations + allowances on
     the most-loaded GPU (:func:`memsym.training.job_memory`), the other settings fixed.
@@ -150,6 +150,9 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     fix_dp : bool
         With ``world_size``: keep the job's d as well (only candidates with
         ``t p c d = G`` remain).
+    tidied : bool
+        False: the closed form as solved, not in its printed form (:func:`memsym.printing.tidy`,
+        most of the time of a whole job's solve), for a caller that uses only the value.
 
     Returns
     -------
@@ -198,7 +201,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
 
     # -- the closed form on the most-loaded stage's total, the other values substituted
     est, expr, vals, sym_total = _stage_total(job, name, x)
-    closed, bound = _closed_form(job, name, x, expr, vals, cap, direction, notes)
+    closed, bound = _closed_form(job, name, x, expr, vals, cap, direction, notes, tidied)
 
     # -- the integer, on the estimate under the same rules
     candidates = _Candidates(job, field, extra, cap)
@@ -257,7 +260,7 @@ def _stage_total(job, name, x):
     return est, expr, vals, sym_total
 
 
-def _closed_form(job, name, x, expr, vals, cap, direction, notes):
+def _closed_form(job, name, x, expr, vals, cap, direction, notes, tidied=True):
     """``(closed, bound)``: the boundary M(x) = C solved for x, and at the job's values."""
     closed = bound = None
     if name == "pp":
@@ -267,7 +270,7 @@ def _closed_form(job, name, x, expr, vals, cap, direction, notes):
                      "p was enumerated")
     elif x in expr.free_symbols:
         try:
-            closed, bound = closed_bound(expr, x, vals, cap, want_small=direction == "smallest")
+            closed, bound = closed_bound(expr, x, vals, cap, direction == "smallest", tidied)
         except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
             closed, bound = None, None
         if closed is None:
