@@ -81,7 +81,7 @@ def _seconds(j: Job):
 def _solved(j: Job, unknown: str, capacity: int):
     """The job with ``unknown`` at the solver's answer (None when nothing fits)."""
     try:
-        sol = solve_job(j, unknown, capacity)
+        sol = solve_job(j, unknown, capacity, tidied=False)    # the value only: no printed form
     except MemsymError:
         return None
     name = {"dp": "d", "tp": "t", "pp": "p", "cp": "c", "micro-batch-size": "micro_batch_size",

@@ -111,7 +111,8 @@ def _inside_min_max(expr: sp.Expr, unknown: sp.Symbol) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
-    """Positive real solutions of ``expr = C`` for ``unknown``, or None if solve cannot."""
+    """Real solutions of ``expr = C`` for ``unknown`` as solved (not yet tidied), or None if
+    solve cannot."""
     sols = _linear_root(expr, unknown)
     if sols is None and _inside_min_max(expr, unknown):
         return None
@@ -119,8 +120,12 @@ def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
         sols = sp.solve(sp.Eq(expr, C), unknown) if sols is None else sols
     except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
         return None
-    sols = [tidy(s) for s in sols if s.is_real is not False]
+    sols = [s for s in sols if s.is_real is not False]
     return tuple(sols) if sols else None
+
+
+#: a root in the form a person writes it (a whole job's root takes tidy about a second), once
+_tidy = functools.lru_cache(maxsize=256)(tidy)
 
 
 def _prepare(total, unknown, capacity, values):
@@ -150,8 +155,12 @@ def _value(fixed, x, n) -> sp.Expr:
 MAX_SPLITS = 6
 
 
-def closed_bound(expr, x, vals, cap, want_small: bool = True):
+def closed_bound(expr, x, vals, cap, want_small: bool = True, tidied: bool = True):
     """(closed form, exact real boundary) or (None, None).
+
+    ``tidied=False``: the closed form as solved, not brought to the printed form by
+    :func:`memsym.printing.tidy` (which takes most of the time), for a caller that wants only
+    the boundary's value (the same number either way) or the integer.
 
     A peak over the step's phases is ``... Max(a_1, ..., a_k) ...`` (one Max node, entering
     linearly): it fits exactly when every branch (the Max replaced by one a_i) fits, so the
@@ -176,7 +185,7 @@ def closed_bound(expr, x, vals, cap, want_small: bool = True):
             branch = expr.xreplace({node: arg})
             if x not in branch.xreplace(vals).free_symbols:
                 continue
-            sol, val = closed_bound(branch, x, vals, cap, want_small)
+            sol, val = closed_bound(branch, x, vals, cap, want_small, tidied)
             if sol is None or val is None:
                 continue
             found.append((sol, val))
@@ -190,11 +199,11 @@ def closed_bound(expr, x, vals, cap, want_small: bool = True):
     sols = _closed_form(expr, x)
     if not sols:
         return None, None
+    form = _tidy if tidied else (lambda root: root)
     for sol in sols:
-        val = sol.xreplace({**vals, C: cap})
-        if val.is_real and val.is_positive:
-            return sol, val
-    return sols[0], None
+        if (val := sol.xreplace({**vals, C: cap})).is_real and val.is_positive:
+            return form(sol), form(sol).xreplace({**vals, C: cap})   # the shown root's value
+    return form(sols[0]), None
 
 
 def floor_at_infinity(expr, x):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from . import rules
 from .analysis import (Solution, closed_bound, first_true, floor_at_infinity, floor_message,
                        gb_text)
 from .errors import BeyondSearchBound, InvalidValueError, NoFitError, UnknownNameError
@@ -117,7 +118,7 @@ def _divisors(n: int) -> list:
 
 
 def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None,
-              fix_dp: bool = False) -> JobSolution:
+              fix_dp: bool = False, tidied: bool = True) -> JobSolution:
     r"""The smallest (dp, tp, pp, cp, gpus) or largest (micro-batch-size, seq-length) value
     of ``unknown`` for which the whole job fits: model states + activations + allowances on
     the most-loaded GPU (:func:`memsym.training.job_memory`), the other settings fixed.
@@ -150,6 +151,9 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     fix_dp : bool
         With ``world_size``: keep the job's d as well (only candidates with
         ``t p c d = G`` remain).
+    tidied : bool
+        False: the closed form as solved, not in its printed form (:func:`memsym.printing.tidy`,
+        most of the time of a whole job's solve), for a caller that uses only the value.
 
     Returns
     -------
@@ -198,7 +202,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
 
     # -- the closed form on the most-loaded stage's total, the other values substituted
     est, expr, vals, sym_total = _stage_total(job, name, x)
-    closed, bound = _closed_form(job, name, x, expr, vals, cap, direction, notes)
+    closed, bound = _closed_form(job, name, x, expr, vals, cap, direction, notes, tidied)
 
     # -- the integer, on the estimate under the same rules
     candidates = _Candidates(job, field, extra, cap)
@@ -257,7 +261,7 @@ def _stage_total(job, name, x):
     return est, expr, vals, sym_total
 
 
-def _closed_form(job, name, x, expr, vals, cap, direction, notes):
+def _closed_form(job, name, x, expr, vals, cap, direction, notes, tidied=True):
     """``(closed, bound)``: the boundary M(x) = C solved for x, and at the job's values."""
     closed = bound = None
     if name == "pp":
@@ -267,7 +271,7 @@ def _closed_form(job, name, x, expr, vals, cap, direction, notes):
                      "p was enumerated")
     elif x in expr.free_symbols:
         try:
-            closed, bound = closed_bound(expr, x, vals, cap, want_small=direction == "smallest")
+            closed, bound = closed_bound(expr, x, vals, cap, direction == "smallest", tidied)
         except (NotImplementedError, ValueError, TypeError):  # pragma: no cover - sympy gaps
             closed, bound = None, None
         if closed is None:
@@ -294,6 +298,9 @@ class _Candidates:
 
     def at(self, n: int):
         """(memory, estimate, job) at candidate n, or None where a launch rule refuses it."""
+        if n not in self.cache and self.field == "c" and rules.broken(
+                self.job.model, {"c": n, "s": self.job.training.batch.seq_length}, ["cp-seq"]):
+            self.cache[n] = None    # the launch rule Job.replace applies, without building it
         if n not in self.cache:
             try:
                 jn = self.job.replace(**{self.field: n}, **self.extra)
