@@ -103,3 +103,56 @@ def test_generation_leaves_unusable_names_to_lambdify():
         assert numeric._generate((2 * x,), (bad,), "numpy", False) is None
     assert numeric._generate((2 * N,), ("N",), "numpy", False).startswith(
         "def _lambdifygenerated(N):")
+
+
+# --- the printer that prints each subexpression once -----------------------------------------
+@pytest.mark.parametrize("backend", ["numpy", "math"])
+def test_memo_printer_writes_what_the_plain_printer_writes(backend):
+    # the oracle: SymPy's own printer class (memsym's FastPowPrinter) without the memo, on
+    # expressions that share subexpressions, and Floats at the top (full_prec="auto" keeps
+    # their zeros there: '2.00000000000000') and below it ('2.0*x')
+    from memsym.symbols import N, d, h, p, t
+
+    plain = numeric._lambdify_options(backend)["printer"]()
+    memo = numeric._memo_printer(numeric._lambdify_options(backend)["printer"])()
+    shared = N / (p * t) + 34 * h / t
+    cases = [exprs for group in _generation_cases() for exprs in group] + [
+        shared, shared * d + sp.Max(shared, d), sp.Float(2.0), sp.Float(2.0) * N,
+        sp.Float(2.0) + sp.Float(2.5) * N, sp.Max(N, sp.Float(1.0)), sp.floor(N / 3) * sp.Float(3.0)]
+    for expr in cases + cases[::-1]:      # and again, from the memo
+        assert memo.doprint(expr) == plain.doprint(expr)
+    assert memo.doprint(sp.Float(2.0)) == "2.00000000000000"     # the top keeps its zeros
+    assert memo.doprint(sp.Float(2.0) * N) == "2.0*N"
+
+
+def test_memo_printer_prints_a_shared_subexpression_once(monkeypatch):
+    # N/(p*t) + 34*h/t in three sums: its Mul N/(p*t) is printed by _print_Mul once
+    from memsym.symbols import N, d, h, p, s, t
+
+    memo = numeric._memo_printer(numeric._lambdify_options("numpy")["printer"])()
+    part = N / (p * t)
+    seen = []
+    original = type(memo).__mro__[1]._print_Mul
+
+    def counting(self, expr):
+        seen.append(expr)
+        return original(self, expr)
+
+    monkeypatch.setattr(type(memo), "_print_Mul", counting)
+    for other in (h, d, s):
+        memo.doprint(part + 34 * other / t)
+    assert seen.count(part) == 1
+
+
+def test_compiled_call_takes_exactly_its_names_and_registered_extras():
+    # the fast path (exactly the total's names) and the checked one (a registered symbol the
+    # total does not read, d for DDP, is ignored) give the same value: 16 N / d by hand
+    fn = model_state("zero3", convention="seed000").subs(byte_widths("zero3", convention="seed000")).compile()
+    assert fn(N=8e9, d=4, t=1, p=1) == 16 * 8e9 / 4
+    assert fn(N=8e9, d=4, t=1, p=1, s=2048) == 16 * 8e9 / 4
+    arr = fn(N=np.array([8e9, 16e9]), d=4, t=1, p=1)
+    assert isinstance(arr, np.ndarray) and arr.tolist() == [16 * 8e9 / 4, 16 * 16e9 / 4]
+    zero_d = fn(N=np.float64(8e9), d=np.array(4.0), t=1, p=1)
+    assert isinstance(zero_d, np.ndarray) and zero_d.ndim == 0 and float(zero_d) == 3.2e10
+    with pytest.raises(InvalidValueError, match="missing d"):
+        fn(N=1, t=1, p=1, s=2)          # as many names as the total's, one of them wrong

@@ -112,8 +112,9 @@ def main(argv=None) -> int:
     # importing SymPy and the command's modules creates some 10^5 objects that live as long
     # as the process, and the cyclic collector, triggered every few hundred allocations,
     # traverses them again and again while they are made (a sixth of ``import sympy``).  The
-    # collector pauses until the command's parser is built, then ``gc.freeze()`` moves what
-    # start-up made out of every later collection and the collector resumes for the command.
+    # collector pauses until the command's arguments are parsed (their types import what they
+    # need: ``--params`` SymPy), then ``gc.freeze()`` moves what start-up made out of every
+    # later collection and the collector resumes for the command.
     # Called with a list (tests, scripts), the host process's collector is left alone.
     startup = argv is None and gc.isenabled()
     if startup:
@@ -132,11 +133,13 @@ def main(argv=None) -> int:
                 ordered, words = prepare_argv(parser, raw)
                 if raw and raw[0] == "search":      # a job's words beside the search's own
                     ordered, words = _search_words(parser, raw)
+                # parsing converts the values (--params 175B: memsym.units, which imports
+                # SymPy): still start-up
+                args, unknown = parser.parse_known_args(ordered)
             finally:
                 if startup:
                     gc.freeze()
                     gc.enable()
-            args, unknown = parser.parse_known_args(ordered)
             if unknown:     # named by its command, as argparse names a bad argument
                 hint = "; the GPUs to search on are --gpus N" if "--world-size" in unknown \
                     and args.command == "search" else ""
