@@ -149,9 +149,17 @@ def _groups(st: Settings, p, m, v) -> np.ndarray:
     the group the simulated schedule runs (torch's rounds, a set size, p; never below p), so
     that the EP edges count the warm-up that order has."""
     P, M, V = np.broadcast_arrays(*(np.asarray(a).astype(np.int64) for a in (p, m, v)))
-    keys, inv = np.unique(np.stack([P.ravel(), M.ravel(), V.ravel()]), axis=1,
-                          return_inverse=True)
-    groups = np.array([microbatch_group(st, *k) for k in keys.T.tolist()], dtype=float)
+    # one integer code per (p, m, v), compacted after each column (so every code stays below
+    # the grid's size and the products below its square): 1-D uniques cost far less than
+    # np.unique over rows (axis=1 sorts void views)
+    code = np.zeros(P.size, dtype=np.int64)
+    for col in (P.ravel(), M.ravel(), V.ravel()):
+        _, idx = np.unique(col, return_inverse=True)
+        _, code = np.unique(code * (int(idx.max(initial=0)) + 1) + idx.ravel(),
+                            return_inverse=True)
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    keys = zip(P.ravel()[first].tolist(), M.ravel()[first].tolist(), V.ravel()[first].tolist())
+    groups = np.array([microbatch_group(st, *k) for k in keys], dtype=float)
     return groups[inv.ravel()].reshape(P.shape)
 
 
