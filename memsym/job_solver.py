@@ -361,6 +361,7 @@ class _Ladder:
     the i-th divisor of the global batch)."""
 
     def __init__(self, candidates, val, lo, hi, divisors):
+        # divisors: what a list of candidates holds (a phrase), or None for every integer
         self.candidates, self.val, self.lo, self.hi = candidates, val, lo, hi
         self.divisors = divisors
 
@@ -385,6 +386,10 @@ def _ladder(candidates, field, bound, smallest_):
     cands = None
     if field == "c":
         hi = trn.batch.seq_length
+        # only c = 1 and the c with 2c | s pass the cp-seq rule (memsym.rules_layout): a
+        # ladder over 1..s would give up after _RULE_WINDOW refusals before reaching s/2
+        s_ = trn.batch.seq_length
+        cands = [1] + ([c_ for c_ in _divisors(s_ // 2) if c_ > 1] if s_ % 2 == 0 else [])
     if field == "seq_length" and job.model.max_position_embeddings:
         hi = job.model.max_position_embeddings
     if trn.batch.global_batch_size is not None and field in ("d", "micro_batch_size"):
@@ -397,11 +402,13 @@ def _ladder(candidates, field, bound, smallest_):
         lo_i, hi_i = 0, len(cands) - 1
         start_n = base if bound is None else int(sp.ceiling(bound) if smallest_ else sp.floor(bound))
         start = next((i for i, v_ in enumerate(cands) if v_ >= start_n), hi_i)
-        return _Ladder(candidates, cands.__getitem__, lo_i, hi_i, True), start, hi
+        what = ("1 and the c whose 2c divides the sequence length" if field == "c"
+                else "the divisors of the global batch")
+        return _Ladder(candidates, cands.__getitem__, lo_i, hi_i, what), start, hi
     start = base
     if bound is not None and bound.is_finite:
         start = int(sp.ceiling(bound)) if smallest_ else int(sp.floor(bound))
-    return _Ladder(candidates, _same, lo, hi, False), start, hi
+    return _Ladder(candidates, _same, lo, hi, None), start, hi
 
 
 def _search_integer(candidates, ladder, start, hi, name, field, x, smallest_, total, notes):
@@ -422,7 +429,7 @@ def _search_integer(candidates, ladder, start, hi, name, field, x, smallest_, to
     value = val(i_ans)
     if prev is not None:
         neighbour = (val(prev), candidates.at(val(prev))[0])
-    how = ("the divisors of the global batch" if ladder.divisors else
+    how = (ladder.divisors if ladder.divisors else
            f"{x.name if name != 'gpus' else 'd'} in 1..{val(ladder.hi)} by galloping and bisection")
     notes.append(f"integer found on the estimate over {how}, candidates a launch rule "
                  "refuses skipped")

@@ -116,6 +116,22 @@ def test_cp_fixed_world_size():
     assert _mem(replace(lay, c=2)) <= CAP < _mem(lay)
 
 
+def test_cp_at_long_sequences_reaches_the_admissible_c():
+    # s = 8192: only c = 1 and the c with 2c | 8192 pass Megatron's cp-seq rule; the search
+    # walked 8192, 8191, ... and gave up after 4096 refusals ("every candidate c in 1..8192
+    # checked breaks a launch rule") before reaching 4096.  The answer is the smallest c whose
+    # estimate fits, c = 1 being over (the estimate, memsym.training.training_memory)
+    cap = 84_940_000_000
+    base = job("llama3-8b", seq_length=8192, tp=2, world_size=16, micro_batch_size=2,
+               sharding="distributed-optimizer")
+    sol = solve_job(base, "cp", cap, world_size=16)
+    assert sol.value == 2
+    at = {c: training_memory(base.model, replace(base.layout, c=c, d=16 // (2 * c)),
+                             base.training).bytes_total for c in (1, 2)}
+    assert at[2] <= cap < at[1]
+    assert any("2c divides the sequence length" in n for n in sol.notes)
+
+
 def test_nothing_fits_names_the_floor():
     # Llama-3 70B, t = 8, p = 4, s = 8192 without recompute: weights and gradients (6 bytes per
     # parameter of the stage) and the activations stay however large d is
