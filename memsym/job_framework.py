@@ -17,7 +17,7 @@ import dataclasses
 
 from .errors import InvalidValueError
 from .frameworks import framework as framework_record
-from .model import recipe
+from .model import preset_dropout, recipe
 from .model.torchtitan_stages import torchtitan_end_stages
 from .job_record import Layout, Training
 
@@ -94,9 +94,10 @@ def framework_dropout(framework: str, dropout=None, arch=None):
     * a framework whose models build no dropout (``Framework.dropout_layers`` False in
       :data:`memsym.frameworks.FRAMEWORK`: torchtitan's): off, and asking for it is refused;
     * one that runs the model's own code (``hf_model_code``: DeepSpeed): a ``config.json``'s
-      model (``arch.extra["hf_dropout"]``, :func:`memsym.model.from_hf_config`) keeps masks if
-      one of the probabilities its transformers modeling code applies is > 0 (Llama-style
-      models: ``attention_dropout`` 0.0, none);
+      model (``arch.extra["hf_dropout"]``, :func:`memsym.model.from_hf_config`), or a preset's
+      (its transformers class, :func:`memsym.model.preset_dropout`), keeps masks if one of
+      the probabilities its modeling code applies is > 0 (Llama-style models:
+      ``attention_dropout`` 0.0, none); a model with neither, Megatron's 0.1, said;
     * elsewhere what was asked, else None (the job's default, Megatron's 0.1 dropouts).
 
     Examples
@@ -114,7 +115,9 @@ def framework_dropout(framework: str, dropout=None, arch=None):
                                     "--attention-dropout 0, or leave them out)")
         return False, (None if dropout is not None
                        else f"dropout off: {fw.title}'s models have no dropout layers")
-    probs = None if arch is None else (arch.extra or {}).get("hf_dropout")
+    # a config.json's own, else a preset's class's (by name: a resized preset keeps its class)
+    probs = None if arch is None else ((arch.extra or {}).get("hf_dropout")
+                                       or preset_dropout(arch.name))
     if dropout is None and fw.hf_model_code and probs is not None:
         on = any(p_ > 0 for p_ in probs.values())
         shown = ", ".join(f"{k} {v:g}" for k, v in probs.items())

@@ -182,10 +182,12 @@ def test_torchtitan_refuses_dropout_and_builds_none():
 
 def test_only_megatron_takes_the_preset_recipe():
     """Megatron-Bridge's Llama-3 recipe trains without dropout; DeepSpeed runs the model's own
-    code, counted with Megatron-LM's 0.1 dropouts when no config.json says otherwise."""
+    code: a preset's transformers class (LlamaForCausalLM applies attention_dropout only, 0.0
+    in its config.json), and Megatron-LM's 0.1 dropouts for a model without one (GPT-3)."""
     kept = {name: job("llama3-70b", t=8, framework=name).training.memory.dropout
             for name in ("megatron", "deepspeed")}
-    assert kept == {"megatron": False, "deepspeed": True}
+    assert kept == {"megatron": False, "deepspeed": False}
+    assert job("gpt3-175b", t=8, framework="deepspeed").training.memory.dropout is True
     assert [FRAMEWORK[n].recipe_defaults for n in FRAMEWORKS] == [True, False, False]
 
 

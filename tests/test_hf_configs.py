@@ -704,7 +704,17 @@ def test_deepspeed_dropout_follows_the_transformers_model(tmp_path, case, p):
 def test_deepspeed_dropout_default_for_a_preset_is_said():
     from memsym.job import job
 
+    # a preset is its published config.json: Llama's class applies attention_dropout alone,
+    # 0.0 (transformers' LlamaConfig default, which Llama 2's config.json keeps), so no masks
     j = job("llama2-7b", framework="deepspeed", d=8, seq_length=4096, micro_batch_size=1,
+            global_batch_size=8)
+    assert j.training.dropout is False
+    assert any("DeepSpeed runs the transformers model, whose config.json sets "
+               "attention_dropout 0" in n for n in j.notes)
+    transformers = pytest.importorskip("transformers")
+    assert transformers.LlamaConfig().attention_dropout == 0.0
+    # GPT-3 has no transformers class: Megatron-LM's 0.1 dropouts, said
+    j = job("gpt3-175b", framework="deepspeed", d=8, seq_length=2048, micro_batch_size=1,
             global_batch_size=8)
     assert j.training.dropout
     assert any("DeepSpeed runs the model's own code" in n for n in j.notes)

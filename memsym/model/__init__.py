@@ -22,8 +22,9 @@ from .architecture import Architecture, Resolved, resolve, padded_vocab_size, mo
 from .counts import COMPONENTS, parameter_expression, parameter_values, parameter_counts, parameter_count, active_parameter_count, gpt_parameter_expression, symbolic_parameters, lora_parameter_count
 from .lora_counts import lora_layer_adapters
 from .stages import StageParameters, check_layout, stage_layers, layer_parameters, stage_parameters
-from .presets import PRESETS, RECIPES, preset, preset_names, recipe, resolve_model
+from .presets import (PRESET_MODEL_TYPES, PRESETS, RECIPES, preset, preset_dropout, preset_names,
+                      recipe, resolve_model)
 from .hf_config import from_hf_config
 from .hub import from_hub, parse_hub_id
 
-__all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "lora_parameter_count", "lora_layer_adapters", "StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters", "PRESETS", "RECIPES", "preset", "preset_names", "recipe", "resolve_model", "from_hf_config", "from_hub", "parse_hub_id"]
+__all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "lora_parameter_count", "lora_layer_adapters", "StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters", "PRESETS", "RECIPES", "PRESET_MODEL_TYPES", "preset", "preset_dropout", "preset_names", "recipe", "resolve_model", "from_hf_config", "from_hub", "parse_hub_id"]

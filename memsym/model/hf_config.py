@@ -21,7 +21,7 @@ from .hf_moe import MOE_READERS
 from .hf_ssm import SSM_READERS, SSM_TYPES
 from .hf_zamba import ZAMBA_READERS, ZAMBA_TYPES
 
-__all__ = ["from_hf_config", "HF_MODEL_TYPES"]
+__all__ = ["from_hf_config", "HF_MODEL_TYPES", "class_dropout"]
 
 
 # configuration_gemma3.py Gemma3TextConfig, configuration_llama4.py Llama4TextConfig.
@@ -66,6 +66,18 @@ _DROPOUT.update({mtype: row[2] for mtype, row in _LAYERED_READERS.items()})
 HF_MODEL_TYPES = tuple(sorted(set(DECODER_DEFAULTS) | set(_TEXT_CONFIG) | set(HYBRID_TYPES)
                               | set(SSM_TYPES) | set(ZAMBA_TYPES)))
 """The ``model_type`` values :func:`from_hf_config` reads."""
+
+def class_dropout(model_type: str) -> dict | None:
+    """The dropout probabilities transformers' causal LM of ``model_type`` applies, at its config
+    class's defaults (``{}``: none; None: a type not in the table).
+
+    Examples
+    --------
+    >>> class_dropout("llama"), class_dropout("gpt2")["resid_pdrop"], class_dropout("kimi_k2")
+    ({'attention_dropout': 0.0}, 0.1, None)
+    """
+    return dict(_DROPOUT[model_type]) if model_type in _DROPOUT else None
+
 
 _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "MixtralForCausalLM": "mixtral", "Qwen2ForCausalLM": "qwen2",

@@ -37,8 +37,9 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ..terms.adapters import LORA_TARGETS, lower_choice
 from .architecture import is_hybrid, lenient, moe_layer_pattern
+from .presets import PRESET_MODEL_TYPES
 
-__all__ = ["lora_parameter_count", "lora_layer_adapters", "PEFT_MOE_TYPES", "PRESET_MODEL_TYPES"]
+__all__ = ["lora_parameter_count", "lora_layer_adapters", "PEFT_MOE_TYPES"]
 
 _ATTENTION = ("q", "k", "v", "o")
 
@@ -161,11 +162,6 @@ PEFT_MOE_TYPES = frozenset((
 
 #: memsym's MoE presets -> their config.json ``model_type`` (a hub-read model carries its own
 #: in ``extra["hf_model_type"]``).
-PRESET_MODEL_TYPES = {"mixtral-8x7b": "mixtral", "qwen3-30b-a3b": "qwen3_moe",
-                      "qwen3-235b-a22b": "qwen3_moe", "gpt-oss-120b": "gpt_oss",
-                      "deepseek-v3": "deepseek_v3", "kimi-k2": "kimi_k2"}
-
-
 def _peft_experts(x, keys, out: dict, rank: int, shape: dict) -> dict:
     # PEFT >= 0.19 on transformers 5's fused experts (see the module's docstring)
     mtype = (x.extra or {}).get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name)

@@ -8,14 +8,15 @@ import os
 
 from ..errors import InvalidValueError, UnknownNameError, catalogue_key
 from .architecture import Architecture
-from .hf_config import from_hf_config
+from .hf_config import class_dropout, from_hf_config
 from .hub import from_hub, is_hub_spelling
 
 # ----------------------------------------------------------------------------------------------
 # presets
 # ----------------------------------------------------------------------------------------------
 
-__all__ = ["PRESETS", "RECIPES", "preset", "preset_names", "recipe", "resolve_model"]
+__all__ = ["PRESETS", "RECIPES", "PRESET_MODEL_TYPES", "preset", "preset_names", "recipe",
+           "preset_dropout", "resolve_model"]
 
 
 def _llama(name, L_, h_, a_, g_, f_, V_, **kw):
@@ -145,6 +146,34 @@ RECIPES: dict = {name: _NO_DROPOUT for name in (
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
     "mistral-7b", "mixtral-8x7b", "deepseek-v3", "qwen3-8b", "qwen3-30b-a3b", "gpt-oss-120b",
     "qwen3-235b-a22b", "kimi-k2")}
+
+
+#: The transformers ``model_type`` of each preset's published config.json: the class that a
+#: framework running the model's own code builds (DeepSpeed, a Hugging Face Trainer launch) and
+#: PEFT wraps.  Left out: GPT-3 (no checkpoint) and the Nemotron 3 8B / Nemotron-4 presets
+#: (published as NeMo checkpoints).
+PRESET_MODEL_TYPES = {
+    **{name: "llama" for name in ("llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",
+                                  "llama3-70b", "llama3-405b")},
+    "mistral-7b": "mistral", "mixtral-8x7b": "mixtral", "qwen3-8b": "qwen3",
+    "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe", "gpt-oss-120b": "gpt_oss",
+    "deepseek-v3": "deepseek_v3", "kimi-k2": "kimi_k2", "nemotron-3-nano": "nemotron_h",
+    "nemotron-3-super": "nemotron_h"}
+
+
+def preset_dropout(name) -> dict | None:
+    """The dropout probabilities the transformers class of the preset called ``name`` applies
+    (each published config.json leaves ``attention_dropout`` at its class default, 0.0): what
+    reading the config.json gives (``extra["hf_dropout"]`` of :func:`from_hf_config`).  None
+    for a name that is no preset, or whose class is not in transformers (Kimi K2: remote code).
+
+    Examples
+    --------
+    >>> preset_dropout("llama3-8b"), preset_dropout("gpt3-175b"), preset_dropout("kimi-k2")
+    ({'attention_dropout': 0.0}, None, None)
+    """
+    mtype = PRESET_MODEL_TYPES.get(catalogue_key(str(name or "")))
+    return None if mtype is None else class_dropout(mtype)
 
 
 def recipe(model) -> tuple:
