@@ -176,6 +176,23 @@ def test_fp8_recipes_memsym_does_not_model_are_counted_alike_on_every_path(capsy
     assert read["training"]["fp8_recipe"] == "tensorwise" and read["bytes"] == tensorwise["bytes"]
 
 
+def test_bridge_words_without_bridge_recipe_say_how_bridge_is_written(capsys):
+    # a recipe name where the MODEL goes, or a Bridge override with a preset, is one line
+    # naming --bridge-recipe (was "unknown model" / "unexpected word ... quote it?")
+    for argv, said in ((["llama3_70b_pretrain_config"], "is a Megatron-Bridge recipe"),
+                       (["llama3_70b_pretrain_config", "model.tensor_model_parallel_size=4"],
+                        "is a Megatron-Bridge recipe"),
+                       (["llama3-70b", "model.tensor_model_parallel_size=4"],
+                        "is a Megatron-Bridge override")):
+        code, out, err = run(capsys, "estimate", *argv, "--gpu", "h100-80gb")
+        assert code == 2 and out == "" and err.count("\n") == 1 and said in err, err
+        assert "--bridge-recipe" in err
+    # the recipe itself, given as Bridge's command is written, is read
+    code, out, err = run(capsys, "estimate", "--bridge-recipe", "llama3_70b_pretrain_config",
+                         "model.tensor_model_parallel_size=4", "--gpu", "h100-80gb")
+    assert code in (0, 1) and "Megatron-Bridge recipe" in out, err
+
+
 def test_contradictions_are_refused(capsys):
     for argv in (["llama2-7b", "--precision", "fp16", "--bf16"],
                  ["llama2-7b", "--bf16", "--fp16"],

@@ -177,10 +177,13 @@ def split_job_words(parser, words, *, positionals: int = 0, from_file=frozenset(
     mine, theirs, pos, convenience = _sort_words(words, own, bridge, from_file, out)
     if len(pos) > positionals + 1:
         extra = pos[positionals + 1]
+        _refuse_bridge_words(pos[positionals], extra, bridge)
         raise InvalidValueError(
             f"unexpected word {extra[:60]!r}: one MODEL (a preset, a config.json or a Hub id) is taken; is "
             "it the value of a flag that takes none, or a value with a space in it (quote it)?")
     out.model = pos[positionals] if len(pos) > positionals else None
+    if out.model is not None:
+        _refuse_bridge_words(out.model, None, bridge)
     if out.model is None and (theirs or out.launcher or _names_a_model(mine)) \
             and not _model_states_only(mine) and not bridge:
         # a Megatron-LM command without a model: Megatron's reader reads every argument it
@@ -195,6 +198,23 @@ def split_job_words(parser, words, *, positionals: int = 0, from_file=frozenset(
         out.megatron += [word, *got]
     out.bridge = convenience + out.bridge
     return out
+
+
+def _refuse_bridge_words(model: str, extra, bridge: bool):
+    """A Megatron-Bridge recipe name given as the MODEL, or an override word without
+    ``--bridge-recipe``: one line saying how Bridge's command is written."""
+    from ..errors import InvalidValueError
+    from ..model import PRESETS
+    from ..readers.bridge import is_recipe_name, looks_like_override
+
+    if bridge:
+        return
+    if is_recipe_name(model) and model not in PRESETS:
+        raise InvalidValueError(f"{model[:80]!r} is a Megatron-Bridge recipe, not a model: give "
+                                f"it as --bridge-recipe {model[:80]} [section.field=value ...]")
+    if extra is not None and looks_like_override(extra):
+        raise InvalidValueError(f"{extra[:60]!r} is a Megatron-Bridge override: it follows "
+                                "--bridge-recipe NAME (the recipe it changes)")
 
 
 def _sort_words(words, own, bridge, from_file, out):

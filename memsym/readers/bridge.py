@@ -46,7 +46,7 @@ from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
            "RUN_RECIPE_OPTIONS", "SECTIONS", "PRECISION_RECIPES", "BRIDGE_COMMIT",
-           "looks_like_override", "launcher_world_size"]
+           "looks_like_override", "launcher_world_size", "is_recipe_name"]
 
 BRIDGE_COMMIT = "067f987df0"
 
@@ -312,6 +312,11 @@ def _recipe_row(name: str):
         raise UnknownNameError("Megatron-Bridge recipe", name,
                                sorted(set(_ALL) | set(ALIASES)))
     return full, row
+
+
+def is_recipe_name(name: str) -> bool:
+    """Whether ``name`` names a Megatron-Bridge recipe memsym reads (or one of its aliases)."""
+    return ALIASES.get(name, name) in _ALL
 
 
 def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -> dict:
