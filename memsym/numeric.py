@@ -349,6 +349,14 @@ def _scalars(args) -> bool:
     return True
 
 
+def _sequences_as_arrays(args, np):
+    # a list or tuple is a sweep, as an array is: the generated code's arithmetic would
+    # repeat or concatenate it (2 * [1.0, 2.0] is a list of four)
+    if any(type(x) in (list, tuple) for x in args):
+        return [np.asarray(x, dtype=float) if type(x) in (list, tuple) else x for x in args]
+    return args
+
+
 class CompiledTotal:
     """A :class:`~memsym.term.Total` compiled to a function of keyword arguments.
 
@@ -423,7 +431,7 @@ class CompiledTotal:
             return out
         import numpy as np
 
-        out = self._total_fn(*args)[0]
+        out = self._total_fn(*_sequences_as_arrays(args, np))[0]
         if type(out) is np.ndarray and out.ndim:   # a sweep: handed back as computed
             return out
         return np.asarray(out, dtype=float) if np.ndim(out) == 0 else out
@@ -432,7 +440,7 @@ class CompiledTotal:
         """Each term and ``"total"`` [unit], broadcast to a common shape."""
         import numpy as np
 
-        values = self._all_fn(*self._args(kwargs))
+        values = self._all_fn(*_sequences_as_arrays(self._args(kwargs), np))
         arrays = np.broadcast_arrays(*[np.asarray(x, dtype=float) for x in values])
         return dict(zip(self.keys + ("total",), arrays))
 

@@ -156,3 +156,8 @@ def test_compiled_call_takes_exactly_its_names_and_registered_extras():
     assert isinstance(zero_d, np.ndarray) and zero_d.ndim == 0 and float(zero_d) == 3.2e10
     with pytest.raises(InvalidValueError, match="missing d"):
         fn(N=1, t=1, p=1, s=2)          # as many names as the total's, one of them wrong
+    # a list or tuple is a sweep like an array (it was list arithmetic: a TypeError, or a
+    # repeated list where the code multiplies it by an integer)
+    assert fn(N=[8e9, 16e9], d=4, t=1, p=1).tolist() == [16 * 8e9 / 4, 16 * 16e9 / 4]
+    assert fn(N=(8e9, 16e9), d=[1, 2], t=1, p=1).tolist() == [16 * 8e9, 16 * 16e9 / 2]
+    assert fn.breakdown(N=[8e9], d=(4,), t=1, p=1)["total"].tolist() == [16 * 8e9 / 4]
