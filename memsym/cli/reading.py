@@ -202,19 +202,24 @@ def split_job_words(parser, words, *, positionals: int = 0, from_file=frozenset(
 
 def _refuse_bridge_words(model: str, extra, bridge: bool):
     """A Megatron-Bridge recipe name given as the MODEL, or an override word without
-    ``--bridge-recipe``: one line saying how Bridge's command is written."""
+    ``--bridge-recipe``: one line saying how Bridge's command is written.  The recipe table is
+    imported only for a word shaped like one (every recipe name holds ``_config``; an override
+    is ``section.field=value``): a preset's command does not pay for it."""
     from ..errors import InvalidValueError
-    from ..model import PRESETS
-    from ..readers.bridge import is_recipe_name, looks_like_override
 
     if bridge:
         return
-    if is_recipe_name(model) and model not in PRESETS:
-        raise InvalidValueError(f"{model[:80]!r} is a Megatron-Bridge recipe, not a model: give "
-                                f"it as --bridge-recipe {model[:80]} [section.field=value ...]")
-    if extra is not None and looks_like_override(extra):
-        raise InvalidValueError(f"{extra[:60]!r} is a Megatron-Bridge override: it follows "
-                                "--bridge-recipe NAME (the recipe it changes)")
+    if "_config" in model:
+        from ..readers.bridge import is_recipe_name
+        if is_recipe_name(model):
+            raise InvalidValueError(f"{model[:80]!r} is a Megatron-Bridge recipe, not a model: "
+                                    f"give it as --bridge-recipe {model[:80]} "
+                                    "[section.field=value ...]")
+    if extra is not None and "." in extra.partition("=")[0] and "=" in extra:
+        from ..readers.bridge import looks_like_override
+        if looks_like_override(extra):
+            raise InvalidValueError(f"{extra[:60]!r} is a Megatron-Bridge override: it follows "
+                                    "--bridge-recipe NAME (the recipe it changes)")
 
 
 def _sort_words(words, own, bridge, from_file, out):
