@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from . import rules
 from .analysis import (Solution, closed_bound, first_true, floor_at_infinity, floor_message,
                        gb_text)
 from .errors import BeyondSearchBound, InvalidValueError, NoFitError, UnknownNameError
@@ -298,9 +297,6 @@ class _Candidates:
 
     def at(self, n: int):
         """(memory, estimate, job) at candidate n, or None where a launch rule refuses it."""
-        if n not in self.cache and self.field == "c" and rules.broken(
-                self.job.model, {"c": n, "s": self.job.training.batch.seq_length}, ["cp-seq"]):
-            self.cache[n] = None    # the launch rule Job.replace applies, without building it
         if n not in self.cache:
             try:
                 jn = self.job.replace(**{self.field: n}, **self.extra)

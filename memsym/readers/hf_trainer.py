@@ -54,7 +54,7 @@ from .hf_trainer_args import (ADAMW, BOOL_WORDS, FIELDS, IGNORED, REFUSED, REFUS
 from .megatron_arguments import megatron_arity
 
 __all__ = ["HfTrainerLaunch", "read_hf_trainer_launch", "is_hf_trainer_launch", "LAUNCHERS",
-           "refused_optim"]
+           "refused_optim", "load_dtype"]
 
 #: Launcher words -> (world-size options, per-node options, options with a value that change
 #: nothing here, options without a value).  torchrun: torch/distributed/run.py ``get_args_parser``;
@@ -487,5 +487,3 @@ def load_dtype(out) -> str | None:
             return out.values[key][0]
     return None
 
-
-__all__.append("load_dtype")
