@@ -20,6 +20,7 @@ from memsym.cli import main
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.job import job
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
+from memsym.timing.efficiency import GEMM_CEILING, LAUNCH_OVERHEAD, gemm_time
 from memsym.timing.job_step import job_step_time
 from memsym.timing.moe import grouped_quantize_bytes
 from memsym.training.estimate import job_memory
@@ -86,14 +87,23 @@ def test_recipe_is_refused_without_fp8_and_on_hopper():
         job_step_time(_llama8b("mxfp8", gpu="h100"))
 
 
-def test_mxfp8_gemms_run_at_the_fp8_rate_on_blackwell():
-    # dense, no TP: the only difference is what Transformer Engine's casts write
+def test_mxfp8_differs_from_per_tensor_fp8_by_its_casts_and_its_ceiling(monkeypatch):
+    # MXFP8 GEMMs run at the FP8 peak with a ceiling of their own, fixed on the FP8-MX value
+    # of the row the fp8 one is fixed on (Megatron-Bridge 25.11, DGX-B200 Llama 3 8B:
+    # 30624 tokens/s/GPU FP8-CS, 29521 FP8-MX); a compute-bound GEMM's math time scales by
+    # their ratio
+    big = [gemm_time(8192, 8192, 8192, "b200", p) - LAUNCH_OVERHEAD for p in ("fp8", "mxfp8")]
+    assert big[1] / big[0] == pytest.approx(GEMM_CEILING[("blackwell", "fp8")]
+                                            / GEMM_CEILING[("blackwell", "mxfp8")], rel=1e-12)
+    assert GEMM_CEILING[("blackwell", "mxfp8")] < GEMM_CEILING[("blackwell", "fp8")]
+    # at one ceiling, dense, no TP: the only difference is what Transformer Engine's casts write
     # (memsym.timing.quantize): MXFP8 two copies, each with a scale byte per 32 elements,
     # 2 x (1 + 1/32); per-tensor FP8 (the default, delayed) on the B200, whose FP8 GEMMs take
     # non-TN layouts, the 1-byte row-wise copy alone (TE d0067d0da6 csrc/quantizer.cpp:375,
     # no transpose): 1 + 1/16 bytes more an element, over proj's and fc2's inputs
     # (4096 + 14336 per token) and the four output gradients (6144 + 4096 + 28672 + 4096),
     # 8192 tokens, 32 layers x 16 micro-batches, at the B200's 8 TB/s
+    monkeypatch.setitem(GEMM_CEILING, ("blackwell", "mxfp8"), GEMM_CEILING[("blackwell", "fp8")])
     a, b = (job_step_time(_llama8b(r, gpu="b200")).total for r in (None, "mxfp8"))
     extra = (2 * (1 + 1 / 32) - 1) * 8192 * (4096 + 14336 + 6144 + 4096 + 28672 + 4096)
     assert b - a == pytest.approx(32 * 16 * extra / 8e12, rel=1e-9)

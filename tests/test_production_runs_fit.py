@@ -150,14 +150,11 @@ for _rel in _MXRELS:
         "350.1 GB predicted, 318.7 without the margin (with the full-iteration CUDA graph's "
         "static micro-batches, 0.5 GB), against 279 GB; what the release "
         "branch did to fit it (offloading, recompute) is not in the recipe read")
-    if _rel != "26.02.01":
-        TIGHT[f"mbridge.{_rel}.gb300.llama3-70b.mxfp8"] = (
-            f"{_FRAG} takes it over, with {_MX} (+21.4 GB): 269.0 GB without the margin, "
-            "295.8 GB with it, against 279 GB (PP 4 VP 5, MBS 1)")
-XFAIL["mbridge.26.02.01.gb300.llama3-70b.mxfp8"] = (
-    "the row's MBS 2 at PP 4 without VP (the recipe at 067f987df0 sets MBS 1, VP 5: 295.8 GB "
-    "predicted there): 442.5 GB predicted, 402.4 without the margin, against 279 GB; what the "
-    "26.02.01 branch set to fit it is not in the recipe read")
+    # 26.02.01's row prints MBS 2 and no VP against its release's config and its measured
+    # step (the TOML's table_note): the config's PP 4 VP 5, MBS 1 is priced, as in the others
+    TIGHT[f"mbridge.{_rel}.gb300.llama3-70b.mxfp8"] = (
+        f"{_FRAG} takes it over, with {_MX} (+21.4 GB): 269.0 GB without the margin, "
+        "295.8 GB with it, against 279 GB (PP 4 VP 5, MBS 1)")
 #: NVFP4 (precision fp4) with the recipes' fp4_param_gather: NVFP4 linear weights only,
 #: rowwise + columnwise, 9/8 B each (memsym.terms.widths.nvfp4_weight_bytes); every NVFP4
 #: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186).

@@ -33,6 +33,9 @@ CALIBRATION = {
     "mbridge.25.11.b200.llama3-8b.fp8": "blackwell/fp8",
     "mbridge.25.11.gb300.llama3-8b.fp8": "blackwell-ultra/fp8",
     "mbridge.26.04.01.gb300.llama3-70b.nvfp4": "blackwell-ultra/fp4",
+    # the parenthesised FP8-MX values of the two fp8 rows
+    "mbridge.25.11.b200.llama3-8b.mxfp8": "blackwell/mxfp8",
+    "mbridge.25.11.gb300.llama3-8b.mxfp8": "blackwell-ultra/mxfp8",
     # not a GEMM ceiling: the MoE layer's host seconds (memsym.timing.moe_host)
     "mbridge.26.02.b200.qwen3-30b-a3b.mxfp8": "moe/host",
 }
@@ -42,6 +45,21 @@ def _lead(cell) -> float:
     """The number a table cell starts with: '37556 (36108)' -> 37556, '475[^note]' -> 475,
     '[888](https://...)' (a Markdown link) -> 888."""
     return float(re.search(r"\d+(?:\.\d+)?", str(cell)).group())
+
+
+def _printed(run, key) -> float:
+    """The run's number in its table row's ``key`` cell: the lead one, or the parenthesised
+    one for an MXFP8 run read off an 'FP8-CS (FP8-MX)' row ('37556 (36108)' -> 36108)."""
+    cell = str(run["table"][key])
+    if _parenthesised(run):
+        return float(re.search(r"\((\d+(?:\.\d+)?)\)", cell).group(1))
+    return _lead(cell)
+
+
+def _parenthesised(run) -> bool:
+    """An MXFP8 run read off a 25.11 'FP8-CS (FP8-MX)' row: the row's parenthesised value."""
+    return (run["table"]["precision"] == "FP8-CS (FP8-MX)"
+            and run["settings"].get("fp8_recipe") == "mxfp8")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +89,7 @@ def test_step_is_the_tables_arithmetic(tabled):
     assert len(tabled) >= 70
     for run in tabled:
         tb = run["table"]
-        step = tb["gbs"] * tb["seq"] / (_lead(tb["tps"]) * tb["gpus"])
+        step = tb["gbs"] * tb["seq"] / (_printed(run, "tps") * tb["gpus"])
         assert time_accuracy.measured_step(run) == pytest.approx(step, rel=1e-12), run["id"]
 
 
@@ -85,15 +103,18 @@ def test_layout_and_settings_are_the_rows(tabled, mbridge):
             tb["tp"], tb["pp"], tb["cp"], na(tb["vp"]), na(tb.get("ep", 1)))
         assert printed != ("release's config" in run.get("table_note", "")), run["id"]
         assert time_accuracy.gpus_of(run) == tb["gpus"], run["id"]
-        assert (st["b"], st["B"], st["seq"]) == (tb["mbs"], tb["gbs"], tb["seq"]), run["id"]
+        assert (st["B"], st["seq"]) == (tb["gbs"], tb["seq"]), run["id"]
+        # one row's MBS contradicts its release's config too; the entry says so
+        assert (st["b"] != tb["mbs"]) == ("the row's MBS" in run.get("table_note", "")), run["id"]
         assert st.get("fsdp", False) == (tb.get("fsdp", 0) > 0), run["id"]
         assert st["precision"] == {"BF16": "bf16", "NVFP4": "fp4"}.get(tb["precision"], "fp8"), \
             run["id"]
         assert tb["precision"] in ("BF16", "FP8", "FP8-CS", "FP8-CS (FP8-MX)", "MXFP8",
                                    "FP8-MX", "NVFP4"), run["id"]
-        # the MXFP8 rows (26.x MXFP8, 25.11 FP8-MX) and only they run the mxfp8 recipe
-        assert (st.get("fp8_recipe") == "mxfp8") == (tb["precision"] in ("MXFP8", "FP8-MX")), \
-            run["id"]
+        # the MXFP8 rows (26.x MXFP8, 25.11 FP8-MX, and a 25.11 FP8-CS row's parenthesised
+        # FP8-MX value) and only they run the mxfp8 recipe
+        assert (st.get("fp8_recipe") == "mxfp8") == (
+            tb["precision"] in ("MXFP8", "FP8-MX") or _parenthesised(run)), run["id"]
         # EP is carved from the data-parallel ranks (Megatron: expert layers reuse DP x CP,
         # and TP too where the expert tensor-parallel size t_e is below it)
         edp = lay["d"] * lay["c"] * lay["t"] // lay.get("t_e", lay["t"])
@@ -103,8 +124,10 @@ def test_layout_and_settings_are_the_rows(tabled, mbridge):
             # one row contradicts itself; the entry says so (table_note) and prices its layout
             assert agrees != ("GA" in run.get("table_note", "")), run["id"]
     noted = [r["id"] for r in mbridge if "table_note" in r]
-    assert noted == ["mbridge.26.02.01.h100.qwen3-30b-a3b.fp8", "mbridge.25.11.b200.gpt-oss-120b.bf16",
-                     "mbridge.25.11.h100.gpt-oss-120b.bf16", "mbridge.25.11.gb300.qwen3-235b-a22b.bf16"]
+    assert sorted(noted) == sorted([
+        "mbridge.26.02.01.h100.qwen3-30b-a3b.fp8", "mbridge.25.11.b200.gpt-oss-120b.bf16",
+        "mbridge.25.11.h100.gpt-oss-120b.bf16", "mbridge.25.11.gb300.qwen3-235b-a22b.bf16",
+        "mbridge.26.02.01.gb300.llama3-70b.mxfp8"])
 
 
 def test_flops_per_token_agree_within_each_model(tabled):
@@ -117,7 +140,7 @@ def test_flops_per_token_agree_within_each_model(tabled):
         tb = run["table"]
         model = (run.get("preset") or tuple(run["gpt"]), "(w/o MTP)" in run["locator"])
         groups.setdefault((run["source"], model, tb["seq"]), []).append(
-            (_lead(tb["tflops"]) * 1e12 / _lead(tb["tps"]), run["id"]))
+            (_printed(run, "tflops") * 1e12 / _printed(run, "tps"), run["id"]))
     for key, rows in groups.items():
         mid = statistics.median(x for x, _ in rows)
         bad = [(rid, round(x / mid - 1, 3)) for x, rid in rows if abs(x / mid - 1) > 0.03]
@@ -139,7 +162,8 @@ def test_calibration_runs_are_exactly_the_named_ones(runs):
 
 
 @pytest.mark.parametrize("klass,prec", [("blackwell", "bf16"), ("blackwell", "fp8"),
-                                        ("blackwell-ultra", "fp8"),
+                                        ("blackwell", "mxfp8"), ("blackwell-ultra", "fp8"),
+                                        ("blackwell-ultra", "mxfp8"),
                                         ("blackwell-ultra", "fp4")])
 def test_blackwell_ceilings_come_from_their_runs(klass, prec):
     # the stored value reproduces its run's measured step (the Hopper and Ampere ones:

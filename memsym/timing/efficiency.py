@@ -23,8 +23,9 @@ import numpy as np
 from ..errors import InvalidValueError, choose
 from ..hardware import GPU, gpu as _gpu
 
-__all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RATE",
-           "gemm_time", "gemm_efficiency", "ceiling", "ceiling_key", "exp_time", "as_array"]
+__all__ = ["GEMM_CEILING", "SHARED_CEILING", "GEMM_PRECISIONS", "GEMM_INPUT_BYTES", "TILES",
+           "LAUNCH_OVERHEAD", "EXP_RATE", "gemm_time", "gemm_efficiency", "gemm_precision",
+           "peak_precision", "ceiling", "ceiling_key", "exp_time", "as_array"]
 
 #: Large-GEMM ceiling as a fraction of the dense datasheet peak, per class and precision.
 #: Each was fixed on ONE published run (the calibration points of docs/time-accuracy.md):
@@ -78,6 +79,14 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "TILES", "LAUNCH_OVERHEAD", "EXP_RA
 #: blackwell-ultra/fp4 (NVFP4 GEMMs at the datasheet FP4 peak, GB200 and GB300 only: the GPUs
 #: whose FP4 peak memsym lists) on Megatron-Bridge's 26.04.01 DGX-GB300 Llama 3 70B NVFP4 row
 #: (64 GPUs, PP4 VP5, 7296 tokens/s/GPU), 0.458; GB200 (blackwell) shares it (SHARED_CEILING).
+#: blackwell/mxfp8 and blackwell-ultra/mxfp8 (FP8 GEMMs with an E8M0 scale per 32 elements,
+#: Transformer Engine's MXFP8BlockScaling, at the datasheet FP8 peak: the block-scaled
+#: tcgen05 MMA) on the MXFP8 value of the same two rows as the fp8 ceilings, the
+#: parenthesised FP8-MX throughput of Megatron-Bridge's 25.11 DGX-B200 and DGX-GB300
+#: Llama 3 8B FP8-CS (FP8-MX) rows (29521 and 36108 tokens/s/GPU; the recipes
+#: llama3_8b_pretrain_8gpu_{b200,gb300}_fp8mx_config): what the block scaling costs beyond
+#: the casts and scale bytes memsym prices is this ceiling's gap to the fp8 one.  Hopper
+#: has no MXFP8 (Transformer Engine's _compute_mxfp8_support: compute capability 10.0+).
 #: The other classes (ada, cdna3) carry the Hopper value (an assumption, not a calibration;
 #: say so when quoting them).  fp16 = bf16; fp32 runs as TF32 at the class's bf16 value.
 GEMM_CEILING = {
@@ -85,10 +94,16 @@ GEMM_CEILING = {
     ("hopper", "bf16"): 0.587, ("hopper", "fp32"): 0.587, ("hopper", "fp8"): 0.570,
     ("ada", "bf16"): 0.587, ("ada", "fp32"): 0.587, ("ada", "fp8"): 0.570,
     ("blackwell", "bf16"): 0.510, ("blackwell", "fp32"): 0.510, ("blackwell", "fp8"): 0.535,
-    ("blackwell-ultra", "fp8"): 0.664,
+    ("blackwell", "mxfp8"): 0.493,
+    ("blackwell-ultra", "fp8"): 0.664, ("blackwell-ultra", "mxfp8"): 0.600,
     ("blackwell-ultra", "fp4"): 0.458,
     ("cdna3", "bf16"): 0.587, ("cdna3", "fp32"): 0.587, ("cdna3", "fp8"): 0.570,
 }
+#: The GEMM precisions: the datasheet's tensor-core rates (memsym.devices.PRECISIONS) and
+#: mxfp8, FP8 under MXFP8 block scaling (the FP8 rate, its own ceiling).
+GEMM_PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "fp32", "fp4")
+#: Bytes per input element a GEMM streams, by precision (2 where not listed).
+GEMM_INPUT_BYTES = {"fp8": 1, "mxfp8": 1, "fp4": 0.5, "fp32": 4}
 #: Keys priced at another key's ceiling (a stated sharing, not a calibration): the key's own
 #: entry in GEMM_CEILING, where one is set, comes first.
 SHARED_CEILING = {("blackwell-ultra", "bf16"): ("blackwell", "bf16"),
@@ -203,6 +218,61 @@ def ceiling_key(klass: str, precision: str) -> tuple:
     return key if key in GEMM_CEILING else SHARED_CEILING.get(key, key)
 
 
+def gemm_precision(precision: str, fp8_recipe=None) -> str:
+    r"""The GEMM precision of a run at ``precision`` under ``fp8_recipe`` [1].
+
+    .. math:: \text{gemm precision} = \begin{cases} \text{mxfp8} & \text{fp8 under MXFP8
+       block scaling} \\ \text{precision} & \text{otherwise} \end{cases}
+
+    MXFP8's GEMMs run at the FP8 tensor-core rate (:func:`peak_precision`) with a ceiling of
+    their own (:data:`GEMM_CEILING`); delayed, tensorwise (current) and the recipes memsym
+    counts as tensorwise share the fp8 one.
+
+    Parameters
+    ----------
+    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
+        The run's precision.
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8", "nvfp4"}
+        Megatron's ``--fp8-recipe`` under fp8.
+
+    Examples
+    --------
+    >>> gemm_precision("fp8", "mxfp8"), gemm_precision("fp8", "tensorwise")
+    ('mxfp8', 'fp8')
+    >>> gemm_precision("bf16", "mxfp8")       # the recipe applies only under fp8
+    'bf16'
+
+    References
+    ----------
+    .. [transformer-engine] Transformer Engine d0067d0da6, ``common/recipe/__init__.py``
+       (``MXFP8BlockScaling``: E8M0 scales per 32 elements).
+    """
+    return "mxfp8" if precision == "fp8" and fp8_recipe == "mxfp8" else precision
+
+
+def peak_precision(precision: str) -> str:
+    r"""The datasheet rate a GEMM precision runs at: FP8's for mxfp8, else its own [1].
+
+    .. math:: F(\text{mxfp8}) = F(\text{fp8})
+
+    Parameters
+    ----------
+    precision : {"bf16", "fp16", "fp8", "mxfp8", "fp32", "fp4"}
+        The GEMM precision.
+
+    Examples
+    --------
+    >>> peak_precision("mxfp8"), peak_precision("bf16")
+    ('fp8', 'bf16')
+
+    References
+    ----------
+    .. [nvidia-datasheets] HGX and DGX B200 datasheets (one dense FP8/FP6 rate; MXFP8's
+       block scaling runs in the tensor core).
+    """
+    return "fp8" if precision == "mxfp8" else precision
+
+
 def _quantisation(M, N, sms):
     """Best over TILES of (useful outputs / outputs computed in whole waves) x tile efficiency."""
     # each tile edge's count once (TILES repeat them), and the computed outputs as one
@@ -233,8 +303,8 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
-        The GEMM's input precision (sets the peak).
+    precision : {"bf16", "fp16", "fp8", "mxfp8", "fp32", "fp4"}
+        The GEMM's input precision (sets the peak and the ceiling).
     eta_gemm : float, optional
         Override: a fixed achieved GEMM efficiency in (0, 1] [1] (the symbol ``eta_gemm``);
         the curve is then not used.
@@ -260,7 +330,7 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
     """
     dev = _dev(device)
     t = gemm_time(M, N, K, dev, precision, eta_gemm=eta_gemm)
-    return 2.0 * np.asarray(M, float) * N * K / (dev.peak(precision) * t)
+    return 2.0 * np.asarray(M, float) * N * K / (dev.peak(peak_precision(precision)) * t)
 
 
 def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=1):
@@ -281,8 +351,9 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
         GEMM dimensions [elements] (``N`` here is a GEMM dimension, not a parameter count).
     device : str or GPU
         The GPU (a :mod:`memsym.hardware` name or record).
-    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
-        The GEMM's input precision (sets the peak and the bytes per element).
+    precision : {"bf16", "fp16", "fp8", "mxfp8", "fp32", "fp4"}
+        The GEMM's input precision (sets the peak, the ceiling and the bytes per element;
+        :func:`gemm_precision` names a run's).
     eta_gemm : float, optional
         Override: a fixed achieved math-side GEMM efficiency in (0, 1] [1].
     count : int or array_like
@@ -307,7 +378,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
        bound, tile and wave quantisation).
     """
     dev = _dev(device)
-    precision = choose("precision", precision, ("bf16", "fp16", "fp8", "fp32", "fp4"))
+    precision = choose("precision", precision, GEMM_PRECISIONS)
     M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
     if not (np.all(np.isfinite(M)) and np.all(np.isfinite(N)) and np.all(np.isfinite(K))) \
             or np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
@@ -319,8 +390,8 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
             raise InvalidValueError(f"eta_gemm must be in (0, 1], got {eta_gemm}")
     else:
         eff = ceiling(dev, precision) * _quantisation(M, N, dev.sm_count) * K / (K + K0)
-    width = {"fp8": 1, "fp4": 0.5, "fp32": 4}.get(precision, 2)
-    t_math = flops / (dev.peak(precision) * eff)
+    width = GEMM_INPUT_BYTES.get(precision, 2)
+    t_math = flops / (dev.peak(peak_precision(precision)) * eff)
     t_mem = width * (M * K + K * N + M * N) / dev.hbm_bandwidth
     return count * (np.maximum(t_math, t_mem) + LAUNCH_OVERHEAD)
 

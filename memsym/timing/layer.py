@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from .collectives import collective_bytes, collective_time, group_bandwidth
-from .efficiency import as_array, ceiling, exp_time, gemm_time, memory_time
+from .efficiency import as_array, ceiling, exp_time, gemm_precision, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .linear_attention import gdn_copy_bytes, gdn_kernels, projection_widths
 from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
@@ -156,12 +156,12 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
     backward, before any communication (``knobs``: t, c, e, t_e, b)."""
     t, c, e, t_e, b = knobs
     s = st.seq_length
-    prec = st.precision
+    prec, gprec = st.precision, gemm_precision(st.precision, st.fp8_recipe)
     # experts as TE's grouped GEMM, the router in the input dtype (memsym.timing.moe)
-    f_gemm = sum(gemm_seconds(q, "forward", dev, prec, eta_gemm=eta_gemm) for q in gemms)
+    f_gemm = sum(gemm_seconds(q, "forward", dev, gprec, eta_gemm=eta_gemm) for q in gemms)
     # backward: data gradient [M,N]x[N,K] and weight gradient [K,M]x[M,N]
-    b_gemm = sum(gemm_seconds(q, "dgrad", dev, prec, eta_gemm=eta_gemm)
-                 + gemm_seconds(q, "wgrad", dev, prec, eta_gemm=eta_gemm) for q in gemms)
+    b_gemm = sum(gemm_seconds(q, "dgrad", dev, gprec, eta_gemm=eta_gemm)
+                 + gemm_seconds(q, "wgrad", dev, gprec, eta_gemm=eta_gemm) for q in gemms)
     f_ssm = b_ssm = 0.0
     if mixer == "attention":
         f_att, b_att = _attention(x, st, dev, t, c, b, eta_gemm)
@@ -274,7 +274,7 @@ def _tensor_parallel(x, st: Settings, gemms, dev, clu, t, c, dp, T, *, moe: bool
     if overlap.tp_comm and overlap.tp_comm_split and st.sequence_parallel and not moe \
             and not x.mla and {"qkv", "fc1"} <= {q.name for q in gemms}:
         # userbuffers exist only with t > 1 (Bridge and TE turn the overlap off at t = 1)
-        ub = _userbuffers(gemms, dev, prec, eta_gemm, t, T * x.h, bw, lat,
+        ub = _userbuffers(gemms, dev, gemm_precision(prec, st.fp8_recipe), eta_gemm, t, T * x.h, bw, lat,
                           ag_width=fp8_element_bytes(st), cfg=ub_config(st.tp_overlap_cfg))
         multi = as_array(t) > 1
         f_gemm, b_gemm, f_tp, b_tp = (np.where(multi, u, plain) for u, plain in
@@ -303,7 +303,7 @@ def _tp_backward(st: Settings, gemms, dev, eta_gemm, overlap: Overlap, f_tp, one
     and runs the weight-gradient GEMM under it; under SP it also re-gathers the input
     asynchronously under the dgrad GEMM.  The row-parallel layers' backward all-gather (SP)
     is exposed."""
-    prec = st.precision
+    prec = gemm_precision(st.precision, st.fp8_recipe)
     colpar = [q for q in gemms if q.name in COLUMN_PARALLEL]
     wgrad = sum(gemm_time(q.K, q.N, q.M, dev, prec, eta_gemm=eta_gemm, count=q.count)
                 for q in colpar)
@@ -332,7 +332,7 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
     forward's combine beside the backward's pre-dispatch work.  Each all-to-all is exposed
     by what its compute partner leaves (``attention``: the attention core's forward and
     backward seconds)."""
-    prec = st.precision
+    prec, gprec = st.precision, gemm_precision(st.precision, st.fp8_recipe)
     tok = T / (as_array(t) if st.sequence_parallel else 1)
     # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
     f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(
@@ -341,7 +341,7 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
     ep_raw = [f_ep, b_ep, f_b, b_b]
     if overlap.ep_a2a:
         def seconds(which, experts):
-            return sum(gemm_seconds(q, w, dev, prec, eta_gemm=eta_gemm) for q in gemms
+            return sum(gemm_seconds(q, w, dev, gprec, eta_gemm=eta_gemm) for q in gemms
                        for w in which if q.name.startswith("expert") == experts)
         exp_f = seconds(("forward",), True)
         pre_f = seconds(("forward",), False) + attention[0]
@@ -407,7 +407,7 @@ def _recompute(x, st: Settings, dev, gemms, knobs, eta_gemm, fwd: dict, bwd: dic
     ``dispatch_f``: an MoE layer's forward dispatcher seconds, rerun by ``moe``)."""
     t, c, b, T = knobs
     s = st.seq_length
-    prec = st.precision
+    prec = gemm_precision(st.precision, st.fp8_recipe)
     f_mem, f_att = fwd["memory"], fwd["attention"]
     if st.recompute == "full":
         for key in fwd:
@@ -513,7 +513,7 @@ def _userbuffers(gemms, dev, prec, eta, t, hidden, bw, lat, *, ag_width=None, cf
     tt = as_array(t)
     cfg = ub_config() if cfg is None else cfg
     if ag_width is None:
-        ag_width = 1 if prec == "fp8" else 2
+        ag_width = 1 if prec in ("fp8", "mxfp8") else 2
     rows = g["qkv"].M
 
     def on(name):

@@ -51,7 +51,8 @@ import numpy as np
 from ..hardware import gpu as _gpu
 from .collectives import (LINK_LATENCY, collective_bytes, collective_time, group_bandwidth,
                           intra_bandwidth, nvlink_domain)
-from .efficiency import K0, LAUNCH_OVERHEAD, TILES, as_array, ceiling, gemm_time, memory_time
+from .efficiency import (GEMM_INPUT_BYTES, K0, LAUNCH_OVERHEAD, TILES, as_array, ceiling,
+                         gemm_time, memory_time, peak_precision)
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
@@ -95,7 +96,7 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
         Local experts [1]; concurrent compute streams [1].
     device : str or GPU
         The GPU.
-    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
+    precision : {"bf16", "fp16", "fp8", "mxfp8", "fp32", "fp4"}
         The GEMM's input precision.
     eta_gemm : float, optional
         A fixed achieved math-side efficiency replacing the ceiling and quantisation [1].
@@ -137,10 +138,9 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
         tiles = S * np.ceil(M / tm) * np.ceil(N / tn)
         waves = np.ceil(tiles / sms)
         q = np.maximum(q, rel * S * M * N / (waves * sms * tm * tn))
-    prec = "bf16" if precision == "fp16" else precision
-    eff = ceiling(dev, prec) * q * K / (K + K0)
-    width = {"fp8": 1, "fp4": 0.5, "fp32": 4}.get(precision, 2)
-    t_math = 2.0 * S * M * N * K / (dev.peak(precision) * eff)
+    eff = ceiling(dev, precision) * q * K / (K + K0)
+    width = GEMM_INPUT_BYTES.get(precision, 2)
+    t_math = 2.0 * S * M * N * K / (dev.peak(peak_precision(precision)) * eff)
     t_mem = width * S * (M * K + K * N + M * N) / dev.hbm_bandwidth
     return count / S * np.maximum(t_math, t_mem) + count * LAUNCH_OVERHEAD
 
@@ -165,7 +165,7 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
         The pass.
     device : str or GPU
         The GPU.
-    precision : {"bf16", "fp16", "fp8", "fp32", "fp4"}
+    precision : {"bf16", "fp16", "fp8", "mxfp8", "fp32", "fp4"}
         The layer's GEMM precision.
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1].
@@ -191,7 +191,7 @@ def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
                "wgrad": (q.K, q.N, q.M)}[which]
     if q.name.startswith("expert_"):
         return grouped_gemm_time(M, N, K, q.count, device, precision, eta_gemm=eta_gemm)
-    if q.name == "router" and precision in ("fp8", "fp4"):
+    if q.name == "router" and precision in ("fp8", "mxfp8", "fp4"):
         precision = "bf16"
     return gemm_time(M, N, K, device, precision, eta_gemm=eta_gemm, count=q.count)
 

@@ -35,7 +35,7 @@ import dataclasses
 import numpy as np
 
 from .collectives import collective_time, group_bandwidth
-from .efficiency import gemm_time, memory_time
+from .efficiency import gemm_precision, gemm_time, memory_time
 from .efficiency import as_array
 from .layer import BACKWARD_MEMORY, layer_time
 from .records import Overlap, Settings
@@ -245,7 +245,8 @@ def mtp_depth(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, ends: t
     """
     t, c, d, b = knobs
     out_f, out_b, emb = ends
-    prec = mtp_settings(st).precision
+    ms = mtp_settings(st)
+    prec = gemm_precision(ms.precision, ms.fp8_recipe)
     tt = as_array(t)
     T = as_array(b) * st.seq_length / as_array(c)
     n = x.h / tt
