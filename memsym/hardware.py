@@ -218,9 +218,10 @@ _GPUS = [
         "H200 datasheet (2024), SXM: BF16 1,979 / FP8 3,958 TFLOPS with sparsity; NVLink 900 GB/s",
         "SXM; same compute as H100 SXM", ("h200", "h200-sxm-141gb")),
     _nv("b200", 180, 2250, 4500, 1800,
-        "HGX B200 datasheet (2024): FP16/BF16 4.5 / FP8 9 PFLOPS with sparsity per GPU; 180 GB; NVLink 5 1.8 TB/s",
+        "HGX B200 datasheet (2024): FP16/BF16 4.5 / FP8 9 / FP4 18 PFLOPS with sparsity per GPU; "
+        "180 GB; NVLink 5 1.8 TB/s (DGX B200: FP4 144 PFLOPS sparse, 72 dense, for 8 GPUs)",
         "HGX B200 (1,000 W); announced as 192 GB, the HGX/DGX datasheets list 180 GB per GPU",
-        ("b200-180gb",)),
+        ("b200-180gb",), fp4_tf=9000),
     _nv("rtx3090-24gb", 24, 71, None, 112.5,
         "NVIDIA Ampere GA102 whitepaper, RTX 3090: FP16/BF16 tensor with FP32 accumulate 71 TFLOPS dense; "
         "NVLink bridge 112.5 GB/s", "GeForce: FP32-accumulate rate is half the FP16-accumulate rate",

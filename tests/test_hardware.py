@@ -150,6 +150,11 @@ def test_issue31_entries_from_their_datasheets():
     b300 = gpu("b300")
     assert (b300.bf16, b300.fp8) == (2250e12, 4500e12) and b300.memory_bytes == 288 * 10**9
     assert b300.fp4 is None and b300.nvlink == 1800e9 and b300.nvlink_domain is None
+    # HGX B200, per GPU: FP16/BF16 4.5, FP8 9, FP4 18 PFLOPS sparse (DGX B200, 8 GPUs: FP4
+    # 144 sparse, 72 dense)
+    b200 = gpu("b200")
+    assert (b200.bf16, b200.fp8, b200.fp4) == (4.5e15 / 2, 9e15 / 2, 18e15 / 2) == (
+        2250e12, 4500e12, 72e15 / 8)
     # GB200 NVL72 (72 GPUs): BF16 360, FP8 720, FP4 1,440 PFLOPS sparse; 13.4 TB -> 186 GB
     gb200 = gpu("gb200")
     assert (gb200.bf16, gb200.fp8, gb200.fp4) == (360e15 / 72 / 2, 720e15 / 72 / 2,
