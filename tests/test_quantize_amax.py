@@ -22,7 +22,7 @@ from memsym.timing.collectives import group_bandwidth
 from memsym.timing.gemm import layer_gemms, shape_of
 from memsym.timing.layer import layer_time
 from memsym.timing.moe import grouped_quantize_bytes
-from memsym.timing.quantize import cast_bytes, current_scaling
+from memsym.timing.quantize import amax_pass, cast_bytes, cast_kernels, current_scaling
 from memsym.timing.records import Overlap, Settings
 
 # Llama 3 8B (h 4096, f 14336, 32 heads, 8 KV heads of 128), b = 1, s = 8192, no TP: the
@@ -48,11 +48,28 @@ def test_one_dense_layer_casts_with_and_without_the_amax_pass():
     assert (float(f), float(b)) == (4 * CAST_FWD, 4 * GRADS)
     # current scaling: the amax read makes those 2 + 2 + 2 = 6; qkv's and fc1's inputs are
     # cast from the norm's bf16 output at 2 + 2 = 4 (their amax is the norm kernel's)
-    f, b = cast_bytes(g, 1, 2, amax=True)
+    f, b = cast_bytes(g, 1, 2, **cast_kernels("fp8", "tensorwise"))
     assert (float(f), float(b)) == (6 * CAST_FWD + 4 * NORMED, 6 * GRADS)
     # on a non-TN GPU (one row-wise copy): 2 + 1 + 2 = 5 and 2 + 1 = 3
-    f, b = cast_bytes(g, 1, 1, amax=True)
+    f, b = cast_bytes(g, 1, 1, amax=True, norm_cast=True)
     assert (float(f), float(b)) == (5 * CAST_FWD + 3 * NORMED, 5 * GRADS)
+    # NVFP4 (two copies of 1/2 + 1/16 bytes): an amax pass on every cast, the norm outputs'
+    # included (their Hadamard-transformed amax is not the norm's): 2 + 2 + 9/8 everywhere
+    f, b = cast_bytes(g, 0.5 + 1 / 16, 2, **cast_kernels("fp4"))
+    assert (float(f), float(b)) == (5.125 * (CAST_FWD + NORMED), 5.125 * GRADS)
+
+
+def test_which_recipes_cast_how():
+    # TE d0067d0da6 normalization.cpp:95-130: the norm writes FP8 itself only for
+    # Float8Quantizer (delayed); current scaling hands the cast its amax, MXFP8 and NVFP4
+    # (with the recipe's Hadamard transform) run the quantizer on the bf16 output
+    assert [cast_kernels("fp8", r) for r in (None, "delayed", "tensorwise", "mxfp8")] == [
+        dict(amax=False, norm_cast=False, norm_amax=False),
+        dict(amax=False, norm_cast=False, norm_amax=False),
+        dict(amax=True, norm_cast=True, norm_amax=False),
+        dict(amax=False, norm_cast=True, norm_amax=False)]
+    assert cast_kernels("fp4") == dict(amax=True, norm_cast=True, norm_amax=True)
+    assert [amax_pass(p) for p in ("bf16", "fp8", "fp4")] == [False, False, True]
 
 
 def test_the_routed_rows_cast_reads_them_once_more_for_the_amax():

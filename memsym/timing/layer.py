@@ -27,7 +27,7 @@ from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_eager import eager_seconds
 from .moe_host import host_exposed
-from .quantize import cast_bytes, cast_copies, current_scaling
+from .quantize import cast_bytes, cast_copies, cast_kernels, current_scaling
 from .records import Overlap, Settings
 from .recompute import module_recompute
 from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
@@ -189,9 +189,10 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
         # Transformer Engine's casts of each quantized GEMM's input and output gradient
         # (memsym.timing.quantize): one copy under per-tensor FP8 on a non-TN GPU, else two
         copies = cast_copies(prec, st.fp8_recipe, dev.non_tn_fp8_gemm)
-        # current scaling (tensorwise): each cast's amax pass, the norm-fused inputs' casts
+        # amax passes (current scaling, NVFP4) and the norm-fused inputs' own casts (all but
+        # delayed scaling)
         f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st), copies,
-                              amax=current_scaling(prec, st.fp8_recipe))
+                              **cast_kernels(prec, st.fp8_recipe))
         f_mem, b_mem = f_mem + memory_time(f_q, dev), b_mem + memory_time(b_q, dev)
     return f_gemm, b_gemm, f_att, b_att, f_mem, b_mem
 

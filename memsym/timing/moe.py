@@ -211,7 +211,9 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None, non_tn_fp8_gemm=False):
     after it under current scaling: :func:`memsym.timing.quantize.cast_bytes`).  Under
     current scaling (``tensorwise``) each split's ``quantize`` first reads its rows for the
     amax (TE d0067d0da6 csrc/extensions/cast.cpp:907-940, csrc/quantizer.cpp:1009-1012): 2
-    more bytes an element (:func:`memsym.timing.quantize.current_scaling`).
+    more bytes an element (:func:`memsym.timing.quantize.current_scaling`); so under NVFP4
+    (``nvte_group_hadamard_transform_amax`` before the grouped cast, TE d0067d0da6
+    csrc/extensions/cast.cpp:146-200; :func:`memsym.timing.quantize.amax_pass`).
 
     Parameters
     ----------
@@ -247,8 +249,8 @@ def grouped_quantize_bytes(rows, k_dim, fp8_recipe=None, non_tn_fp8_gemm=False):
            else 4 + (2 / 32 if fp8_recipe == "mxfp8" else 0))
     if cast_copies("fp8", fp8_recipe, non_tn_fp8_gemm) == 1:
         per = 3       # per-tensor FP8, non-TN GPU: the 1-byte row-wise copy alone
-    if current_scaling("fp8", fp8_recipe):
-        per += 2      # current scaling: each split's amax pass reads its bf16 rows
+    if current_scaling("fp8", fp8_recipe) or fp8_recipe == "nvfp4":
+        per += 2      # current scaling, NVFP4: each split's amax pass reads its bf16 rows
     return per * as_array(rows) * k_dim
 
 

@@ -7,8 +7,9 @@ Transformer Engine quantizes what a low-precision GEMM reads itself, one kernel 
 * forward, the input: ``_Linear.forward`` runs ``inputmat = input_quantizer(inputmat)``
   (row-wise for the forward GEMM, column-wise for the weight gradient, saved for backward);
   ``_GroupedLinear.forward`` runs ``tex.split_quantize`` over the experts' rows;
-  ``_LayerNormLinear`` writes its norm's output already quantized (``with_quantized_norm``),
-  so a norm-fused GEMM's input costs no cast of its own;
+  ``_LayerNormLinear`` hands its norm the quantizer (``with_quantized_norm``), and under
+  delayed scaling the norm writes its output quantized, so a norm-fused GEMM's input costs no
+  cast of its own there (the other recipes: below);
 * backward, the output gradient: ``grad_output_preprocess`` quantizes it with
   ``set_usage(rowwise=True, columnwise=True)``, the row-wise copy for the data gradient and the
   column-wise one for the weight gradient (``tex.split_quantize`` per expert in
@@ -54,7 +55,15 @@ scaling's fully fused norm does not spend.  Per layer:
         + (2 + n w)\sum_{g \in N} M_g K_g c_g,\qquad
     B_{\text{bwd}} = (4 + n w)\sum_{g \notin U} M_g N_g c_g
 
-(:math:`N` the norm-fused GEMMs, :data:`NORM_FUSED`).  Under sequence parallelism TE
+(:math:`N` the norm-fused GEMMs, :data:`NORM_FUSED`).  The norm writes its output quantized
+only under delayed scaling (``Float8Quantizer``: ``FULLY_FUSED``) [te-norm-paths]: under MXFP8
+it writes bf16 and a quantize kernel of its own casts it (``UNFUSED``, cuDNN's fused MXFP8 norm
+only with ``NVTE_NORM_FWD_USE_CUDNN``), :math:`2 + n w` an element, no amax pass (each block's
+scale comes from inside the cast); under NVFP4 every cast first runs an amax pass (the
+post-Hadamard amax, ``nvte_hadamard_transform_amax``: the recipe applies the random Hadamard
+transform to the column-wise copies of inputs and output gradients), the norm-fused inputs
+included (``UNFUSED`` under the Hadamard transform), :math:`4 + n w` an element everywhere
+(:func:`cast_kernels`).  Under sequence parallelism TE
 all-reduces each amax of the column-parallel inputs and the row-parallel output gradients
 over the TP group (``amax_reduction_group``): one fp32, 4 bytes, per cast, two a block
 (attention, dense MLP), a latency-bound all-reduce the stream waits on, priced as exposed TP
@@ -98,6 +107,19 @@ References
    parallelism, the column-parallel input and the row-parallel output gradient);
    pytorch/tensor/float8_tensor.py:197-256 (``Float8CurrentScalingQuantizer``,
    ``with_amax_reduction``, ``amax_reduction_group``).
+.. [te-norm-paths] NVIDIA/TransformerEngine d0067d0da6: pytorch/csrc/extensions/normalization.cpp:
+   95-130 (the forward norm's path by quantizer: ``FULLY_FUSED`` for none or
+   ``Float8Quantizer``; ``MXFP8Quantizer`` ``UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN`` and
+   128-aligned; ``FUSED_NORM_AMAX_FP8`` for current scaling; ``NVFP4Quantizer`` ``UNFUSED``
+   with the Hadamard transform and post-transform amax, else ``FUSED_NORM_AMAX_NVFP4``), 195-208
+   (``UNFUSED``: ``quantizer_cpp->quantize`` of the bf16 output); pytorch/csrc/quantizer.cpp:
+   2629-2675 (``NVFP4Quantizer::quantize_impl``: ``nvte_hadamard_transform_amax`` or
+   ``nvte_compute_amax_with_config`` over the input before the cast); pytorch/quantization.py:
+   1730-1736 (every NVFP4 quantizer ``with_rht`` and ``with_post_rht_amax`` =
+   ``random_hadamard_transform``); common/recipe/__init__.py:558, 590-600
+   (``NVFP4BlockScaling``: the transform on unless ``NVTE_NVFP4_DISABLE_RHT``);
+   pytorch/csrc/extensions/cast.cpp:146-200 (grouped NVFP4: ``nvte_group_hadamard_transform_amax``
+   before the grouped cast).
 .. [megatron-specs] Megatron-LM core_v0.17.0 megatron/core/models/gpt/gpt_layer_specs.py:
    ``linear_qkv`` and the dense ``linear_fc1`` are ``column_parallel_layer_norm_linear``, MLA's
    ``linear_q_up_proj`` / ``linear_kv_up_proj`` too under ``qk_layernorm``;
@@ -110,7 +132,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["NORM_FUSED", "UNQUANTIZED", "NOT_CAST_FORWARD", "PER_TENSOR_RECIPES", "cast_copies",
-           "current_scaling", "cast_bytes"]
+           "current_scaling", "amax_pass", "cast_kernels", "cast_bytes"]
 
 #: GEMMs whose input Transformer Engine's fused norm writes quantized ([megatron-specs]:
 #: ``TELayerNormColumnParallelLinear``; MLA's up projections with their q / kv layernorm).
@@ -204,7 +226,86 @@ def current_scaling(precision: str, fp8_recipe=None) -> bool:
     return precision == "fp8" and fp8_recipe == "tensorwise"
 
 
-def cast_bytes(gemms, width, copies=2, amax=False):
+def amax_pass(precision: str, fp8_recipe=None) -> bool:
+    r"""Whether each Transformer Engine cast first reads its input for the amax [1].
+
+    .. math:: [\text{FP8 current scaling}] \vee [\text{NVFP4}]
+
+    Current scaling (:func:`current_scaling`) and NVFP4 (``NVFP4Quantizer``: the tensor's
+    amax, after the recipe's Hadamard transform, for its per-tensor FP32 scale) compute the
+    amax in a pass of their own; delayed scaling takes it from the history, MXFP8 each block's
+    inside the cast.
+
+    Parameters
+    ----------
+    precision : str
+        The GEMM precision (``"fp4"``: NVFP4).
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        The FP8 recipe (None: Megatron's default, delayed).
+
+    Returns
+    -------
+    bool
+        True where every cast reads its input once more [1].
+
+    Examples
+    --------
+    >>> [amax_pass(p, r) for p, r in (("fp8", None), ("fp8", "tensorwise"), ("fp8", "mxfp8"),
+    ...                               ("fp4", None))]
+    [False, True, False, True]
+
+    References
+    ----------
+    .. [te-norm-paths] transformer-engine d0067d0da6 pytorch/csrc/quantizer.cpp:1009-1012
+       (current scaling), 2629-2675 (NVFP4); [te-norm-paths] in this module.
+    """
+    return current_scaling(precision, fp8_recipe) or precision == "fp4"
+
+
+def cast_kernels(precision: str, fp8_recipe=None) -> dict:
+    r"""How Transformer Engine casts under a recipe: :func:`cast_bytes`' switches [1].
+
+    .. math:: \text{amax} = \text{amax\_pass},\quad
+       \text{norm\_cast} = [\text{not delayed}],\quad
+       \text{norm\_amax} = [\text{NVFP4}]
+
+    ``amax``: every cast's own amax pass (:func:`amax_pass`); ``norm_cast``: the norm-fused
+    GEMMs' inputs quantized by a kernel of their own from the norm's bf16 output (current
+    scaling, MXFP8, NVFP4: the norm writes FP8 itself only under delayed scaling);
+    ``norm_amax``: that kernel's amax pass (NVFP4, whose Hadamard-transformed amax the norm
+    does not give; current scaling's norm writes the amax beside its output).
+
+    Parameters
+    ----------
+    precision : str
+        The GEMM precision (``"fp4"``: NVFP4; bf16 and fp32 cast nothing).
+    fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
+        The FP8 recipe (None: Megatron's default, delayed).
+
+    Returns
+    -------
+    dict
+        ``amax``, ``norm_cast``, ``norm_amax`` [1].
+
+    Examples
+    --------
+    >>> [tuple(cast_kernels("fp8", r).values()) for r in (None, "tensorwise", "mxfp8")]
+    [(False, False, False), (True, True, False), (False, True, False)]
+    >>> tuple(cast_kernels("fp4").values())
+    (True, True, True)
+
+    References
+    ----------
+    .. [te-norm-paths] transformer-engine d0067d0da6 pytorch/csrc/extensions/normalization.cpp:
+       95-130; [te-norm-paths] in this module.
+    """
+    fp4 = precision == "fp4"
+    return {"amax": amax_pass(precision, fp8_recipe),
+            "norm_cast": fp4 or (precision == "fp8" and fp8_recipe in ("tensorwise", "mxfp8")),
+            "norm_amax": fp4}
+
+
+def cast_bytes(gemms, width, copies=2, amax=False, norm_cast=False, norm_amax=False):
     r"""HBM bytes (forward, backward) of one layer's input and output-gradient casts [bytes].
 
     .. math:: B_{fwd} = (2 + n w) \sum_q M_q K_q c_q, \quad
@@ -224,9 +325,13 @@ def cast_bytes(gemms, width, copies=2, amax=False):
     copies : int
         Quantized copies written per cast, n [1] (:func:`cast_copies`; default 2).
     amax : bool
-        Current scaling (:func:`current_scaling`): each cast reads its input once more for
-        the amax (2 more bytes an element), and the norm-fused GEMMs' inputs are cast from
-        the norm's bf16 output (:math:`2 + n w`, their amax from the norm kernel).
+        Each cast reads its input once more for the amax, 2 more bytes an element
+        (:func:`amax_pass`: current scaling, NVFP4).
+    norm_cast : bool
+        The norm-fused GEMMs' inputs are cast from the norm's bf16 output, :math:`2 + n w`
+        (current scaling, MXFP8, NVFP4; :func:`cast_kernels`).
+    norm_amax : bool
+        With an amax pass of their own, 2 more (NVFP4).
 
     Returns
     -------
@@ -270,10 +375,16 @@ def cast_bytes(gemms, width, copies=2, amax=False):
 
     >>> g = [Gemm("qkv", 8192, 12288, 4096), Gemm("proj", 8192, 4096, 4096),
     ...      Gemm("fc1", 8192, 16384, 4096), Gemm("fc2", 8192, 4096, 16384)]
-    >>> f, b = cast_bytes(g, 1, amax=True)
+    >>> f, b = cast_bytes(g, 1, **cast_kernels("fp8", "tensorwise"))
     >>> int(f) == 6 * 8192 * (4096 + 16384) + 4 * 8192 * (4096 + 4096)
     True
     >>> int(b) == 6 * 8192 * (12288 + 4096 + 16384 + 4096)
+    True
+
+    MXFP8: no amax pass, the norm outputs cast too, all at 2 + 2 (1 + 1/32) bytes an element:
+
+    >>> f, b = cast_bytes(g, 1 + 1 / 32, **cast_kernels("fp8", "mxfp8"))
+    >>> float(f) == (2 + 2 * 33 / 32) * 8192 * (4096 + 16384 + 4096 + 4096)
     True
 
     References
@@ -286,10 +397,11 @@ def cast_bytes(gemms, width, copies=2, amax=False):
                if q.name not in NOT_CAST_FORWARD), np.zeros(()))
     bwd = sum((np.asarray(q.M, float) * q.N * q.count for q in gemms
                if q.name not in UNQUANTIZED), np.zeros(()))
-    if not amax:
-        return per * fwd, per * bwd
-    # current scaling: the amax pass reads each cast tensor once more (2 bytes); the
-    # norm-fused inputs are cast from the norm's bf16 output, their amax the norm's own
+    own = per + (2 if amax else 0)          # an amax pass reads each cast tensor once more
+    if not norm_cast:
+        return own * fwd, own * bwd
+    # the norm writes bf16 and a kernel of its own casts it (under current scaling with the
+    # norm's amax; under NVFP4 after an amax pass of its own)
     normed = sum((np.asarray(q.M, float) * q.K * q.count for q in gemms
                   if q.name in NORM_FUSED), np.zeros(()))
-    return (per + 2) * fwd + per * normed, (per + 2) * bwd
+    return own * fwd + (per + (2 if norm_amax else 0)) * normed, own * bwd
