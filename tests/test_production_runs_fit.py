@@ -59,6 +59,16 @@ OPEN = {"mbridge.25.11.gb300.deepseek-v3.bf16": (_DS_PP2_VP4,),
         **{f"mbridge.{rel}.b300.deepseek-v3.mxfp8":
            ("comm_overlap.overlap_moe_expert_parallel_comm=False",)
            for rel in ("26.04.01", "26.04", "26.02.01", "26.02")},
+        # the GB300 DeepSeek-V3 MXFP8 rows (PP 2 VP 8 EP 32, MBS 2) ran their release's perf
+        # config, not the recipe at 067f987df0: DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1
+        # (scripts/performance/configs/deepseek/deepseek_workload_base_configs.py:41-54 in
+        # v0.3.0, v0.4.0, 26.04-alpha.rc2 and v0.4.2, whose FP8_MX variants take it) recomputes
+        # MLA's up projections, turns the EP overlap off and captures no CUDA graph (its
+        # cuda_graph_impl None leaves the base recipe's "none"); the TOML's open list cites them
+        **{f"mbridge.{rel}.gb300.deepseek-v3.mxfp8":
+           ("model.recompute_granularity=selective", 'model.recompute_modules=["mla_up_proj"]',
+            "comm_overlap.overlap_moe_expert_parallel_comm=False", "model.cuda_graph_impl=none")
+           for rel in ("26.04.01", "26.04", "26.02.01", "26.02")},
         # the Qwen3-235B-A22B MXFP8 rows the table prints at PP > 1 without VP: the same
         **{f"mbridge.{rid}.qwen3-235b-a22b.mxfp8":
            ("comm_overlap.overlap_moe_expert_parallel_comm=False",)
@@ -144,12 +154,6 @@ for _rel in _MXRELS:
     TIGHT[f"mbridge.{_rel}.gb200.llama3-405b.mxfp8"] = (
         f"{_FRAG} takes it over, with {_MX}: 179.5 GB without the margin, 197.1 GB with it, "
         "against 186 GB (TP 4 PP 16 VP 8)")
-    XFAIL[f"mbridge.{_rel}.gb300.deepseek-v3.mxfp8"] = (
-        "the row's MBS 2 (the recipe at 067f987df0 sets MBS 1: 228.4 GB predicted there, it "
-        "fits): at PP 2 VP 8 EP 32 the first stage keeps twice the in-flight activations, "
-        "350.1 GB predicted, 318.7 without the margin (with the full-iteration CUDA graph's "
-        "static micro-batches, 0.5 GB), against 279 GB; what the release "
-        "branch did to fit it (offloading, recompute) is not in the recipe read")
     # 26.02.01's row prints MBS 2 and no VP against its release's config and its measured
     # step (the TOML's table_note): the config's PP 4 VP 5, MBS 1 is priced, as in the others
     TIGHT[f"mbridge.{_rel}.gb300.llama3-70b.mxfp8"] = (
@@ -157,12 +161,8 @@ for _rel in _MXRELS:
         "295.8 GB with it, against 279 GB (PP 4 VP 5, MBS 1)")
 #: NVFP4 (precision fp4) with the recipes' fp4_param_gather: NVFP4 linear weights only,
 #: rowwise + columnwise, 9/8 B each (memsym.terms.widths.nvfp4_weight_bytes); every NVFP4
-#: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186).
-XFAIL["mbridge.26.02.01.gb300.llama3-70b.nvfp4"] = (
-    "the row prints TP 1 PP 1 and FSDP 0 (the FP8 row beside it runs FSDP 64): under the "
-    "distributed optimizer alone every GPU holds the 70B model's NVFP4 weights "
-    "(fp4_param_gather) and fp32 gradient buffer, 574.8 GB predicted, 522.6 without the "
-    "margin, against 279 GB")
+#: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186;
+#: its GB300 70B row at its release's config, PP 4 VP 5 MBS 1, as the TOML's table_note says).
 
 
 #: Nemotron 3 Nano and Super (hybrid Mamba-2 models, Super's experts latent) are read from

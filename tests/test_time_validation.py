@@ -127,7 +127,7 @@ def test_layout_and_settings_are_the_rows(tabled, mbridge):
     assert sorted(noted) == sorted([
         "mbridge.26.02.01.h100.qwen3-30b-a3b.fp8", "mbridge.25.11.b200.gpt-oss-120b.bf16",
         "mbridge.25.11.h100.gpt-oss-120b.bf16", "mbridge.25.11.gb300.qwen3-235b-a22b.bf16",
-        "mbridge.26.02.01.gb300.llama3-70b.mxfp8"])
+        "mbridge.26.02.01.gb300.llama3-70b.mxfp8", "mbridge.26.02.01.gb300.llama3-70b.nvfp4"])
 
 
 def test_flops_per_token_agree_within_each_model(tabled):
