@@ -120,10 +120,9 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
 #: the 26.04.01 B200 DeepSeek-V3 MXFP8 row (143.4 of 180), the 25.11 GB300 Qwen3-235B-A22B
 #: bf16 row (240.7 of 279), the 25.11 B200 Qwen3-235B-A22B MXFP8 row at its VP 2 (176.1 of
 #: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (80.2 of 84.9).
-XFAIL["mbridge.25.11.h100.gpt-oss-120b.bf16"] = (
-    "the row's MBS 4 contradicts its own GA 2 (GBS 512 / (MBS 4 x DP 16) = 8; the TOML's "
-    "table_note): at MBS 4, PP 4 the first stage holds 62.3 GB of activations, 113.4 GB "
-    "predicted against 85 GB; the recipe's MBS 1 (the 26.x rows) fits at 62.0 GB")
+#: The 25.11 H100 GPT-OSS-120B row's MBS 4 contradicts its own GA 2 and its release's perf
+#: config (MBS 1; the TOML's table_note): at the config's MBS 1 it fits (62.0 GB of 85; at
+#: MBS 4 the first stage would hold 62.3 GB of activations, 113.4 GB in all).
 
 
 #: MXFP8 (bf16_with_mxfp8_mixed: fp8_param_gather) keeps each linear weight as an MXFP8
