@@ -572,8 +572,10 @@ def render(res, rows, *, margin: int = 0, job: bool = False) -> str:
                           if k != "total")
         lines.append(f"      stage {exact['stage']}: {parts} GB")
         if row.get("time"):
-            lines.append("      step: " + ", ".join(f"{k} {v:.3g}" for k, v in row["time"].items())
-                         + " s")
+            # "other": the end stages' embedding, output layer and loss (TIME_PARTS)
+            lines.append("      step: " + ", ".join(
+                f"{'ends (embedding, output, loss)' if k == 'other' else k} {v:.3g}"
+                for k, v in row["time"].items()) + " s")
         hint = _torchtitan_stages(sp_, row)
         if hint:
             lines.append("      torchtitan: " + hint)
