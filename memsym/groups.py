@@ -7,8 +7,9 @@ strings, so that the printers below the training total can group one without imp
 
 __all__ = ["STATE_KEYS", "ACTIVATION_KEYS", "BUFFER_KEYS", "ALLOWANCE_KEYS"]
 
-#: Model states (weights, gradients, optimizer states and their expert and FP8 variants).
-STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients",
+#: Model states (weights, gradients, optimizer states and their expert and FP8 variants; torch
+#: DDP's bucket copy of the gradients, memsym.terms.torch_ddp).
+STATE_KEYS = ("weights", "weights_unquantized", "adapter_weights", "gradients", "ddp_buckets",
               "main_gradients", "optimizer", "muon_adam_moment", "fp8_weights", "expert_weights",
               "expert_gradients", "expert_main_gradients", "expert_optimizer", "expert_fp8_weights")
 #: Activations, phase transients included.

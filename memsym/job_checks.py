@@ -111,6 +111,7 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.states.fp4_param_gather, "fp4_param_gather")
     flag(training.memory.optimizer_cuda_graph, "optimizer_cuda_graph")
     flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
+    flag(training.states.torch_ddp_buckets, "torch_ddp_buckets")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.compiled_model, "compiled_model")
     flag(training.memory.sac_saves_attention, "sac_saves_attention")
@@ -202,6 +203,29 @@ def _check_megatron_fsdp(training: Training) -> None:
     if training.states.optimizer not in MEGATRON_FSDP_OPTIMIZERS:
         raise InvalidValueError(f"Megatron-FSDP does not support the {training.states.optimizer} "
                                 "optimizer (Megatron-LM's validate_args: sgd or adam)")
+
+
+def _check_torch_ddp(training: Training) -> None:
+    """torch DDP's bucket copy (``torch_ddp_buckets``, :mod:`memsym.terms.torch_ddp`) is counted
+    for the whole fp32 model trained with AdamW under plain DDP, as the Hugging Face Trainer
+    runs the transformers model (framework deepspeed: the model code; Megatron's DDP keeps
+    its own gradient buffer), without adapters or offload."""
+    st = training.states
+    if not st.torch_ddp_buckets:
+        return
+    said = (f"sharding {st.sharding}" if st.sharding != "ddp" else
+            f"framework {training.framework}"
+            if not framework_record(training.framework).hf_model_code else
+            f"precision {st.precision}" if st.precision != "fp32" else
+            f"optimizer {st.optimizer}" if st.optimizer != "adam" else
+            f"convention {st.convention}" if st.convention != "framework" else
+            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
+            f"offload {st.offload}" if st.offload != "none" else None)
+    if said is not None:
+        raise InvalidValueError(f"torch_ddp_buckets (torch DDP's bucket copy of the gradients) is "
+                                "counted for an fp32 model under sharding ddp with AdamW, framework "
+                                "deepspeed (the transformers model code), no adapters, no "
+                                f"offload; not {said}")
 
 
 def _named_choices() -> dict:
@@ -302,6 +326,7 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("optimizer_cuda_graph is Megatron's --optimizer-cuda-graph "
                                 f"(framework megatron), not {training.framework}'s")
     _check_megatron_fsdp(training)
+    _check_torch_ddp(training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules

@@ -78,13 +78,11 @@ class Batch:
 
     Attributes
     ----------
-    seq_length, micro_batch_size : int
-        ``s`` [tokens], ``b`` [sequences].
+    seq_length, micro_batch_size, global_batch_size : int (the last int or None)
+        ``s`` [tokens], ``b`` [sequences], ``B`` [sequences].
     num_microbatches : int or None
         ``m``, micro-batches per step and pipeline [1]; None = derived from ``global_batch_size`` as
         ``B/(b d)``, or "enough" (at least ``p``) when that is also None.
-    global_batch_size : int or None
-        ``B`` [sequences].
     """
 
     seq_length: int = 4096
@@ -110,8 +108,7 @@ class PipelineSchedule:
         loss, and rank r holds their chunk passes
         (:func:`memsym.terms.schedule.v_stage_microbatches`).
     microbatch_group_size : int or None
-        Megatron's ``microbatch_group_size_per_vp_stage`` (None = p) for the interleaved
-        schedule's launch rule.
+        Megatron's ``microbatch_group_size_per_vp_stage`` (None = p; the interleaved rule).
     overlap_p2p_comm : bool
         Megatron's ``overlap_p2p_comm`` (default on; ``--no-overlap-p2p-communication``): the
         interleaved schedule's p2p sends hide behind compute; without it interleaving needs PP > 2.
@@ -121,8 +118,7 @@ class PipelineSchedule:
         keeps each micro-batch's output-layer input and logits gradient until then
         (:func:`memsym.terms.transients.deferred_wgrad_buffers`).
     wgrad_deferral_limit : int
-        Megatron's ``--wgrad-deferral-limit`` (default 0: every micro-batch deferred): the
-        most micro-batches deferred, the rest computed at once.
+        Megatron's ``--wgrad-deferral-limit`` (default 0: all deferred; else the most deferred).
     """
 
     schedule: str = "1f1b"
@@ -166,6 +162,8 @@ class ModelStates:
         :data:`memsym.vocabulary.MUON_TP_MODES`), ``--muon-num-ns-steps`` (5 [iterations]) and
         ``--muon-nesterov`` (off): arguments.py:2648-2655, 2633 at d98e8a64dd
         (:mod:`memsym.timing.muon`).
+    torch_ddp_buckets : bool
+        torch DDP's gradient buckets beside param.grad (:mod:`memsym.terms.torch_ddp`).
     """
 
     precision: str = "bf16"
@@ -188,6 +186,7 @@ class ModelStates:
     muon_tp_mode: str = "duplicated"
     muon_num_ns_steps: int = 5
     muon_nesterov: bool = False
+    torch_ddp_buckets: bool = False
 
 
 @dataclass(frozen=True)
@@ -380,7 +379,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
         "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store")),
-    *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov")))}
+    *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
+                              "torch_ddp_buckets")))}
 
 
 @dataclass(frozen=True, init=False)

@@ -254,6 +254,10 @@ _SWITCH_ROWS = (
      "step captured in a CUDA graph, whose pool keeps what the step allocates (the fp32 "
      "main-gradient shard under --grad-reduce-in-bf16) reserved through forward and backward",
      "memory"),
+    ("--torch-ddp-buckets", "torch_ddp_buckets", True, "torch DistributedDataParallel's "
+     "reducer with gradient_as_bucket_view False (torch's and the Hugging Face Trainer's "
+     "default): its flat buckets keep a second copy of every gradient (--framework deepspeed "
+     "--sharding ddp --precision fp32: a Trainer launch without --deepspeed)", "memory"),
 )
 
 

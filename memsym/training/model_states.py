@@ -20,6 +20,7 @@ from ..model.muon_matrices import scalar_adam_parameters
 from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, N_xq, b_g, b_m,
                        b_mg, b_o, c, d, e, t, t_e)
 from ..terms import muon
+from ..terms.torch_ddp import torch_ddp_states
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
 from ..terms.adapters import LORA_TARGETS, adapter_state, lora, megatron_adapter_widths
@@ -235,7 +236,7 @@ def state_training(training: Training) -> Training:
     """
     keep = ("framework", "finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
-            "fp4_param_gather", "megatron_fsdp", "bf16_layers",
+            "fp4_param_gather", "megatron_fsdp", "bf16_layers", "torch_ddp_buckets",
             *rb.OPTIMIZER_DTYPES)
     return Training(**{name: training.value(name) for name in keep})
 
@@ -332,6 +333,8 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
                           description="routed experts: " + term.description) for term in ex]
     if training.states.optimizer == "muon":   # cited where Muon makes its states
         return muon.muon_states(terms, layer_wise=training.states.sharding != "ddp")
+    if training.states.torch_ddp_buckets:      # torch DDP: the reducer's bucket copy
+        return torch_ddp_states(terms, N_tp / t + N_rep)
     return tuple(terms)
 
 
@@ -379,4 +382,6 @@ def _megatron_fsdp_terms(experts: bool, training: Training) -> tuple:
                           description="routed experts: " + term.description) for term in ex]
     if training.states.optimizer == "muon":   # cited where Muon makes its states
         return muon.muon_states(terms, layer_wise=training.states.sharding != "ddp")
+    if training.states.torch_ddp_buckets:      # torch DDP: the reducer's bucket copy
+        return torch_ddp_states(terms, N_tp / t + N_rep)
     return tuple(terms)
