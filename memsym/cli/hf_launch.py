@@ -13,13 +13,22 @@ job commands read as they read any other: with ``--deepspeed ds.json``, ``--deep
 ds.json --world-size N --micro-batch-size b --num-microbatches GAS --precision P`` (the config's
 ``"auto"`` values filled from them as the Trainer fills them) and ``--recompute-granularity
 full`` for the model's gradient checkpointing.  Plain DDP (neither ``--deepspeed`` nor
-``--fsdp``) is refused in one line: the weights' dtype is the script's (transformers 5.25 loads
-the checkpoint's, ``dtype="auto"``), and torch DDP's reducer keeps a second copy of every
-gradient in its buckets (Accelerate's ``gradient_as_bucket_view`` False), which memsym's DDP
-does not count.
+``--fsdp``) is ``--framework deepspeed --sharding ddp --torch-ddp-buckets --optimizer adam``
+(the transformers model code; torch ``DistributedDataParallel`` through Accelerate, whose
+reducer keeps a second copy of every gradient in its buckets:
+:mod:`memsym.terms.torch_ddp`) for an fp32 model (run_clm.py's ``--dtype float32``) without
+``--bf16`` / ``--fp16``; a 16-bit model (transformers 5.25 loads the checkpoint's dtype unless
+told, ``dtype="auto"``: 16-bit AdamW moments, no fp32 copy) and autocast over an fp32 model
+(a 16-bit cast of every linear weight kept through the forward) are refused in one line.
+
+``search``, ``solve`` and ``plot`` read the same words and say the same reading
+(:func:`hf_reading`, :func:`reading_lines`); the DeepSpeed config is parsed once, where the
+launch is checked against it, and the job's reader takes that parse (:func:`config_of`).
 """
 
 from __future__ import annotations
+
+import copy
 
 from ..errors import InvalidValueError
 from ..limits import check_limit
@@ -27,11 +36,13 @@ from ..readers.hf_trainer import load_dtype, read_hf_trainer_launch
 from ..readers.hf_trainer_args import ADAMW, TRAINING_ARGS
 from ..text import looks_like_option
 
-__all__ = ["hf_trainer_words", "hf_report"]
+__all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read_as",
+           "launch_of", "config_of"]
 
 #: memsym's options a launch sets (a second spelling of them beside the launch is refused).
 _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--global-batch-size",
-        "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding")
+        "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding",
+        "--optimizer", "--torch-ddp-buckets")
 
 #: memsym's options the launch was written as -> the launch's own words (in the report).
 _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
@@ -82,8 +93,9 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
                                 "or a Hub id) or a MODEL beside the launch")
     out = [] if model is None else [model]
     if r.deepspeed is None:
-        _refuse_ddp(r)
-    _check_config(r, searched)
+        out += _ddp_words(r)
+    else:
+        _check_config(r, searched)
     out += _batch_words(r, searched)
     if r.world_size is not None:
         if "--world-size" in given:
@@ -107,20 +119,21 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
 
 
 def _batch_words(r, searched):
-    """The DeepSpeed config and the batch as memsym's words: the micro-batch and accumulation,
-    or under a search (which varies the micro-batch) the global batch it holds."""
+    """The DeepSpeed config (none under plain DDP) and the batch as memsym's words: the
+    micro-batch and accumulation, or under a search (which varies the micro-batch) the global
+    batch it holds."""
+    config = [] if r.deepspeed is None else ["--deepspeed-config", r.deepspeed]
     if not searched:
-        return ["--deepspeed-config", r.deepspeed, "--micro-batch-size", str(r.micro_batch_size),
-                "--num-microbatches", str(r.gradient_accumulation_steps),
-                "--precision", r.precision]
+        return config + ["--micro-batch-size", str(r.micro_batch_size),
+                         "--num-microbatches", str(r.gradient_accumulation_steps),
+                         "--precision", r.precision]
     if r.world_size is None:
         raise InvalidValueError("the launcher does not say how many processes, so the global "
                                 "batch a search holds is unknown: give --num_gpus / "
                                 "--nproc_per_node / --num_processes")
     batch = check_limit("global_batch", r.micro_batch_size * r.gradient_accumulation_steps
                         * r.world_size, "per_device_train_batch_size x accumulation x GPUs")
-    return ["--deepspeed-config", r.deepspeed, "--global-batch-size", str(batch),
-            "--precision", r.precision]
+    return config + ["--global-batch-size", str(batch), "--precision", r.precision]
 
 
 def _check_config(r, searched):
@@ -138,6 +151,7 @@ def _check_config(r, searched):
     cfg = load_json(text, "DeepSpeed config")
     if not isinstance(cfg, dict):
         return                    # the DeepSpeed reader says what is wrong with it
+    r.config = cfg                # read once: the job's reader takes it from here (config_of)
     if r.optim is not None and r.optim not in ADAMW:
         if "optimizer" not in cfg:
             raise InvalidValueError(refused_optim(r.optim))
@@ -166,35 +180,132 @@ def _check_config(r, searched):
                 'fill_match): set it to "auto" or give the argument')
 
 
-def _refuse_ddp(r):
-    """Plain DDP (no ``--deepspeed``): refused in one line, with what memsym would miss."""
+def _ddp_words(r):
+    """Plain DDP (no ``--deepspeed``, no ``--fsdp``) as memsym's words: the transformers model
+    (``--framework deepspeed``: the model code the Trainer runs; no DeepSpeed engine) under
+    ``--sharding ddp`` with torch DDP's bucket copy (``--torch-ddp-buckets``), for an fp32
+    model without autocast; anything else is refused in one line."""
     dtype = load_dtype(r)
-    said = ("the model loaded in the checkpoint's dtype (transformers 5.25 from_pretrained "
-            'dtype "auto", modeling_utils.py:4236-4237: 16-bit weights, gradients and AdamW '
-            "states, no fp32 copy) and " if dtype not in _FP32 else "")
-    raise InvalidValueError(
-        f"plain DDP (no --deepspeed, no --fsdp) is not read: {said}torch DDP's reducer keeps its "
-        "gradient buckets beside param.grad (Accelerate 1.16 DistributedDataParallelKwargs "
-        "gradient_as_bucket_view False; torch distributed.py: a second copy of every gradient), "
-        "which memsym's DDP does not count; give --deepspeed ds.json (ZeRO) or memsym's options")
+    if dtype not in _FP32:
+        said = ("no --dtype: transformers 5.25 from_pretrained loads the checkpoint's dtype "
+                '(dtype "auto", modeling_utils.py:4236-4237)' if dtype is None
+                else f"--dtype {dtype[:20]}")
+        raise InvalidValueError(
+            f"plain DDP (no --deepspeed, no --fsdp) with {said}: 16-bit weights train with "
+            "16-bit AdamW moments and no fp32 copy, which memsym does not count; give "
+            "run_clm.py's --dtype float32, or --deepspeed ds.json")
+    if r.precision != "fp32":
+        raise InvalidValueError(
+            f"plain DDP with --{r.precision}: the Trainer runs torch.autocast over the fp32 "
+            f"model (Accelerate's mixed_precision {r.precision}), which keeps a {r.precision} "
+            "cast of every linear weight through the forward and mixes the activations' "
+            "widths; memsym does not model autocast: drop it (fp32) or give --deepspeed ds.json")
+    r.notes.append(
+        "plain DDP (no --deepspeed, no --fsdp): the Trainer wraps the fp32 model in torch "
+        "DistributedDataParallel through Accelerate (transformers 5.25.0 trainer.py:758-766; "
+        "Accelerate 1.16 DistributedDataParallelKwargs gradient_as_bucket_view False), whose "
+        "reducer keeps a second copy of every gradient in its buckets (--torch-ddp-buckets: "
+        "torch distributed.py:828, reducer.cpp Reducer::initialize_buckets)")
+    if "ddp_bucket_cap_mb" in r.values:
+        r.notes.append("--ddp_bucket_cap_mb groups the gradients into buckets of that size; "
+                       "the buckets together hold every gradient once whatever the cap")
+    return ["--framework", "deepspeed", "--sharding", "ddp", "--torch-ddp-buckets",
+            "--optimizer", "adam"]
+
+
+def read_as(r) -> str:
+    """How a Trainer launch ``r`` was read, one phrase (every job command says it).
+
+    Examples
+    --------
+    >>> from memsym.readers.hf_trainer import HfTrainerLaunch
+    >>> read_as(HfTrainerLaunch(script="run_clm.py"))[:56]
+    'a Hugging Face Trainer launch (run_clm.py with torch DDP'
+    """
+    how = ("torch DDP, no DeepSpeed config" if r.deepspeed is None else
+           "the DeepSpeed config " + (r.deepspeed[:200] if not r.deepspeed.lstrip().startswith("{")
+                                      else "given inline"))
+    return (f"a Hugging Face Trainer launch ({r.script[:60]} with {how}; {TRAINING_ARGS} "
+            "semantics and defaults)")
+
+
+def config_of(args, source):
+    """The DeepSpeed config ``source`` a job command reads: the one a Trainer launch parsed
+    (a copy: the reader fills its "auto"s) where ``source`` is the path the launch named, else
+    ``source`` itself."""
+    r = launch_of(args)
+    if r is None or r.config is None or source != r.deepspeed:
+        return source
+    return copy.deepcopy(r.config)
+
+
+def launch_of(args):
+    """The :class:`memsym.readers.hf_trainer.HfTrainerLaunch` a job command read, or None."""
+    return getattr(getattr(args, "job_words", None), "hf_trainer", None)
 
 
 def hf_report(args, rep: dict) -> None:
-    """Say in an estimate's report that the job is a Trainer launch: how it was read, the
-    fields ignored, the notes and the Trainer's defaults taken (each with its source)."""
-    words = getattr(args, "job_words", None)
-    r = getattr(words, "hf_trainer", None)
+    """Say in a job command's report (``rep``: an estimate's, or the reading alone of a
+    search, solve or plot, :func:`hf_reading`) that the job is a Trainer launch: how it was
+    read, the fields ignored, the notes and the Trainer's defaults taken (each with its
+    source), before what the config's reader and the job say."""
+    r = launch_of(args)
     if r is None:
         return
-    rep["read_as"] = (f"a Hugging Face Trainer launch ({r.script[:60]} with DeepSpeed; "
-                      f"{TRAINING_ARGS} semantics and defaults)")
-    rep["ignored"] = [n if n.endswith("(environment)") else f"--{n}" for n in r.ignored] + list(rep.get("ignored", []))
-    rep["notes"] = list(dict.fromkeys(list(r.notes) + list(rep.get("notes", []))))
+    rep["read_as"] = read_as(r)
+    rep["ignored"] = list(dict.fromkeys(
+        [n if n.endswith("(environment)") else f"--{n}" for n in r.ignored]
+        + list(rep.get("ignored", []))))
+    rep["notes"] = list(dict.fromkeys(list(r.notes) + [_trainer(n, r) for n in rep.get("notes", [])]))
     rows = [{"option": name, "value": value, "source": source}
             for name, value, source in r.defaults]
     for row in rep.get("defaults", []):       # the DeepSpeed reader's words, the launch's
         source = str(row.get("source", ""))
         for mine, theirs in _SPELLED:
             source = source.replace(mine, theirs)
-        rows.append({**row, "source": source})
+        rows.append({**row, "source": _trainer(source, r)})
     rep["defaults"] = rows
+
+
+def hf_reading(args, job=None):
+    """The reading of a Trainer launch as ``search``, ``solve`` and ``plot`` say it (None for
+    any other job): ``read_as``, ``ignored`` (the launch's, then its DeepSpeed config's),
+    ``notes`` and ``defaults`` (the launch's, then those of the ``job`` built from it), as
+    :func:`hf_report` puts them in an estimate's report."""
+    if launch_of(args) is None:
+        return None
+    from .job_report import defaults_rows
+
+    reading = getattr(args, "reading", None) or {}
+    rep = {"ignored": [str(x) for x in reading.get("ignored", [])], "notes": [],
+           "defaults": [] if job is None else defaults_rows(job.defaults, job.training.states)}
+    hf_report(args, rep)
+    return rep
+
+
+def reading_lines(rep) -> list:
+    """The text lines of a reading (:func:`hf_reading`), worded as an estimate's report words
+    them (:mod:`memsym.cli.report_text`); none for None.
+
+    Examples
+    --------
+    >>> reading_lines({"read_as": "x", "ignored": ["--a"], "notes": ["n"],
+    ...                "defaults": [{"option": "o", "value": 1, "source": "s"}]})
+    ['read as x', 'ignored (no effect on memory or time): --a', 'note: n', 'default: o = 1 (s)']
+    """
+    if not rep:
+        return []
+    out = [f"read as {rep['read_as']}"]
+    if rep.get("ignored"):
+        out.append("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
+    out += [f"note: {note}" for note in rep.get("notes", [])]
+    out += [f"default: {row['option']} = {row['value']} ({row['source']})"
+            for row in rep.get("defaults", [])]
+    return out
+
+
+def _trainer(text: str, r) -> str:
+    """``text`` with DeepSpeed named as the runner where plain DDP runs the model (the
+    job's ``--framework deepspeed`` stands for the transformers model code)."""
+    return text if r.deepspeed is not None else text.replace(
+        "DeepSpeed runs the transformers model", "the Trainer runs the transformers model")

@@ -260,7 +260,10 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     else:
         fig = _feasibility_figure(args, arch, layout, training, cap, search_result, job)
     plotting.save(fig, args.output)
-    print(f"wrote {args.output}")
+    from .hf_launch import hf_reading, reading_lines
+
+    # a pasted Hugging Face Trainer launch: how it was read, as estimate says it
+    print("\n".join([f"wrote {args.output}", *reading_lines(hf_reading(args, job))]))
     return 0
 
 

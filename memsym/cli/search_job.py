@@ -155,7 +155,10 @@ def _searched_deepspeed(est, gpus):
     if getattr(est, "deepspeed_config", None) is None:
         return None, None
     world = est.world_size if est.world_size is not None else gpus
-    got = searched_deepspeed_config(est.deepspeed_config, world, est.global_batch_size)
+    from .hf_launch import config_of
+
+    got = searched_deepspeed_config(config_of(est, est.deepspeed_config), world,
+                                    est.global_batch_size)
     if got is None:
         # a numeric micro-batch: the config read as estimate reads it, on the searched GPUs
         # (--gpus) where no --world-size is given, as the "auto" path above
@@ -244,8 +247,11 @@ def _source(sj: SearchJob) -> str:
     """Where the job was read from: its files or recipe, its MODEL, pasted arguments."""
     est = sj.reading
     parts = list(sj.words.sources)
+    launch = getattr(est.job_words, "hf_trainer", None)
     if est.model is not None:
         parts.insert(0, f"MODEL {est.model}")
+    if launch is not None:
+        parts.insert(0, f"the Hugging Face Trainer launch {launch.script[:60]}")
     if est.job_words is not None and est.job_words.megatron and not parts:
         parts.append("pasted Megatron-LM arguments")
     return printable(", ".join(parts) or "memsym's options", 300)
@@ -272,9 +278,12 @@ def held_settings(space) -> dict:
 def job_report(sj: SearchJob, res) -> dict:
     """The ``job`` entry of a search's JSON rows: where the job was read from, what it holds
     fixed, its own layout (not pinned), the GPU count and where it comes from."""
+    from .hf_launch import hf_reading
+
     j, est = sj.job, sj.reading
     lay, tr = j.layout, j.training
-    return {
+    hf = hf_reading(est, j)        # a Hugging Face Trainer launch: read as estimate reads it
+    rep = {
         "source": _source(sj),
         "read_as": est.reading.get("read_as") or "memsym's options over the MODEL's recipe",
         "model": printable(j.model.name),
@@ -292,10 +301,17 @@ def job_report(sj: SearchJob, res) -> dict:
         "ignored": [printable(x) for x in est.reading.get("ignored", [])],
         "notes": [printable(n, 300) for n in j.notes],
     }
+    if hf is not None:
+        rep.update(read_as=hf["read_as"], ignored=[printable(x) for x in hf["ignored"]],
+                   notes=list(dict.fromkeys([printable(n, 300) for n in hf["notes"]]
+                                            + rep["notes"])), defaults=hf["defaults"])
+    return rep
 
 
 def job_lines(sj: SearchJob, res) -> list:
     """The text lines that say where the job came from and what it holds fixed."""
+    from .hf_launch import reading_lines
+
     rep = job_report(sj, res)
     held = rep["held"]
     shown = ", ".join(f"{k} {v}" for k, v in held.items()
@@ -309,7 +325,9 @@ def job_lines(sj: SearchJob, res) -> list:
             + f" v={lay['vpp'] or 1} b={lay['micro_batch_size']} on "
             f"{lay['world_size']} GPUs, sharding "
             f"{scheme_words(lay['sharding'], sj.job.training.states.optimizer)}; searched on "
-            f"{rep['gpus']} GPUs ({rep['gpus_from']})"]
+            f"{rep['gpus']} GPUs ({rep['gpus_from']})",
+            # a Trainer launch: what estimate says of its reading (ignored, notes, defaults)
+            *(reading_lines(rep)[1:] if "defaults" in rep else ())]
 
 
 def _kept_words(words, held: bool = True) -> list:

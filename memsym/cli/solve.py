@@ -148,8 +148,11 @@ def report_job(sol, j, args) -> None:
     # the job's own notes (an option without effect on this job, a default it resolved) first,
     # then the solver's: nothing the command line said is dropped unsaid
     notes = list(dict.fromkeys(tuple(j.notes) + tuple(sol.notes)))
+    from .hf_launch import hf_reading, reading_lines
+
+    reading = hf_reading(args, j)       # a pasted Hugging Face Trainer launch says so
     if args.json:
-        emit_json({
+        emit_json({**({"reading": reading} if reading else {}),
             "unknown": args.unknown, "symbol": x, "value": sol.value, "relation": sol.relation,
             "closed_form": None if sol.closed_form is None else str(sol.closed_form),
             "closed_form_latex": None if sol.closed_form is None else latex(sol.closed_form),
@@ -173,5 +176,6 @@ def report_job(sol, j, args) -> None:
         out.append(f"closed form: {x} {sol.relation} {sol.closed_form}{bound}")
     else:
         out.append("closed form: none")
+    out += [f"  {line}" for line in reading_lines(reading)]
     out += [f"  {note}" for note in notes]
     sys.stdout.write("\n".join(out) + "\n")

@@ -104,7 +104,9 @@ def framework_job_from_args(args):
         if args.model is None:
             raise InvalidValueError("a DeepSpeed config has no model: name a MODEL (a preset or a "
                                     "Hugging Face config.json) before --deepspeed-config")
-        cfg = read_deepspeed_config(ds, world_size=args.world_size,
+        from .hf_launch import config_of
+
+        cfg = read_deepspeed_config(config_of(args, ds), world_size=args.world_size,
                                     micro_batch_size=getattr(args, "micro_batch_size", None),
                                     gradient_accumulation_steps=getattr(args, "num_microbatches", None),
                                     precision=getattr(args, "precision", None))

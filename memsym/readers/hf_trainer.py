@@ -26,12 +26,12 @@ size, the arguments the job:
   config value that differs from the argument is a mismatch the Trainer refuses, as memsym does);
 * ``--fsdp`` / ``--fsdp_config`` (:1447, :1455): refused in one line (Accelerate's FSDP plugin is
   not read);
-* without either, plain DDP: refused where the job is made (:mod:`memsym.cli.hf_launch`),
-  since the weights' dtype is the script's (transformers 5.25 ``from_pretrained`` loads
-  ``dtype="auto"``, the checkpoint's dtype, unless told: modeling_utils.py:4236-4237) and torch
-  DDP's reducer keeps a second copy of the gradients in its buckets (Accelerate's
-  ``DistributedDataParallelKwargs.gradient_as_bucket_view`` False), which memsym's DDP does not
-  count.
+* without either, plain DDP (:mod:`memsym.cli.hf_launch`): torch DDP through Accelerate,
+  whose reducer keeps a second copy of the gradients in its buckets
+  (``DistributedDataParallelKwargs.gradient_as_bucket_view`` False:
+  :mod:`memsym.terms.torch_ddp`), read for an fp32 model (run_clm.py's ``--dtype float32``;
+  transformers 5.25 ``from_pretrained`` loads ``dtype="auto"``, the checkpoint's dtype, unless
+  told: modeling_utils.py:4236-4237) without autocast (no ``--bf16`` / ``--fp16``).
 
 The model is ``--model_name_or_path`` (a config.json directory or a Hub id, as memsym reads a
 MODEL), the sequence run_clm.py's ``--block_size`` (its default is the tokenizer's maximum,
@@ -131,6 +131,9 @@ class HfTrainerLaunch:
     ignored, notes, defaults : list
         Fields read that change nothing; what the reading says; (name, value, source) of each
         default taken.
+    config : dict or None
+        The DeepSpeed config, parsed once where the launch is checked against it
+        (:mod:`memsym.cli.hf_launch`) and read from here by the job's reader.
     """
 
     world_size: int | None = None
@@ -148,6 +151,7 @@ class HfTrainerLaunch:
     ignored: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     defaults: list = field(default_factory=list)
+    config: dict | None = None
 
 
 def is_hf_trainer_launch(words) -> bool:

@@ -1,0 +1,249 @@
+"""A Hugging Face Trainer launch without ``--deepspeed`` (plain torch DDP) read as the job it
+runs, and a launch's reading said alike by estimate, search, solve and plot
+(memsym.cli.hf_launch, memsym.terms.torch_ddp).
+
+The expectations are by-hand counts of a two-layer Llama written out below, transformers 5.25.0
+and Accelerate 1.16's sources (cited where asserted); tests/test_engine_ddp.py measures torch's
+reducer itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memsym.cli import main
+from memsym.errors import InvalidValueError
+from memsym.job import job
+
+#: The two-layer Llama of tiny_llama (h 256, 4 heads and 4 KV heads of 64, FFN 512, V 1000,
+#: untied): word embedding and output layer V h each; per layer q, k, v, o h^2 each, the
+#: SwiGLU's three h x f matrices and two RMSNorm weights h; the final norm h.
+V, H, F, LAYERS = 1000, 256, 512, 2
+TINY = 2 * V * H + LAYERS * (4 * H * H + 3 * H * F + 2 * H) + H
+assert TINY == 1_824_000
+
+#: A ZeRO-2 DeepSpeed config whose batch and precision the launch fills ("auto").
+ZERO2_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "train_batch_size": "auto", "bf16": {"enabled": "auto"},
+              "zero_optimization": {"stage": 2}}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": H, "num_hidden_layers": LAYERS,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": F,
+        "vocab_size": V, "max_position_embeddings": 4096, "tie_word_embeddings": False}),
+        encoding="utf-8")
+    return str(folder)
+
+
+@pytest.fixture
+def ds_config(tmp_path):
+    path = tmp_path / "ds_zero2.json"
+    path.write_text(json.dumps(ZERO2_AUTO), encoding="utf-8")
+    return str(path)
+
+
+def _ddp(model, *extra, dtype=("--dtype", "float32")):
+    return ["torchrun", "--nproc_per_node", "2", "run_clm.py", "--model_name_or_path", model,
+            *dtype, "--block_size", "128", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "3", "--gradient_checkpointing", "--output_dir", "o",
+            "--learning_rate", "1e-5", *extra]
+
+
+def _ds(model, config, *extra):
+    return ["deepspeed", "--num_gpus", "2", "run_clm.py", "--deepspeed", config,
+            "--model_name_or_path", model, "--block_size", "128", "--bf16",
+            "--per_device_train_batch_size", "2", "--output_dir", "o", *extra]
+
+
+def _json(capsys, argv, codes=(0, 1)):
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code in codes, err
+    return json.loads(out)
+
+
+def _refused(capsys, argv) -> str:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.count("\n") == 1, (code, out, err)
+    return err
+
+
+def test_plain_ddp_holds_fp32_states_and_the_buckets_copy(capsys, tiny):
+    """fp32 weights (4 B), param.grad (4 B), AdamW's two fp32 moments (8 B, no master copy: the
+    parameters are fp32) and the reducer's buckets (4 B), each over every parameter on every
+    GPU: 20 B x 1 824 000; the batch is per-device 2 x accumulation 3 x 2 GPUs = 12."""
+    rep = _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
+    got = rep["bytes"]
+    assert (got["weights"], got["gradients"], got["ddp_buckets"], got["optimizer"]) == (
+        4 * TINY, 4 * TINY, 4 * TINY, 8 * TINY)
+    assert "main_gradients" not in got
+    assert rep["layout"]["dp"] == 2 and rep["global_batch"] == 12
+    assert rep["training"]["recompute"] == "full" and rep["training"]["precision"] == "fp32"
+    assert rep["read_as"].startswith("a Hugging Face Trainer launch (run_clm.py with torch DDP")
+    assert any("gradient_as_bucket_view False" in n for n in rep["notes"])
+    assert not any("DeepSpeed runs" in n for n in rep["notes"])
+    assert {"--output_dir", "--learning_rate"} <= set(rep["ignored"])
+
+
+def test_plain_ddp_is_the_same_job_as_memsyms_options(capsys, tiny):
+    """The launch is written as memsym's options (the module's docstring); without
+    --torch-ddp-buckets the same job lacks exactly the buckets' row."""
+    hf = _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
+    own = ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp", "--precision",
+           "fp32", "--optimizer", "adam", "--world-size", "2", "--micro-batch-size", "2",
+           "--num-microbatches", "3", "--recompute-granularity", "full", "--seq-length", "128",
+           "--gpu", "h100-80gb"]
+    assert _json(capsys, [*own, "--torch-ddp-buckets"])["bytes"] == hf["bytes"]
+    bare = _json(capsys, own)["bytes"]
+    assert "ddp_buckets" not in bare
+    assert {k: bare[k] for k in ("weights", "gradients", "optimizer", "activations")} == {
+        k: hf["bytes"][k] for k in ("weights", "gradients", "optimizer", "activations")}
+
+
+def test_ddp_bucket_cap_changes_no_byte(capsys, tiny):
+    """--ddp_bucket_cap_mb (training_args.py:1404) only groups the gradients: the same bytes,
+    and a note says why."""
+    rep = _json(capsys, ["estimate", *_ddp(tiny, "--ddp_bucket_cap_mb", "50"), "--gpu",
+                         "h100-80gb"])
+    assert rep["bytes"] == _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])["bytes"]
+    assert any("--ddp_bucket_cap_mb" in n for n in rep["notes"])
+
+
+@pytest.mark.parametrize("extra, dtype, said", [
+    ([], (), 'dtype "auto"'),
+    ([], ("--dtype", "bfloat16"), "--dtype bfloat16"),
+    ([], ("--torch_dtype", "float16"), "--dtype float16"),
+    (["--bf16"], ("--dtype", "float32"), "torch.autocast"),
+    (["--fp16"], ("--dtype", "float32"), "torch.autocast"),
+    (["--optim", "adafactor"], ("--dtype", "float32"), "--optim adafactor"),
+    (["--torch-ddp-buckets"], ("--dtype", "float32"), "--torch-ddp-buckets beside"),
+    (["--optimizer", "adam"], ("--dtype", "float32"), "--optimizer beside"),
+    (["--sharding", "zero2"], ("--dtype", "float32"), "--sharding beside"),
+])
+def test_a_plain_ddp_launch_memsym_does_not_count_is_refused(capsys, tiny, extra, dtype, said):
+    """A 16-bit model (run_clm.py passes --dtype to from_pretrained, transformers 5.25's
+    default "auto" the checkpoint's), autocast over the fp32 model, another optimizer and
+    memsym's own spelling of what the launch says: one line each, exit 2."""
+    assert said in _refused(capsys, ["estimate", *_ddp(tiny, *extra, dtype=dtype)])
+
+
+@pytest.mark.parametrize("opts, said", [
+    ({}, "not sharding distributed-optimizer"),
+    ({"sharding": "ddp"}, "not framework megatron"),
+    ({"sharding": "ddp", "framework": "deepspeed"}, "not precision bf16"),
+    ({"sharding": "ddp", "framework": "deepspeed", "precision": "fp32", "optimizer": "sgd"},
+     "not optimizer sgd"),
+])
+def test_the_bucket_copy_is_refused_where_it_is_not_counted(tiny, opts, said):
+    with pytest.raises(InvalidValueError, match=said):
+        job(tiny, torch_ddp_buckets=True, seq_length=128, **opts)
+
+
+def test_search_refuses_a_plain_ddp_launch_in_one_line(capsys, tiny):
+    """The search's space does not carry the bucket copy (memsym.search.job_fields): refused,
+    not priced without it."""
+    err = _refused(capsys, ["search", *_ddp(tiny), "--gpu", "h100-80gb", "--gpus", "2"])
+    assert "torch_ddp_buckets" in err
+
+
+def _reading_of(rep):
+    """What a reading says of the launch: how it was read and the arguments ignored."""
+    return rep["read_as"], rep["ignored"]
+
+
+def test_every_job_command_says_the_launchs_reading(capsys, tiny, ds_config, tmp_path):
+    """estimate, solve, plot and search read a DeepSpeed launch alike and say so: the launch
+    read (its DeepSpeed config named), the arguments ignored, the launch's notes and the
+    Trainer's defaults; search no longer says "read as a DeepSpeed config"."""
+    est = _json(capsys, ["estimate", *_ds(tiny, ds_config), "--gpu", "h100-80gb"])
+    assert est["read_as"].startswith("a Hugging Face Trainer launch (run_clm.py with the "
+                                     f"DeepSpeed config {ds_config};")
+    launch_defaults = [row for row in est["defaults"] if "training_args.py" in row["source"]]
+    assert launch_defaults and launch_defaults[0]["option"] == "gradient_accumulation_steps"
+    solve = _json(capsys, ["solve", "micro-batch-size", *_ds(tiny, ds_config), "--gpu",
+                           "h100-80gb"])["reading"]
+    assert _reading_of(solve) == _reading_of(est)
+    assert set(solve["notes"]) <= set(est["notes"])
+    assert launch_defaults[0] in solve["defaults"]
+    # the text: the same lines as estimate's (plot after the file it wrote)
+    code = main(["plot", "breakdown", *_ds(tiny, ds_config), "--gpu", "h100-80gb", "-o",
+                 str(tmp_path / "b.png")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1] == f"read as {est['read_as']}"
+    assert "ignored (no effect on memory or time): " + " ".join(est["ignored"]) in lines
+    code = main(["search", *_ds(tiny, ds_config), "--gpu", "h100-80gb", "--gpus", "2",
+                 "--top", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "read as a DeepSpeed config" not in out
+    assert (f"job: the Hugging Face Trainer launch run_clm.py, MODEL {tiny} (read as "
+            f"{est['read_as']})") in out
+    assert "ignored (no effect on memory or time): " + " ".join(est["ignored"]) in out
+    row = launch_defaults[0]
+    assert f"default: {row['option']} = {row['value']} ({row['source']})" in out
+    rep = _json(capsys, ["search", *_ds(tiny, ds_config), "--gpu", "h100-80gb", "--gpus", "2",
+                         "--top", "1"])
+    assert rep[0]["job"]["read_as"] == est["read_as"]      # one row per layout, each its job
+    assert launch_defaults[0] in rep[0]["job"]["defaults"]
+
+
+def test_solve_and_plot_say_a_plain_ddp_launchs_reading(capsys, tiny, tmp_path):
+    est = _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
+    solve = _json(capsys, ["solve", "micro-batch-size", *_ddp(tiny), "--gpu", "h100-80gb"])
+    assert _reading_of(solve["reading"]) == _reading_of(est)
+    code = main(["solve", "micro-batch-size", *_ddp(tiny), "--gpu", "h100-80gb"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"  read as {est['read_as']}" in out.splitlines()
+
+
+def test_the_deepspeed_config_is_parsed_once(capsys, tiny, ds_config, monkeypatch):
+    """The launch is checked against its config (trainer_config_process's fill_match) and the
+    job read from it with one read of the file."""
+    from memsym.readers import _values, deepspeed
+
+    reads = []
+    original = _values.read_bounded
+
+    def counted(source, what, *args, **kwargs):
+        if what == "DeepSpeed config":
+            reads.append(source)
+        return original(source, what, *args, **kwargs)
+
+    monkeypatch.setattr(_values, "read_bounded", counted)
+    monkeypatch.setattr(deepspeed, "read_bounded", counted)
+    _json(capsys, ["estimate", *_ds(tiny, ds_config), "--gpu", "h100-80gb"])
+    assert reads == [ds_config]
+
+
+def test_a_deepspeed_launch_reads_back_from_the_emitted_config(capsys, tiny, ds_config,
+                                                                tmp_path):
+    """``search <launch> --emit deepspeed``: each ranked layout's ds_config.json, read back by
+    the estimate its row names, is the same job (bytes and step time), and the launch's own
+    config is not among the words read back."""
+    import shlex
+
+    code = main(["search", *_ds(tiny, ds_config, "--gradient_accumulation_steps", "2"),
+                 "--gpu", "h100-80gb", "--gpus", "2", "--top", "2", "--emit", "deepspeed",
+                 "--emit-dir", str(tmp_path / "out"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows and all(r["layout"]["micro_batch_size"] * r["layout"]["num_microbatches"]
+                        * r["layout"]["dp"] == 2 * 2 * 2 for r in rows)   # B held: 2 x 2 x 2
+    for row in rows:
+        words = shlex.split(row["emit"]["read_back"])
+        assert ds_config not in words
+        back = _json(capsys, [w for w in words[1:] if w != "--json"])
+        assert back["bytes"]["total"] == row["bytes"]["total"]
+        assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
