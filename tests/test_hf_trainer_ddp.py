@@ -86,6 +86,9 @@ def test_plain_ddp_holds_fp32_states_and_the_buckets_copy(capsys, tiny):
         4 * TINY, 4 * TINY, 4 * TINY, 8 * TINY)
     assert "main_gradients" not in got
     assert rep["layout"]["dp"] == 2 and rep["global_batch"] == 12
+    # the reducer all-reduces each bucket from its autograd hooks, during the backward
+    assert rep["training"]["overlap_grad_reduce"] is True
+    assert rep["training"]["torch_ddp_buckets"] is True
     assert rep["training"]["recompute"] == "full" and rep["training"]["precision"] == "fp32"
     assert rep["read_as"].startswith("a Hugging Face Trainer launch (run_clm.py with torch DDP")
     assert any("gradient_as_bucket_view False" in n for n in rep["notes"])
@@ -106,6 +109,16 @@ def test_plain_ddp_is_the_same_job_as_memsyms_options(capsys, tiny):
     assert "ddp_buckets" not in bare
     assert {k: bare[k] for k in ("weights", "gradients", "optimizer", "activations")} == {
         k: hf["bytes"][k] for k in ("weights", "gradients", "optimizer", "activations")}
+
+
+def test_no_checkpointing_is_the_trainers_default(capsys, tiny):
+    """Without --gradient_checkpointing / --activation_checkpointing (both default None:
+    training_args.py:908, 926) nothing is recomputed, the default cited to the Trainer."""
+    words = [w for w in _ddp(tiny) if w != "--gradient_checkpointing"]
+    rep = _json(capsys, ["estimate", *words, "--gpu", "h100-80gb"])
+    assert rep["training"]["recompute"] == "none"
+    rows = [r for r in rep["defaults"] if r["option"] == "recompute"]
+    assert len(rows) == 1 and "(line 908)" in rows[0]["source"]
 
 
 def test_ddp_bucket_cap_changes_no_byte(capsys, tiny):

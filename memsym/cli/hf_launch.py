@@ -42,7 +42,7 @@ __all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read
 #: memsym's options a launch sets (a second spelling of them beside the launch is refused).
 _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--global-batch-size",
         "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding",
-        "--optimizer", "--torch-ddp-buckets")
+        "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce")
 
 #: memsym's options the launch was written as -> the launch's own words (in the report).
 _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
@@ -105,8 +105,7 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
     elif "--world-size" not in given:
         raise InvalidValueError("the launcher does not say how many processes: give "
                                 "--num_gpus / --nproc_per_node / --num_processes, or --world-size")
-    if r.recompute:
-        out += ["--recompute-granularity", "full"]
+    out += ["--recompute-granularity", "full" if r.recompute else "none"]
     if r.seq_length is not None:
         if "--seq-length" in given:
             raise InvalidValueError("--seq-length beside run_clm.py's --block_size: give one")
@@ -209,8 +208,10 @@ def _ddp_words(r):
     if "ddp_bucket_cap_mb" in r.values:
         r.notes.append("--ddp_bucket_cap_mb groups the gradients into buckets of that size; "
                        "the buckets together hold every gradient once whatever the cap")
+    # the reducer all-reduces each bucket from its autograd hooks as the backward fills it
+    # (reducer.cpp, Reducer::autograd_hook -> mark_variable_ready): the reduce overlaps it
     return ["--framework", "deepspeed", "--sharding", "ddp", "--torch-ddp-buckets",
-            "--optimizer", "adam"]
+            "--optimizer", "adam", "--overlap-grad-reduce"]
 
 
 def read_as(r) -> str:

@@ -147,6 +147,7 @@ def _training_fields(j) -> dict:
             "sharding": training.states.sharding,
             "megatron_fsdp": training.states.megatron_fsdp,
             "fsdp_double_buffer": training.states.fsdp_double_buffer,
+            "torch_ddp_buckets": training.states.torch_ddp_buckets,
             "compiled_loss": training.memory.compiled_loss,
             "compiled_model": training.memory.compiled_model,
             "sac_saves_attention": training.memory.sac_saves_attention,

@@ -138,6 +138,8 @@ def _states_text(trn: dict) -> str:
     if trn.get("megatron_fsdp"):
         out += f" (Megatron-FSDP {trn['megatron_fsdp']}"
         out += ", double buffer)" if trn.get("fsdp_double_buffer") else ")"
+    if trn.get("torch_ddp_buckets"):
+        out += " (torch DDP: gradient buckets beside param.grad)"
     if trn.get("moe_dispatcher", "alltoall") != "alltoall":
         out += f", MoE dispatcher {trn['moe_dispatcher']}"
     return out

@@ -425,6 +425,9 @@ def _read_values(out):
         out.ignored.append("tf32")          # the matmuls' math mode: no memory
     on = [k for k in ("gradient_checkpointing", "activation_checkpointing") if k in v]
     out.recompute = any(_flag(v[k], k) for k in on)
+    if not on:
+        out.defaults.append(("recompute", "none", f"{_line('activation_checkpointing')} and "
+                             ".gradient_checkpointing (line 926): default None, no checkpointing"))
     optim = v.get("optim", [None])[0]
     out.optim = optim
     if optim is not None and optim not in ADAMW and "deepspeed" not in v:
