@@ -220,9 +220,11 @@ def test_solve_and_plot_say_a_plain_ddp_launchs_reading(capsys, tiny, tmp_path):
     assert f"  read as {est['read_as']}" in out.splitlines()
 
 
-def test_the_deepspeed_config_is_parsed_once(capsys, tiny, ds_config, monkeypatch):
+@pytest.mark.parametrize("head, tail", [(["estimate"], []), (["solve", "micro-batch-size"], []),
+                                        (["search"], ["--gpus", "2", "--top", "1"])])
+def test_the_deepspeed_config_is_parsed_once(capsys, tiny, ds_config, monkeypatch, head, tail):
     """The launch is checked against its config (trainer_config_process's fill_match) and the
-    job read from it with one read of the file."""
+    job read from it with one read of the file, in every job command."""
     from memsym.readers import _values, deepspeed
 
     reads = []
@@ -235,7 +237,7 @@ def test_the_deepspeed_config_is_parsed_once(capsys, tiny, ds_config, monkeypatc
 
     monkeypatch.setattr(_values, "read_bounded", counted)
     monkeypatch.setattr(deepspeed, "read_bounded", counted)
-    _json(capsys, ["estimate", *_ds(tiny, ds_config), "--gpu", "h100-80gb"])
+    _json(capsys, [*head, *_ds(tiny, ds_config), "--gpu", "h100-80gb", *tail])
     assert reads == [ds_config]
 
 

@@ -278,7 +278,8 @@ def hf_reading(args, job=None):
     from .job_report import defaults_rows
 
     reading = getattr(args, "reading", None) or {}
-    rep = {"ignored": [str(x) for x in reading.get("ignored", [])], "notes": [],
+    rep = {"ignored": [str(x) for x in reading.get("ignored", [])],
+           "notes": [] if job is None else list(job.notes),
            "defaults": [] if job is None else defaults_rows(job.defaults, job.training.states)}
     hf_report(args, rep)
     return rep

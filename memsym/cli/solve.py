@@ -151,6 +151,8 @@ def report_job(sol, j, args) -> None:
     from .hf_launch import hf_reading, reading_lines
 
     reading = hf_reading(args, j)       # a pasted Hugging Face Trainer launch says so
+    if reading:                         # its notes hold the job's, as the launch words them
+        notes = list(dict.fromkeys(reading["notes"] + list(sol.notes)))
     if args.json:
         emit_json({**({"reading": reading} if reading else {}),
             "unknown": args.unknown, "symbol": x, "value": sol.value, "relation": sol.relation,
@@ -176,6 +178,7 @@ def report_job(sol, j, args) -> None:
         out.append(f"closed form: {x} {sol.relation} {sol.closed_form}{bound}")
     else:
         out.append("closed form: none")
-    out += [f"  {line}" for line in reading_lines(reading)]
-    out += [f"  {note}" for note in notes]
+    said = reading_lines(reading)
+    out += [f"  {line}" for line in said]
+    out += [f"  {note}" for note in notes if f"note: {note}" not in said]
     sys.stdout.write("\n".join(out) + "\n")
