@@ -75,26 +75,39 @@ def _compiled_saved_bytes() -> int:
         return _saved_float_bytes(torch.compile(_loss, backend="inductor"))
 
 
-def _in_a_fresh_interpreter(tmp_path, name: str) -> list:
-    """The words this module's function ``name`` prints (its result, a tuple spread), called in
-    a fresh interpreter with an Inductor cache of its own in ``tmp_path``: what earlier tests of
-    the same worker left in torch's global state (dispatch modes, dynamo caches), or a graph
-    cached on disk by another process, never stands in for this compilation."""
+#: The functions of this module :func:`compiled` runs, in this order, in one fresh interpreter.
+COMPILED = ("_compiled_saved_bytes", "_compiled_grad_buffer")
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                               reason="Inductor's CPU backend needs a C++ compiler")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict:
+    """The words each function of :data:`COMPILED` prints (its result, a tuple spread), by
+    name, called one after the other in a fresh interpreter with an Inductor cache of its own:
+    what earlier tests of the same worker left in torch's global state (dispatch modes, dynamo
+    caches), or a graph cached on disk by another process, never stands in for these
+    compilations.  One interpreter for both (issue 29, the suite's time: each interpreter
+    imports torch and builds the loss's kernels with g++, 9 s): both compile the same
+    ``_loss`` at the same shapes, so the second finds the graph the first compiled in this
+    interpreter (the same Inductor code either way) and each function resets dynamo first."""
     here = pathlib.Path(__file__).resolve().parent
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path),
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path_factory.mktemp("inductor")),
                PYTHONPATH=os.pathsep.join([str(here.parent), str(here),
                                            os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", "import test_engine_compile as t; "
-                          f"r = t.{name}(); print(*(r if isinstance(r, tuple) else (r,)))"],
+    calls = "".join(f"r = t.{name}(); print(*(r if isinstance(r, tuple) else (r,))); "
+                    for name in COMPILED)
+    run = subprocess.run([sys.executable, "-c", "import test_engine_compile as t; " + calls],
                          capture_output=True, text=True, timeout=600, env=env, cwd=here)
     assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout.split()
+    lines = run.stdout.splitlines()[-len(COMPILED):]    # one line each, after anything else
+    return {name: line.split() for name, line in zip(COMPILED, lines)}
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                    reason="Inductor's CPU backend needs a C++ compiler")
-def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(tmp_path):
-    saved = int(_in_a_fresh_interpreter(tmp_path, "_compiled_saved_bytes")[-1])
+@needs_cxx
+def test_compiled_loss_keeps_the_16bit_logits_and_two_statistics(compiled):
+    saved = int(compiled["_compiled_saved_bytes"][-1])
     assert saved == _memsym_logits(True) == 2 * T * V + 8 * T, \
         f"saved {saved} bytes, expected {2 * T * V + 8 * T}"
 
@@ -121,14 +134,13 @@ def _compiled_grad_buffer() -> tuple:
     return seen["ptr"] == ptr, seen["nbytes"]
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                    reason="Inductor's CPU backend needs a C++ compiler")
-def test_compiled_loss_backward_makes_a_new_16bit_gradient(tmp_path):
+@needs_cxx
+def test_compiled_loss_backward_makes_a_new_16bit_gradient(compiled):
     """The saved 16-bit logits are the compiled graph's input, which AOTAutograd does not
     donate to the backward: the logits' gradient is a new 2TV-byte buffer beside them (memsym's
     ``logits_grad_16bit`` in the loss's backward), not written over them."""
     from memsym.terms.transients import torch_cross_entropy_transient
 
-    same, nbytes = _in_a_fresh_interpreter(tmp_path, "_compiled_grad_buffer")[-2:]
+    same, nbytes = compiled["_compiled_grad_buffer"][-2:]
     grad = torch_cross_entropy_transient()["logits_16bit"].evaluate(s=T, b=1, c=1, t=1, V=V)
     assert same == "False" and int(nbytes) == grad == 2 * T * V == 128000
