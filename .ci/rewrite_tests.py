@@ -20,8 +20,10 @@ names and reads it (pytest 9.0.3 ``_pytest/assertion/rewrite.py``: ``PYTEST_TAG`
 
 Best effort: with a pytest that rewrites, names or checks the files otherwise, nothing is
 written or what is written is not read, and each worker rewrites as before (the files are a
-cache, checked by pytest on every read).  Repository tooling, run by ``.ci/run``; never
-imported by memsym.
+cache, checked by pytest on every read).  A file whose byte code is current (its header
+names the source's mtime and size) is left as it is, so a second run costs only the reads.
+Repository tooling, run by ``.ci/run`` and by ``tests/conftest.py`` before pytest-xdist starts
+its workers; never imported by memsym.
 """
 
 import ast
@@ -52,19 +54,32 @@ def pyc_bytes(stat: os.stat_result, code) -> bytes:
     return header + marshal.dumps(code)
 
 
+def is_current(pyc: pathlib.Path, stat: os.stat_result) -> bool:
+    """Whether ``pyc`` holds byte code compiled from a source of ``stat``: its header is
+    the one :func:`pyc_bytes` writes for it (pytest's ``_read_pyc`` checks the same fields)."""
+    try:
+        with open(pyc, "rb") as fp:
+            head = fp.read(16)
+    except OSError:
+        return False
+    return head == pyc_bytes(stat, None)[:16]
+
+
 def _rewrite(path: str) -> None:
     from _pytest.assertion.rewrite import rewrite_asserts
 
     fn = pathlib.Path(path)
     stat = os.stat(fn)
+    cache = cache_dir(fn)
+    tag = f"{sys.implementation.cache_tag}-pytest-{pytest.__version__}"
+    pyc = cache / f"{fn.name[:-3]}.{tag}.pyc"
+    if is_current(pyc, stat):     # written by an earlier run from this very source
+        return
     source = fn.read_bytes()
     tree = ast.parse(source, filename=path)
     rewrite_asserts(tree, source, path, None)   # None: no assertion-pass hook (pytest's default)
     code = compile(tree, path, "exec", dont_inherit=True)
-    cache = cache_dir(fn)
     cache.mkdir(parents=True, exist_ok=True)
-    tag = f"{sys.implementation.cache_tag}-pytest-{pytest.__version__}"
-    pyc = cache / f"{fn.name[:-3]}.{tag}.pyc"
     tmp = f"{pyc}.{os.getpid()}"
     with open(tmp, "wb") as fp:
         fp.write(pyc_bytes(stat, code))
