@@ -6,6 +6,7 @@ The expectations are read by hand from the files (degrees, batch, context, AC, c
 written from torchtitan's module shapes (the parameter counts), never copied from memsym."""
 
 import pathlib
+import sys
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -200,6 +201,19 @@ def test_python_config_never_runs_code(tmp_path):
     assert not marker.exists()
 
 
+@pytest.fixture
+def default_recursion_limit():
+    """CPython's default recursion limit (1000), which the memsym command runs with.  Where a
+    test earlier in the same worker compiled with Inductor, torch left the process's limit at
+    2000 (``torch/_inductor/compile_fx.py``: ``sys.setrecursionlimit(max(..., 2000))``), and
+    ``ast.parse`` then builds the tree of 5,000 nested unary minus signs (its depth bound
+    scales with the limit): memsym's own 64-level refusal answered instead of the parser's."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(old)
+
+
 @pytest.mark.parametrize("body, said", [
     ("def job() -> Trainer.Config:\n    c = Trainer.Config()\n    if True:\n"
      "        c.training = TrainingConfig()\n    return c\n", "the if statement"),
@@ -238,7 +252,7 @@ def test_python_config_never_runs_code(tmp_path):
      "nests too deeply for Python's parser"),
     ("x = '" + "9" * 100 + "'\ny = " + "9" * 100 + "\n", "a number of 100 characters"),
 ])
-def test_python_config_refusals(tmp_path, body, said):
+def test_python_config_refusals(tmp_path, body, said, default_recursion_limit):
     path = _write(tmp_path, body)
     with pytest.raises(MemsymError) as err:
         torchtitan_job(read_torchtitan_python(path, world_size=8))
