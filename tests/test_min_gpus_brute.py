@@ -7,6 +7,7 @@ first d that fits; the fewest GPUs is the least t d over the layouts.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -31,8 +32,10 @@ TOY = Architecture(name="toy", num_layers=4, hidden_size=1024, num_attention_hea
                    ffn_hidden_size=4096, position_embedding_type="rope", add_bias_linear=False)
 
 
+@functools.lru_cache(maxsize=None)
 def _exact_total(t, d, spf, cap_opts):
-    """The exact total of the toy at (t, p = c = 1, d) under ZeRO-3 and full recompute."""
+    """The exact total of the toy at (t, p = c = 1, d) under ZeRO-3 and full recompute
+    (cached: the scan over d for a larger capacity is the start of the smaller one's)."""
     lay = Layout(t=t, p=1, d=d, c=1, e=1, sequence_parallel=spf)
     tr = Training(seq_length=1024, micro_batch_size=1, recompute="full", sharding="zero3",
                   **launch_overlaps("megatron", "zero3"))
