@@ -12,35 +12,14 @@ collect_ignore_glob = ["data/*"]
 collect_ignore = ["conftest.py"]
 
 
-import collections  # noqa: E402
 import functools  # noqa: E402
 import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from suite_order import longest_first  # noqa: E402
 
-#: The files and notebooks that take longest, longest first (issue 29: per-file totals of the
-#: README's command on the 2-core machine, ``--durations=0`` summed by file).  Under
-#: ``--dist loadfile`` each runs whole on one worker; started first, the short files fill in
-#: around them and the run ends with the shortest, both workers busy to the end (longest
-#: processing time first).  pytest-xdist's own order (most tests first) started the
-#: single-test files last: ``docs/howto-search.md``, one doctest of 20 s, ran alone at the end
-#: while the other worker had nothing left.  Only the order depends on this list; a file
-#: missing from it runs after these, in pytest-xdist's order.
-LONGEST_FIRST = (
-    "tests/test_search.py", "tests/test_one_reading.py", "tests/test_bench.py",
-    "tests/test_fake_tracker_dense.py", "tests/test_emit_roundtrip.py",
-    "notebooks/03_sizing_seed004.ipynb", "tests/test_properties.py",
-    "tests/test_search_job.py", "tests/test_bounds.py", "notebooks/07_measure_activations.ipynb",
-    "tests/test_fake_tracker_moe.py", "tests/test_min_gpus_brute.py",
-    "tests/test_muon_search.py", "tests/test_emit.py", "docs/howto-search.md",
-    "tests/test_engine_compile.py", "tests/test_fake_tracker_gaps.py", "tests/test_emit_held.py",
-    "tests/test_wheel.py", "tests/test_engine_fsdp2.py", "tests/test_time_validation.py",
-    "tests/test_timing.py", "tests/test_clamped_glu.py", "tests/test_shell_reader.py",
-    "tests/test_plotting.py", "tests/test_fuzz.py", "tests/test_production_runs_fit.py",
-    "tests/test_context_parallel.py", "tests/test_training.py", "tools/measured.py",
-)
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: Byte code written once before the workers start (:func:`pytest_configure`): memsym's and
 #: the tools' modules (``compileall``, which rewrites only what is stale) and pytest's
@@ -65,24 +44,19 @@ def pytest_configure(config):
     if getattr(config.option, "dist", None) in ("loadfile", "loadscope"):
         config.option.loadscopereorder = False   # the order of pytest_collection_modifyitems
     for args in PRECOMPILE:
+        if args[0] != "-m" and not pathlib.Path(args[0]).is_file():   # a tree without .ci/
+            continue
         subprocess.run([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                        check=False)
 
 
 def pytest_collection_modifyitems(config, items):
-    """In a pytest-xdist worker: the items of :data:`LONGEST_FIRST` first, in its order, then
-    the other files by their number of tests, most first (pytest-xdist's ``loadscope-reorder``,
-    turned off in :func:`pytest_configure`), each file's tests in their own order.  Every
+    """In a pytest-xdist worker: the items in :func:`suite_order.longest_first`'s order
+    (pytest-xdist's own ``loadscope-reorder`` turned off in :func:`pytest_configure`).  Every
     worker sorts the same collection the same way, as pytest-xdist requires."""
     if getattr(config, "workerinput", None) is None:
         return
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    files = [item.nodeid.split("::", 1)[0] for item in items]
-    count, first = collections.Counter(files), {}
-    for i, name in enumerate(files):
-        first.setdefault(name, i)
-    order = sorted(range(len(items)), key=lambda i: (rank.get(files[i], len(rank)),
-                                                     -count[files[i]], first[files[i]], i))
+    order = longest_first([item.nodeid for item in items])
     items[:] = [items[i] for i in order]
 
 
