@@ -27,6 +27,7 @@ from .terms.cuda_graphs import check_cuda_graphs
 from .terms.recipe_buffers import check_recipe_fields
 from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
+from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
 from .vocabulary import MEGATRON_FSDP_OPTIMIZERS
@@ -207,23 +208,27 @@ def _check_megatron_fsdp(training: Training) -> None:
 
 def _check_torch_ddp(training: Training) -> None:
     """torch DDP's bucket copy (``torch_ddp_buckets``, :mod:`memsym.terms.torch_ddp`) is counted
-    for the whole fp32 model trained with AdamW under plain DDP, as the Hugging Face Trainer
-    runs the transformers model (framework deepspeed: the model code; Megatron's DDP keeps
-    its own gradient buffer), without adapters or offload."""
+    for the whole model trained with torch.optim.AdamW under plain DDP, as the Hugging Face
+    Trainer runs the transformers model (framework deepspeed: the model code; Megatron's DDP
+    keeps its own gradient buffer), without adapters or offload; the parameters fp32, bf16 or
+    fp16, and the gradients in the parameters' dtype (autograd's ``param.grad``)."""
     st = training.states
     if not st.torch_ddp_buckets:
         return
     said = (f"sharding {st.sharding}" if st.sharding != "ddp" else
             f"framework {training.framework}"
             if not framework_record(training.framework).hf_model_code else
-            f"precision {st.precision}" if st.precision != "fp32" else
+            f"precision {st.precision}" if st.precision not in TORCH_DDP_PRECISIONS else
             f"optimizer {st.optimizer}" if st.optimizer != "adam" else
             f"convention {st.convention}" if st.convention != "framework" else
             f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
-            f"offload {st.offload}" if st.offload != "none" else None)
+            f"offload {st.offload}" if st.offload != "none" else
+            f"grad_dtype {st.grad_dtype} beside precision {st.precision}"
+            if st.grad_dtype not in (None, st.precision) else None)
     if said is not None:
         raise InvalidValueError(f"torch_ddp_buckets (torch DDP's bucket copy of the gradients) is "
-                                "counted for an fp32 model under sharding ddp with AdamW, framework "
+                                "counted for an fp32, bf16 or fp16 model under sharding ddp with "
+                                "AdamW (param.grad in the parameters' dtype), framework "
                                 "deepspeed (the transformers model code), no adapters, no "
                                 f"offload; not {said}")
 

@@ -20,6 +20,15 @@ The bucket cap decides only how the elements are grouped: the buckets together h
 parameter that requires a gradient once, whatever ``bucket_cap_mb`` (``ddp_bucket_cap_mb`` of
 the Trainer, training_args.py:1404) is.
 
+The optimizer is ``torch.optim.AdamW`` (the Trainer's ``adamw_torch_fused``, ``adamw_torch``
+before torch 2.8: transformers 5.25.0 training_args.py:806-814, trainer_optimizer.py:201-208
+``_get_adamw_torch``) on the module's own parameters: it updates them in place, with no fp32
+master copy, and makes its two moments ``torch.zeros_like(p, memory_format=torch.preserve_format)``
+(torch/optim/adam.py:178-184, ``Adam._init_group``; ``AdamW`` subclasses ``Adam``,
+adamw.py:20), in the parameters' dtype.  A 16-bit model (run_clm.py's ``--dtype bfloat16``
+or a bf16 checkpoint loaded with ``dtype="auto"``) so keeps 2 + 2 + 4 bytes per parameter and
+2 more in the buckets (:func:`torch_adamw_widths`).
+
 References
 ----------
 .. [pytorch-ddp] PyTorch ``torch/nn/parallel/distributed.py`` and
@@ -30,11 +39,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..symbols import N, b_g, p, t
+import sympy as sp
+
+from ..errors import choose
+from ..symbols import N, b_f8, b_g, b_hp, b_m, b_mg, b_o, p, t
 from ..term import Source, Term
 from ..values import as_expr
 
-__all__ = ["DDP_BUCKETS", "TORCH_DDP_STATES", "ddp_bucket_copy", "torch_ddp_states"]
+__all__ = ["DDP_BUCKETS", "TORCH_DDP_STATES", "TORCH_DDP_PRECISIONS", "ddp_bucket_copy",
+           "torch_adamw_widths", "torch_ddp_states"]
+
+#: The parameters' dtypes torch DDP with torch.optim.AdamW is counted for -> bytes per element
+#: (run_clm.py's ``--dtype`` choices float32, bfloat16, float16).
+TORCH_DDP_PRECISIONS = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 #: Where the bucket copy is made.
 DDP_BUCKETS = Source("pytorch-ddp", "reducer.cpp, Reducer::initialize_buckets (bucket.gradients "
@@ -45,8 +62,11 @@ DDP_BUCKETS = Source("pytorch-ddp", "reducer.cpp, Reducer::initialize_buckets (b
 #: Where torch DDP's weights, gradients and AdamW states are: the module's own parameters,
 #: autograd's ``param.grad`` and ``torch.optim.AdamW``'s two moments (no master copy).
 TORCH_DDP_STATES = Source("pytorch-ddp", "distributed.py, DistributedDataParallel (the module's "
-                          "parameters whole on every rank, param.grad from autograd); "
-                          "torch/optim/adam.py _init_group (exp_avg, exp_avg_sq zeros_like(param))")
+                          "parameters whole on every rank, param.grad from autograd, both in "
+                          "the parameters' dtype); torch/optim/adam.py:178-184 Adam._init_group "
+                          "(exp_avg, exp_avg_sq = torch.zeros_like(p, memory_format="
+                          "torch.preserve_format): the parameters' dtype, no master copy; "
+                          "AdamW subclasses Adam, adamw.py:20)")
 
 
 def ddp_bucket_copy(params=None, grad_bytes=b_g) -> Term:
@@ -86,10 +106,51 @@ def ddp_bucket_copy(params=None, grad_bytes=b_g) -> Term:
                 DDP_BUCKETS, label="DDP buckets")
 
 
+def torch_adamw_widths(precision: str = "fp32") -> dict:
+    r"""Bytes per parameter of torch DDP with ``torch.optim.AdamW`` on the module's parameters.
+
+    .. math:: b_{hp} = b_g = w,\quad b_{mg} = b_m = 0,\quad b_o = 2\,w,\qquad
+              w = 4\ \text{(fp32)},\ 2\ \text{(bf16, fp16)}
+
+    the weights, ``param.grad`` and the two moments all in the parameters' dtype ``w``
+    [bytes/parameter]; no fp32 master copy (:math:`b_m`) and no fp32 gradient copy
+    (:math:`b_{mg}`): the optimizer updates the parameters in place from ``param.grad``.
+    The reducer's buckets take :math:`b_g` (:func:`ddp_bucket_copy`).
+
+    Parameters
+    ----------
+    precision : {"fp32", "bf16", "fp16"}
+        The parameters' dtype (the model as loaded; not autocast's).
+
+    Returns
+    -------
+    dict
+        ``{b_hp, b_g, b_mg, b_m, b_o, b_f8}`` [bytes/parameter].
+
+    Examples
+    --------
+    >>> w = torch_adamw_widths("bf16")      # 2 + 2 + (2 + 2) bytes, no master copy
+    >>> [int(w[x]) for x in (b_hp, b_g, b_mg, b_m, b_o)]
+    [2, 2, 0, 0, 4]
+
+    References
+    ----------
+    pytorch-ddp: PyTorch (torch 2.13.0) ``torch/optim/adam.py:178-184`` (``Adam._init_group``:
+    ``torch.zeros_like(p, memory_format=torch.preserve_format)``), ``torch/optim/adamw.py:20``;
+    transformers 5.25.0 ``trainer_optimizer.py:201-208`` (``_get_adamw_torch``: ``AdamW``).
+    """
+    w = sp.Integer(TORCH_DDP_PRECISIONS[choose("torch DDP parameters' dtype", precision,
+                                               tuple(TORCH_DDP_PRECISIONS))])
+    zero = sp.Integer(0)
+    return {b_hp: w, b_g: w, b_mg: zero, b_m: zero, b_o: 2 * w, b_f8: zero}
+
+
 def torch_ddp_states(terms, params) -> tuple:
     """The model-state Terms of memsym's ``ddp`` scheme as torch DDP holds them: the weights,
     gradients and optimizer cited to torch, and the reducer's bucket copy
     (:func:`ddp_bucket_copy`) of the gradients' Term added beside it (same count, same width).
+    A fp32 gradient copy (``main_gradients``, which Megatron's ``ddp`` scheme makes under fp16)
+    is dropped: ``torch.optim.AdamW`` steps on ``param.grad`` itself.
 
     Parameters
     ----------
@@ -107,10 +168,13 @@ def torch_ddp_states(terms, params) -> tuple:
     """
     out, grads = [], None
     for term in terms:
+        if term.key in ("main_gradients", "expert_main_gradients"):
+            continue
         if term.key in ("weights", "gradients", "optimizer"):
             what = {"weights": "parameters, whole on every data-parallel rank",
                     "gradients": "param.grad of every parameter, whole on every rank",
-                    "optimizer": "AdamW's two moments in the parameters' dtype"}[term.key]
+                    "optimizer": "AdamW's two moments in the parameters' dtype (no master "
+                                 "copy)"}[term.key]
             term = replace(term, source=TORCH_DDP_STATES, description=what)
         if term.key == "gradients":
             grads = term

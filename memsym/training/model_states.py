@@ -20,7 +20,7 @@ from ..model.muon_matrices import scalar_adam_parameters
 from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, N_xq, b_g, b_m,
                        b_mg, b_o, c, d, e, t, t_e)
 from ..terms import muon
-from ..terms.torch_ddp import torch_ddp_states
+from ..terms.torch_ddp import torch_adamw_widths, torch_ddp_states
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
 from ..terms.adapters import LORA_TARGETS, adapter_state, lora, megatron_adapter_widths
@@ -308,6 +308,9 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     recipe = dict(fp8_recipe=training.states.fp8_recipe) if training.states.fp8_recipe else {}
     widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
                          **framework, **recipe, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    if training.states.torch_ddp_buckets:
+        # torch DDP + torch.optim.AdamW: every state in the parameters' dtype, no master copy
+        widths = torch_adamw_widths(training.states.precision)
     fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework,
                **recipe)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
