@@ -131,27 +131,33 @@ def test_ddp_bucket_cap_changes_no_byte(capsys, tiny):
 
 
 @pytest.mark.parametrize("extra, dtype, said", [
-    ([], (), 'dtype "auto"'),
-    ([], ("--dtype", "bfloat16"), "--dtype bfloat16"),
-    ([], ("--torch_dtype", "float16"), "--dtype float16"),
+    ([], (), 'dtype "auto"'),                  # tiny's config.json names no dtype
+    ([], ("--dtype", "int8"), "--dtype int8"),
     (["--bf16"], ("--dtype", "float32"), "torch.autocast"),
     (["--fp16"], ("--dtype", "float32"), "torch.autocast"),
+    (["--fp16"], ("--dtype", "bfloat16"), "at every use"),
+    (["--bf16"], ("--torch_dtype", "float16"), "at every use"),
+    (["--fp16"], ("--dtype", "float16"), "grad_scaler.py:275"),
     (["--optim", "adafactor"], ("--dtype", "float32"), "--optim adafactor"),
     (["--torch-ddp-buckets"], ("--dtype", "float32"), "--torch-ddp-buckets beside"),
     (["--optimizer", "adam"], ("--dtype", "float32"), "--optimizer beside"),
     (["--sharding", "zero2"], ("--dtype", "float32"), "--sharding beside"),
 ])
 def test_a_plain_ddp_launch_memsym_does_not_count_is_refused(capsys, tiny, extra, dtype, said):
-    """A 16-bit model (run_clm.py passes --dtype to from_pretrained, transformers 5.25's
-    default "auto" the checkpoint's), autocast over the fp32 model, another optimizer and
-    memsym's own spelling of what the launch says: one line each, exit 2."""
+    """A dtype memsym cannot know (no --dtype, and a config.json that names none: transformers
+    5.25 would read the weights' own), autocast over weights it casts (fp32 weights, or
+    16-bit weights of the other dtype), --fp16 over fp16 weights (torch's GradScaler refuses
+    fp16 gradients), another optimizer and memsym's own spelling of what the launch says:
+    one line each, exit 2."""
     assert said in _refused(capsys, ["estimate", *_ddp(tiny, *extra, dtype=dtype)])
 
 
 @pytest.mark.parametrize("opts, said", [
     ({}, "not sharding distributed-optimizer"),
     ({"sharding": "ddp"}, "not framework megatron"),
-    ({"sharding": "ddp", "framework": "deepspeed"}, "not precision bf16"),
+    ({"sharding": "ddp", "framework": "deepspeed", "precision": "fp8"}, "not precision fp8"),
+    ({"sharding": "ddp", "framework": "deepspeed", "grad_dtype": "fp32"},
+     "not grad_dtype fp32 beside precision bf16"),
     ({"sharding": "ddp", "framework": "deepspeed", "precision": "fp32", "optimizer": "sgd"},
      "not optimizer sgd"),
 ])
@@ -262,3 +268,88 @@ def test_a_deepspeed_launch_reads_back_from_the_emitted_config(capsys, tiny, ds_
         back = _json(capsys, [w for w in words[1:] if w != "--json"])
         assert back["bytes"]["total"] == row["bytes"]["total"]
         assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+def _checkpoint(tmp_path, name, **dtype):
+    """tiny's config.json with a dtype field as a checkpoint names it (``torch_dtype`` in most
+    Hub configs, ``dtype`` since transformers 5)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": H, "num_hidden_layers": LAYERS,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": F,
+        "vocab_size": V, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+        **dtype}), encoding="utf-8")
+    return str(folder)
+
+
+def _states(rep):
+    got = rep["bytes"]
+    assert "main_gradients" not in got
+    return got["weights"], got["gradients"], got["ddp_buckets"], got["optimizer"]
+
+
+def test_a_bf16_checkpoint_with_bf16_autocast_holds_bf16_states(capsys, tmp_path):
+    """The common launch: no --dtype (run_clm.py passes None, from_pretrained loads "auto":
+    the config.json's torch_dtype bfloat16) and --bf16.  torch.optim.AdamW updates the bf16
+    parameters in place: weights 2 B, param.grad 2 B, the buckets 2 B, exp_avg and exp_avg_sq
+    2 + 2 B (zeros_like(p)), no fp32 master copy: 10 B x 1 824 000, against 20 B for fp32."""
+    model = _checkpoint(tmp_path, "llama-bf16", torch_dtype="bfloat16")
+    rep = _json(capsys, ["estimate", *_ddp(model, "--bf16", dtype=()), "--gpu", "h100-80gb"])
+    assert _states(rep) == (2 * TINY, 2 * TINY, 2 * TINY, 4 * TINY)
+    assert rep["training"]["precision"] == "bf16" and rep["training"]["torch_ddp_buckets"]
+    notes = " ".join(rep["notes"])
+    assert "of bfloat16 weights (no --dtype: config.json dtype bfloat16" in notes
+    assert "no fp32 master copy" in notes
+    # what --bf16 adds that memsym does not count is said, with its size in words
+    assert "convert_outputs_to_fp32" in notes and "4 x 2 x 128 x vocabulary bytes" in notes
+    rows = {r["option"]: r for r in rep["defaults"]}
+    assert rows["dtype"]["value"] == "auto" and "4236-4237" in rows["dtype"]["source"]
+
+
+@pytest.mark.parametrize("dtype, precision", [("bfloat16", "bf16"), ("float16", "fp16")])
+def test_run_clms_16_bit_dtype_holds_16_bit_states(capsys, tiny, dtype, precision):
+    """run_clm.py's --dtype bfloat16 / float16 (ModelArguments.dtype, passed to
+    from_pretrained) without autocast: the same 2 + 2 + 2 + 4 bytes per parameter, and no
+    fp32 gradient copy under fp16 either (Megatron's ddp scheme would make one)."""
+    rep = _json(capsys, ["estimate", *_ddp(tiny, dtype=("--dtype", dtype)), "--gpu", "h100-80gb"])
+    assert _states(rep) == (2 * TINY, 2 * TINY, 2 * TINY, 4 * TINY)
+    assert rep["training"]["precision"] == precision
+    assert not any("autocast" in n for n in rep["notes"])
+    # --bf16 / --fp16 default False: no autocast (the precision is the weights' dtype)
+    rows = {r["option"]: r["value"] for r in rep["defaults"]}
+    assert rows["autocast"] == "none" and "precision" not in rows and "dtype" not in rows
+
+
+@pytest.mark.parametrize("fields, dtype", [
+    ({"dtype": "float32", "torch_dtype": "bfloat16"}, ()),   # configuration_utils.py:440-442
+    ({"torch_dtype": "bfloat16"}, ("--dtype", "float32")),    # --dtype over the checkpoint's
+    ({"torch_dtype": "bfloat16"}, ("--dtype", "auto")),
+])
+def test_which_dtype_the_weights_are_loaded_in(capsys, tmp_path, fields, dtype):
+    """A config.json's ``dtype`` before its ``torch_dtype`` (transformers 5.25
+    configuration_utils.py:440-442); run_clm.py's --dtype before the checkpoint's; --dtype
+    auto is the checkpoint's (modeling_utils.py:830-832)."""
+    model = _checkpoint(tmp_path, "llama", **fields)
+    rep = _json(capsys, ["estimate", *_ddp(model, dtype=dtype), "--gpu", "h100-80gb"])
+    fp32 = fields.get("dtype") == "float32" or "float32" in dtype
+    width = 4 if fp32 else 2
+    assert _states(rep) == (width * TINY, width * TINY, width * TINY, 2 * width * TINY)
+
+
+def test_a_bf16_launch_is_the_same_job_as_memsyms_options(capsys, tmp_path):
+    """The 16-bit launch is memsym's --precision bf16 --torch-ddp-buckets, the rest as the
+    fp32 one's (the module's docstring)."""
+    model = _checkpoint(tmp_path, "llama-bf16", torch_dtype="bfloat16")
+    hf = _json(capsys, ["estimate", *_ddp(model, "--bf16", dtype=()), "--gpu", "h100-80gb"])
+    own = ["estimate", model, "--framework", "deepspeed", "--sharding", "ddp", "--precision",
+           "bf16", "--optimizer", "adam", "--torch-ddp-buckets", "--overlap-grad-reduce",
+           "--world-size", "2", "--micro-batch-size", "2", "--num-microbatches", "3",
+           "--recompute-granularity", "full", "--seq-length", "128", "--gpu", "h100-80gb"]
+    assert _json(capsys, own)["bytes"] == hf["bytes"]
+
+
+def test_a_preset_without_dtype_is_refused(capsys):
+    """A preset names no checkpoint whose dtype "auto" would read: give --dtype."""
+    err = _refused(capsys, ["estimate", *_ddp("llama3-8b", dtype=())])
+    assert 'dtype "auto"' in err and "--dtype" in err

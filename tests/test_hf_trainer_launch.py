@@ -110,9 +110,9 @@ def test_per_device_batch_defaults_to_eight_as_transformers_says(capsys, ds_conf
 
 def test_torchrun_gives_the_world_size_and_plain_ddp_is_refused(capsys, ds_config):
     """torchrun's --nproc_per_node x --nnodes is the world size (2 x 8 = 16); without
-    --deepspeed (plain DDP) and without --dtype float32 (transformers 5.25 loads the
-    checkpoint's dtype) one line says why memsym does not read it
-    (tests/test_hf_trainer_ddp.py reads the fp32 one)."""
+    --deepspeed (plain DDP) and without --dtype, a preset names no checkpoint whose dtype
+    transformers 5.25 would load ("auto"): one line says why memsym does not read it
+    (tests/test_hf_trainer_ddp.py reads the fp32 and 16-bit ones)."""
     rep = _estimate(capsys, ["torchrun", "--nnodes", "2", "--nproc_per_node", "8",
                              "--master_port", "29500", "run_clm.py", "--deepspeed", ds_config,
                              "--model_name_or_path", "llama3-8b", "--block_size", "2048",
@@ -123,7 +123,7 @@ def test_torchrun_gives_the_world_size_and_plain_ddp_is_refused(capsys, ds_confi
                  "--per_device_train_batch_size", "2"])
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1
-    assert "plain DDP" in err and '(dtype "auto"' in err and "--dtype float32" in err
+    assert "plain DDP" in err and '(dtype "auto"' in err and "give run_clm.py's --dtype" in err
 
 
 @pytest.mark.parametrize("extra, said", [

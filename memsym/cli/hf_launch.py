@@ -13,13 +13,17 @@ job commands read as they read any other: with ``--deepspeed ds.json``, ``--deep
 ds.json --world-size N --micro-batch-size b --num-microbatches GAS --precision P`` (the config's
 ``"auto"`` values filled from them as the Trainer fills them) and ``--recompute-granularity
 full`` for the model's gradient checkpointing.  Plain DDP (neither ``--deepspeed`` nor
-``--fsdp``) is ``--framework deepspeed --sharding ddp --torch-ddp-buckets --optimizer adam``
-(the transformers model code; torch ``DistributedDataParallel`` through Accelerate, whose
-reducer keeps a second copy of every gradient in its buckets:
-:mod:`memsym.terms.torch_ddp`) for an fp32 model (run_clm.py's ``--dtype float32``) without
-``--bf16`` / ``--fp16``; a 16-bit model (transformers 5.25 loads the checkpoint's dtype unless
-told, ``dtype="auto"``: 16-bit AdamW moments, no fp32 copy) and autocast over an fp32 model
-(a 16-bit cast of every linear weight kept through the forward) are refused in one line.
+``--fsdp``) is ``--framework deepspeed --sharding ddp --torch-ddp-buckets --optimizer adam
+--precision P`` (the transformers model code; torch ``DistributedDataParallel`` through
+Accelerate, whose reducer keeps a second copy of every gradient in its buckets, and
+``torch.optim.AdamW`` on the module's own parameters, every state in their dtype, no fp32
+master copy: :mod:`memsym.terms.torch_ddp`), ``P`` the weights' dtype: run_clm.py's ``--dtype``
+or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
+``dtype="auto"``).  ``--bf16`` over bf16 weights is read (autocast casts no weight; the notes
+say what it adds that memsym does not count); autocast over fp32 weights (a 16-bit cast of
+every linear weight kept through the forward, mixed activation widths), over 16-bit weights of
+the other dtype, and ``--fp16`` over fp16 weights (the GradScaler refuses their gradients) are
+refused in one line.
 
 ``search``, ``solve`` and ``plot`` read the same words and say the same reading
 (:func:`hf_reading`, :func:`reading_lines`); the DeepSpeed config is parsed once, where the
@@ -29,11 +33,12 @@ launch is checked against it, and the job's reader takes that parse (:func:`conf
 from __future__ import annotations
 
 import copy
+import os
 
 from ..errors import InvalidValueError
 from ..limits import check_limit
 from ..readers.hf_trainer import load_dtype, read_hf_trainer_launch
-from ..readers.hf_trainer_args import ADAMW, TRAINING_ARGS
+from ..readers.hf_trainer_args import ADAMW, RUN_CLM, TRAINING_ARGS
 from ..text import looks_like_option
 
 __all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read_as",
@@ -50,8 +55,11 @@ _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
             ("--precision bf16", "--bf16"), ("--precision fp16", "--fp16"),
             ("--precision fp32", "neither --bf16 nor --fp16"))
 
-#: The weights' dtype of a plain-DDP job: run_clm.py's --dtype choices (ModelArguments.dtype).
-_FP32 = ("float32",)
+#: The weights' dtype of a plain-DDP job (run_clm.py's --dtype choices, ModelArguments.dtype,
+#: or a checkpoint's config.json dtype) -> memsym's precision of the parameters.
+_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+#: memsym's precision -> torch's dtype name (in the notes).
+_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def hf_trainer_words(own_arities, words, *, searched: bool = False):
@@ -125,14 +133,14 @@ def _batch_words(r, searched):
     if not searched:
         return config + ["--micro-batch-size", str(r.micro_batch_size),
                          "--num-microbatches", str(r.gradient_accumulation_steps),
-                         "--precision", r.precision]
+                         "--precision", r.weights or r.precision]
     if r.world_size is None:
         raise InvalidValueError("the launcher does not say how many processes, so the global "
                                 "batch a search holds is unknown: give --num_gpus / "
                                 "--nproc_per_node / --num_processes")
     batch = check_limit("global_batch", r.micro_batch_size * r.gradient_accumulation_steps
                         * r.world_size, "per_device_train_batch_size x accumulation x GPUs")
-    return config + ["--global-batch-size", str(batch), "--precision", r.precision]
+    return config + ["--global-batch-size", str(batch), "--precision", r.weights or r.precision]
 
 
 def _check_config(r, searched):
@@ -182,29 +190,40 @@ def _check_config(r, searched):
 def _ddp_words(r):
     """Plain DDP (no ``--deepspeed``, no ``--fsdp``) as memsym's words: the transformers model
     (``--framework deepspeed``: the model code the Trainer runs; no DeepSpeed engine) under
-    ``--sharding ddp`` with torch DDP's bucket copy (``--torch-ddp-buckets``), for an fp32
-    model without autocast; anything else is refused in one line."""
-    dtype = load_dtype(r)
-    if dtype not in _FP32:
-        said = ("no --dtype: transformers 5.25 from_pretrained loads the checkpoint's dtype "
-                '(dtype "auto", modeling_utils.py:4236-4237)' if dtype is None
-                else f"--dtype {dtype[:20]}")
-        raise InvalidValueError(
-            f"plain DDP (no --deepspeed, no --fsdp) with {said}: 16-bit weights train with "
-            "16-bit AdamW moments and no fp32 copy, which memsym does not count; give "
-            "run_clm.py's --dtype float32, or --deepspeed ds.json")
+    ``--sharding ddp`` with torch DDP's bucket copy (``--torch-ddp-buckets``: torch.optim.AdamW
+    on the module's parameters, every state in their dtype), at the weights' dtype
+    (:func:`_weights_dtype`); autocast over weights of another dtype is refused in one line."""
+    dtype, said = _weights_dtype(r)
+    weights = _DTYPES.get(dtype)
+    if weights is None:
+        raise InvalidValueError(f"plain DDP with {said}: memsym counts float32, bfloat16 "
+                                "or float16 weights (run_clm.py's --dtype choices)")
     if r.precision != "fp32":
-        raise InvalidValueError(
-            f"plain DDP with --{r.precision}: the Trainer runs torch.autocast over the fp32 "
-            f"model (Accelerate's mixed_precision {r.precision}), which keeps a {r.precision} "
-            "cast of every linear weight through the forward and mixes the activations' "
-            "widths; memsym does not model autocast: drop it (fp32) or give --deepspeed ds.json")
+        _check_autocast(r.precision, weights, said)
+    r.weights = weights
+    # --bf16 / --fp16 are autocast here: their default is no autocast, not the precision
+    r.defaults = [("autocast", "none", src) if name == "precision" else (name, value, src)
+                  for name, value, src in r.defaults]
     r.notes.append(
-        "plain DDP (no --deepspeed, no --fsdp): the Trainer wraps the fp32 model in torch "
-        "DistributedDataParallel through Accelerate (transformers 5.25.0 trainer.py:758-766; "
-        "Accelerate 1.16 DistributedDataParallelKwargs gradient_as_bucket_view False), whose "
-        "reducer keeps a second copy of every gradient in its buckets (--torch-ddp-buckets: "
-        "torch distributed.py:828, reducer.cpp Reducer::initialize_buckets)")
+        f"plain DDP (no --deepspeed, no --fsdp) of {_NAMES[weights]} weights ({said}): the "
+        "Trainer wraps the model in torch DistributedDataParallel through Accelerate "
+        "(transformers 5.25.0 trainer.py:758-766; Accelerate 1.16 DistributedDataParallelKwargs "
+        "gradient_as_bucket_view False), whose reducer keeps a second copy of every gradient in "
+        "its buckets (--torch-ddp-buckets: torch distributed.py:828, reducer.cpp "
+        "Reducer::initialize_buckets); torch.optim.AdamW (--optim adamw_torch_fused, the "
+        "default: training_args.py:806-814, trainer_optimizer.py:201-208) updates the "
+        f"parameters in place, its two moments {_NAMES[weights]} (torch/optim/adam.py:178-184 "
+        "zeros_like(p)), no fp32 master copy")
+    if r.precision != "fp32":
+        r.notes.append(
+            f"--{r.precision} runs the forward under torch.autocast({_NAMES[weights]}) (Accelerate "
+            "1.16 accelerator.py:1791-1801, utils/modeling.py:2066-2069), which casts no "
+            f"{_NAMES[weights]} weight (autocast caches casts of fp32 leaves only); not counted: "
+            "Accelerate's fp32 copy of the model's outputs (convert_outputs_to_fp32, "
+            "accelerator.py:1796-1801, utils/operations.py:896-914), the logits' 4 x "
+            f"{r.micro_batch_size} x {r.seq_length or 'sequence'} x vocabulary bytes from the "
+            "forward's end until compute_loss returns, and autocast's fp32 ops beyond those the "
+            "model runs in fp32")
     if "ddp_bucket_cap_mb" in r.values:
         r.notes.append("--ddp_bucket_cap_mb groups the gradients into buckets of that size; "
                        "the buckets together hold every gradient once whatever the cap")
@@ -212,6 +231,68 @@ def _ddp_words(r):
     # (reducer.cpp, Reducer::autograd_hook -> mark_variable_ready): the reduce overlaps it
     return ["--framework", "deepspeed", "--sharding", "ddp", "--torch-ddp-buckets",
             "--optimizer", "adam", "--overlap-grad-reduce"]
+
+
+def _weights_dtype(r):
+    """(the dtype the model is loaded in, how the launch says it): run_clm.py's ``--dtype``
+    (``ModelArguments.dtype``, choices auto, bfloat16, float16, float32; passed to
+    ``from_pretrained(dtype=...)``, transformers 00d481d18f run_clm.py ``main``), else
+    ``"auto"`` (transformers 5.25.0 modeling_utils.py:4236-4237), which takes the checkpoint's
+    config.json ``dtype`` (``torch_dtype`` in older files: configuration_utils.py:440-442;
+    modeling_utils.py:830-832); a checkpoint whose config.json names none is read from its
+    weights (:835-845), which memsym does not open: refused in one line."""
+    given = load_dtype(r)
+    if given is not None and given != "auto":
+        return given, f"--dtype {given[:20]}"
+    if given is None:
+        r.defaults.append(("dtype", "auto", f"{RUN_CLM}: ModelArguments.dtype default None, "
+                           'which from_pretrained reads as "auto" (transformers 5.25.0 '
+                           "modeling_utils.py:4236-4237)"))
+    if r.model is None:
+        raise InvalidValueError("plain DDP without --dtype or --model_name_or_path: the weights' "
+                                "dtype is unknown; give run_clm.py's --dtype")
+    from ..model.hf_fields import read_config_json
+    from ..model.hub import hub_config_path, is_hub_spelling, parse_hub_id
+
+    model = r.model
+    if model.lower().endswith(".json") or os.path.exists(model):
+        cfg = read_config_json(model)[0]
+    elif is_hub_spelling(model):
+        cfg = read_config_json(hub_config_path(parse_hub_id(model)))[0]
+    else:
+        cfg = {}                   # a preset: no checkpoint to read a dtype from
+    dtype = cfg.get("dtype") if cfg.get("dtype") is not None else cfg.get("torch_dtype")
+    if not isinstance(dtype, str):
+        raise InvalidValueError(
+            f"plain DDP without --dtype: from_pretrained loads {model[:60]}'s own dtype "
+            '(dtype "auto", transformers 5.25.0 modeling_utils.py:830-845), which memsym reads '
+            "only from a config.json's dtype or torch_dtype (none here); give run_clm.py's "
+            "--dtype (float32, bfloat16 or float16)")
+    return dtype, f'no --dtype: config.json dtype {dtype[:20]}, loaded as "auto"'
+
+
+def _check_autocast(autocast, weights, said):
+    """Refuse ``--bf16`` / ``--fp16`` (Accelerate's torch.autocast) over weights it casts: fp32
+    ones (a cached 16-bit copy of every linear weight through the forward and mixed widths),
+    16-bit ones of the other dtype (cast at every use), and fp16 weights under ``--fp16``
+    (the GradScaler refuses fp16 gradients)."""
+    if weights == autocast == "fp16":
+        raise InvalidValueError(
+            f"plain DDP with --fp16 over float16 weights ({said}): the Trainer's GradScaler "
+            "refuses to unscale fp16 gradients at the first step (torch 2.13 "
+            "torch/amp/grad_scaler.py:275: 'Attempting to unscale FP16 gradients.'); drop --fp16")
+    if weights == "fp32":
+        raise InvalidValueError(
+            f"plain DDP with --{autocast} over float32 weights ({said}): torch.autocast "
+            f"(Accelerate 1.16 accelerator.py:1791-1801) keeps a {autocast} cast of every linear "
+            "weight through the forward and mixes fp32 and 16-bit activations, which memsym "
+            f"does not model: drop --{autocast}, give --dtype bfloat16, or --deepspeed ds.json")
+    if weights != autocast:
+        raise InvalidValueError(
+            f"plain DDP with --{autocast} over {_NAMES[weights]} weights ({said}): autocast "
+            f"casts each weight to {_NAMES[autocast]} at every use (it caches casts of fp32 "
+            "leaves only), which memsym does not model; drop --" + autocast
+            + (" or give --bf16" if weights == "bf16" else ""))
 
 
 def read_as(r) -> str:

@@ -256,8 +256,10 @@ _SWITCH_ROWS = (
      "memory"),
     ("--torch-ddp-buckets", "torch_ddp_buckets", True, "torch DistributedDataParallel's "
      "reducer with gradient_as_bucket_view False (torch's and the Hugging Face Trainer's "
-     "default): its flat buckets keep a second copy of every gradient (--framework deepspeed "
-     "--sharding ddp --precision fp32: a Trainer launch without --deepspeed)", "memory"),
+     "default): its flat buckets keep a second copy of every gradient; torch.optim.AdamW "
+     "keeps its moments in the parameters' dtype, no master copy (--framework deepspeed "
+     "--sharding ddp --precision fp32, bf16 or fp16, the weights' dtype: a Trainer launch "
+     "without --deepspeed)", "memory"),
 )
 
 

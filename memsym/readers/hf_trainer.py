@@ -29,9 +29,11 @@ size, the arguments the job:
 * without either, plain DDP (:mod:`memsym.cli.hf_launch`): torch DDP through Accelerate,
   whose reducer keeps a second copy of the gradients in its buckets
   (``DistributedDataParallelKwargs.gradient_as_bucket_view`` False:
-  :mod:`memsym.terms.torch_ddp`), read for an fp32 model (run_clm.py's ``--dtype float32``;
-  transformers 5.25 ``from_pretrained`` loads ``dtype="auto"``, the checkpoint's dtype, unless
-  told: modeling_utils.py:4236-4237) without autocast (no ``--bf16`` / ``--fp16``).
+  :mod:`memsym.terms.torch_ddp`), and ``torch.optim.AdamW`` keeps its moments in the
+  parameters' dtype: read for the weights' dtype, run_clm.py's ``--dtype`` or the
+  checkpoint's (transformers 5.25 ``from_pretrained`` loads ``dtype="auto"``, the checkpoint's
+  dtype, unless told: modeling_utils.py:4236-4237), with ``--bf16`` / ``--fp16`` (autocast)
+  only over 16-bit weights of the same dtype (:func:`memsym.cli.hf_launch.hf_trainer_words`).
 
 The model is ``--model_name_or_path`` (a config.json directory or a Hub id, as memsym reads a
 MODEL), the sequence run_clm.py's ``--block_size`` (its default is the tokenizer's maximum,
@@ -120,7 +122,12 @@ class HfTrainerLaunch:
     micro_batch_size, gradient_accumulation_steps : int
         b [sequences] and the accumulation [1], defaults filled.
     precision : str
-        ``bf16``, ``fp16`` or ``fp32``.
+        ``bf16``, ``fp16`` or ``fp32``: ``--bf16`` / ``--fp16`` (under plain DDP, Accelerate's
+        torch.autocast).
+    weights : str or None
+        Under plain DDP, the parameters' dtype as memsym's precision (``fp32``, ``bf16``,
+        ``fp16``: run_clm.py's ``--dtype`` or the checkpoint's), set by
+        :mod:`memsym.cli.hf_launch`; None under ``--deepspeed``.
     recompute : bool
         The model's gradient checkpointing.
     optim : str or None
@@ -145,6 +152,7 @@ class HfTrainerLaunch:
     micro_batch_size: int = 8
     gradient_accumulation_steps: int = 1
     precision: str = "fp32"
+    weights: str | None = None
     recompute: bool = False
     optim: str | None = None
     own: list = field(default_factory=list)
