@@ -93,6 +93,9 @@ def test_plain_ddp_holds_fp32_states_and_the_buckets_copy(capsys, tiny):
     assert rep["read_as"].startswith("a Hugging Face Trainer launch (run_clm.py with torch DDP")
     assert any("gradient_as_bucket_view False" in n for n in rep["notes"])
     assert not any("DeepSpeed runs" in n for n in rep["notes"])
+    # what memsym does not widen is said: the activation terms are the 16-bit model's
+    assert any(n.startswith("float32 weights: the activations are priced at the 16-bit")
+               for n in rep["notes"])
     assert {"--output_dir", "--learning_rate"} <= set(rep["ignored"])
 
 
