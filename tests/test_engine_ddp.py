@@ -16,6 +16,8 @@ rank the broadcast changes no value).
 A bf16 model (transformers' LlamaForCausalLM cast to bfloat16, as ``from_pretrained`` loads a
 bf16 checkpoint) trained with ``torch.optim.AdamW``: every state is measured in bf16, the
 buckets included, and no fp32 master copy exists (memsym.terms.torch_ddp.torch_adamw_widths).
+Under Accelerate's bf16 mixed precision (the Trainer's ``--bf16``) its logits come back fp32,
+the copy memsym's plain-DDP reading names in a note and does not count.
 """
 
 import os
@@ -178,3 +180,36 @@ def test_a_bf16_model_under_ddp_and_adamw_holds_every_state_in_bf16(bf16_llama):
     st = model_state("ddp", precision="bf16").subs(torch_adamw_widths("bf16"))
     got = {x.key: x.evaluate(N=LLAMA_N, p=1, t=1) for x in torch_ddp_states(st.terms, N)}
     assert got == {"weights": b, "gradients": b, "ddp_buckets": b, "optimizer": 2 * b}
+
+
+def _accelerate_outputs(rank, world, port, _, queue):
+    """The dtypes Accelerate's bf16 mixed precision (the Trainer's --bf16) gives a bf16
+    model's parameters and outputs, in a process of its own (AcceleratorState is global)."""
+    try:
+        from accelerate import Accelerator
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        cfg = LlamaConfig(hidden_size=LLAMA_H, num_hidden_layers=LLAMA_L, num_attention_heads=4,
+                          num_key_value_heads=4, intermediate_size=LLAMA_F, vocab_size=LLAMA_V,
+                          max_position_embeddings=64, tie_word_embeddings=False)
+        acc = Accelerator(cpu=True, mixed_precision="bf16")
+        model = acc.prepare(LlamaForCausalLM(cfg).to(torch.bfloat16))
+        ids = torch.randint(0, LLAMA_V, (2, 16))
+        logits = model(input_ids=ids, labels=ids).logits
+        queue.put((rank, ({q.dtype for q in model.parameters()}, logits.dtype,
+                          logits.numel() * logits.element_size())))
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put((rank, repr(exc)))
+
+
+def test_accelerates_bf16_returns_fp32_logits_of_a_bf16_model():
+    """What memsym's plain-DDP reading names and does not count under --bf16 over bf16
+    weights: Accelerate 1.16 wraps the forward in autocast and convert_outputs_to_fp32
+    (accelerator.py:1791-1801), so the bf16 model's logits come back fp32, 4 b s V bytes:
+    4 x 2 x 16 x 100 = 12 800; the parameters stay bf16."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    params, dtype, nbytes = run_group(_accelerate_outputs, 1)[0]
+    assert params == {torch.bfloat16} and dtype == torch.float32
+    assert nbytes == 4 * 2 * 16 * LLAMA_V
