@@ -15,19 +15,15 @@ import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from ..frameworks import framework as framework_record
-from ..job import Job, Layout, Training, check_fields, dropout_kept, recompute_modules_of
+from ..job import Job, Layout, Training, check_fields, dropout_kept
 from .. import model as models
 from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
-from ..terms.activations import (RECOMPUTE, embedding_activations, layer_activations,
-                                 clamped_glu_copy, fp8_glu_input, lora_gathered_inputs,
-                                 mtp_input_activations, output_activations, unfused_glu_products)
-from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs
-from ..terms.eager_glu import eager_clamped_glu_input
+from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered_inputs,
+                                 mtp_input_activations, output_activations)
+from ..terms.adapters import LORA_TARGETS
 from ..terms.hf_norms import final_norm_excess
-from ..terms.op_sac import sac_attention_recomputed
-from ..terms.qkv_storage import checkpointed_qkv_storage
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
 from ..terms.dispatcher_buffers import allgather_dispatch_buffer
@@ -36,6 +32,7 @@ from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbat
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
 from .bf16_layers import bf16_activation_excess
+from .layer_model import layer_model_of
 from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
                      loss_kind, output_stage, resolve_arch, sequence_parallel_on, stage_role)
 
@@ -47,11 +44,6 @@ _RECOMPUTE_METHOD_SOURCES = {
     **dict.fromkeys(("uniform", "block"), "Megatron-LM transformer_block.py _checkpointed_forward"),
     "every": "torchtitan distributed/activation_checkpoint.py _apply_layer_sac",
 }
-
-
-def _mla(x) -> dict | None:
-    names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
-    return {name: getattr(x, name) for name in names} if x.multi_latent_attention else None
 
 
 def stage_activations(arch, layout: Layout = Layout(), training: Training = Training(),
@@ -218,108 +210,6 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     return _StageLayers(pattern, kinds, hybrid, uniform, shared_block)
 
 
-def _layer_model(x, layout: Layout, training: Training, recompute: str,
-                 nvfp4: bool = True) -> tuple:
-    """(per_layer, common, mods, shared): ``per_layer(moe, mode)``, one decoder layer's
-    activations of one micro-batch [bytes] under the job's settings (``nvfp4`` False: an FP4
-    job's layer run in bf16, as its MTP layers are); the keyword arguments of
-    :func:`memsym.terms.activations.layer_activations` it passes; the modules selective
-    recompute recomputes; whether MoE layers have a shared expert."""
-    sp_on = sequence_parallel_on(layout)
-    # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
-    quantized = ("fp8", "fp4") if nvfp4 else ("fp8",)
-    fp8_in = training.states.precision in quantized and training.states.convention == "framework"
-    common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
-                  dropout=dropout_kept(training), norm=x.normalization.lower(), mla=_mla(x),
-                  **({"fp8_inputs": "nvfp4" if training.states.precision == "fp4" else
-                      "mxfp8" if training.states.fp8_recipe == "mxfp8" else True}
-                     if fp8_in else {}))
-    if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
-        common["qk_norm"] = getattr(x, "qk_norm_width", "head")
-        if getattr(x, "qk_norm_fp32_scale", False) and \
-                framework_record(training.framework).hf_model_code:
-            common["qk_norm_fp32"] = True     # the model's own fp32 (1 + weight) Q/K norms
-    if framework_record(training.framework).hf_model_code:
-        # the model's own norms (memsym.terms.hf_norms): RMSNorms' fp32 input copies, fp32
-        # (1 + weight) products, post-norms
-        common.update(hf_norms="fp32_product" if getattr(x, "norm_fp32_product", False) else True,
-                      norm_fp32=getattr(x, "norm_fp32_scale", False),
-                      post_norms=getattr(x, "norms_per_layer", 2) == 4)
-    if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
-        common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
-        if framework_record(training.framework).hf_model_code:
-            # the model's own transformers code: Qwen3NextAttention, the one class with the
-            # gate (its fp32 Q/K norm products and its copied attention output)
-            common["hf_qwen3_next"] = True
-    shared = bool(x.moe_shared_expert_intermediate_size)
-    # Megatron-core weights the expert activation by the probabilities before fc2 and
-    # combines by a sum: no expert output kept (Framework.moe_combine_keeps_outputs)
-    common["combine_kept"] = framework_record(training.framework).moe_combine_keeps_outputs
-    if getattr(x, "moe_latent_size", None):
-        common["latent"] = True          # latent MoE: dispatch and experts h_lat wide
-
-    # Megatron's --recompute-modules (default core_attn) under selective recompute
-    mods = recompute_modules_of(training)
-    gathered_in = sp_on and framework_record(training.framework).dtensor_tp   # ColwiseParallel's inputs
-
-    # LoRA on Transformer Engine's linears: a frozen linear without an adapter keeps no
-    # input for a weight gradient (memsym.terms.adapters.frozen_linear_inputs)
-    targets = training.adapters.lora_targets
-    frozen = training.adapters.finetune != "full" and targets != "all" \
-        and framework_record(training.framework).frozen_linear_keeps_no_input
-
-    # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
-    # and in the grouped experts, where their activations are kept (not recomputed)
-    fused = training.memory.bias_activation_fusion or not x.swiglu
-    # and Megatron-core's clamped GLU (GPT-OSS's swiglu_limit, the Bridge's
-    # activation_func_clamp_value): the fused quick-GeGLU keeps a clamped copy of the experts'
-    # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE;
-    # a clamped --swiglu (swiglu_clamp) clamps inside its fused kernel (nothing kept), and its
-    # eager glu (--no-bias-swiglu-fusion) keeps the clamped gate half as quick-GeGLU's does
-    extra = x.extra or {}
-    megatron_clamp = x.swiglu and framework_record(training.framework).moe_glu_clamp_copy
-    limit = bool(megatron_clamp and extra.get("swiglu_limit") is not None)   # 0 clamps too
-    eager_limit = bool(megatron_clamp and (extra.get("swiglu_limit") is not None
-                                           or extra.get("swiglu_clamp") is not None))
-    clamp = {moe: (clamped_glu_copy(limit and moe) if fused
-                   else eager_clamped_glu_input(eager_limit, moe=moe)).expr
-             for moe in (False, True)}
-    # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
-    # refuses it for another activation, which memsym.job_checks mirrors)
-    fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
-    shared_kept = shared and not (recompute == "selective"
-                                  and {"shared_experts", "moe"} & set(mods or ()))
-    glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + clamp[moe]
-                + fp8_glu_input(fp8_glu, moe=moe).expr for moe in (False, True)}
-    # the kept shared expert's own FP8 saving: moe_act does not reach the shared experts
-    # (d98e8a64dd moe_layer.py:252-255 and :517-529 checkpoint them on "shared_experts" only;
-    # moe_act is read by the routed experts, experts.py:271), so it stays outside kept[True]
-    shared_fp8 = (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
-                  - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
-    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
-    # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
-    # output (not MLA's, nor a gated one's, which split otherwise) stays saved
-    qkv_view = checkpointed_qkv_storage(bool(
-        framework_record(training.framework).megatron_options and "core_attn" in (mods or ())
-        and not common.get("mla") and not common.get("output_gate"))).expr
-
-    def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
-        layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
-                                  modules=mods if mode == "selective" else None,
-                                  compiled=training.memory.compiled_model, **common)
-        glu = glu_kept[moe] if mode == "none" or mode == "selective" and not set(
-            kept[moe]) & set(mods or ()) else 0
-        # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
-        attn = sac_attention_recomputed(layer) if mode == "selective-op" \
-            and not training.memory.sac_saves_attention else 0
-        return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
-            + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
-            + (qkv_view if mode == "selective" else 0) \
-            + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
-
-    return per_layer, common, mods, shared
-
-
 def _layer_stack(layers: _StageLayers, layer_model: tuple, layout: Layout, training: Training,
                  vv, recompute: str) -> tuple:
     """(layers per model chunk, one model chunk's activations of one micro-batch [bytes]):
@@ -428,7 +318,7 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
         # d98e8a64dd) and runs after the decoder block, whose FP4 contexts are per layer
         # (transformer_block.py:631-634, :692-695; gpt_model.py:712): a bf16 layer
         mtp_model = layer_model if layer_model[1].get("fp8_inputs") != "nvfp4" \
-            else _layer_model(x, layout, training, recompute, nvfp4=False)
+            else layer_model_of(x, sequence_parallel_on(layout), training, recompute, nvfp4=False)
         # one set per pass, a repeated layer's too (mtp_use_repeated_layer runs layers[0] on
         # each pass's own inputs, multi_token_prediction.py:2048-2115 at d98e8a64dd)
         terms.append(Term("mtp_activations",
@@ -533,7 +423,7 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     interleaved = layout.v is not None and layout.v > 1
     vv = v if interleaved else None
     mm = m if j.m is not None else None
-    layer_model = _layer_model(x, layout, training, recompute)
+    layer_model = layer_model_of(x, sequence_parallel_on(layout), training, recompute)
     per_layer = layer_model[0]
     layers = _stage_layers(x, layout, stage)
     chunks, group = _in_flight_chunks(layout, training, stage, schedule, pp=p, vv=vv, mm=mm)
@@ -546,7 +436,7 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
                                               group, j.m if isinstance(j.m, int) else None)
     terms = [_layers_term(held_layers, layers, schedule, interleaved, recompute, layer_model[2],
                           training)] + bf16_activation_excess(   # first_last_layers_bf16
-        x, layout, training, stage, lambda trn: _layer_model(x, layout, trn, recompute),
+        x, layout, training, stage, lambda trn: layer_model_of(x, sp_on, trn, recompute),
         lambda j: chunks / (vv or 1) if live is None else live[j], recompute,
         (layout.c > 1, layers.shared_block))
     terms += rb.offloaded_layers(layers.pattern[:training.memory.cpu_offloading_num_layers],

@@ -1,0 +1,164 @@
+"""One decoder layer's activations under a job's settings, built once per model and setting.
+
+:func:`layer_model_of` gives the per-layer activations (:func:`memsym.terms.activations.layer_activations`
+with the framework's and the recipe's additions) that every pipeline stage of a job multiplies
+by its layers in flight (:mod:`memsym.training.activations`).  They depend on the model, the
+training settings, the recompute mode and whether sequence parallelism is on, not on the
+stage, the pipeline size or the sharding scheme: a search building hundreds of stage
+templates (:mod:`memsym.search.templates`) builds each layer's expression once.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import MappingProxyType
+
+import sympy as sp
+
+from ..frameworks import framework as framework_record
+from ..job import Training, dropout_kept, recompute_modules_of
+from ..terms import torch_moments as tm
+from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
+                                 unfused_glu_products)
+from ..terms.adapters import frozen_linear_inputs
+from ..terms.eager_glu import eager_clamped_glu_input
+from ..terms.op_sac import sac_attention_recomputed
+from ..terms.qkv_storage import checkpointed_qkv_storage
+
+__all__ = ["layer_model_of", "mla_sizes"]
+
+
+def mla_sizes(x) -> dict | None:
+    """Multi-latent attention's sizes of model ``x`` as :func:`layer_activations` takes them
+    (``mla``), None without MLA.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> mla_sizes(preset("llama3-8b")) is None, sorted(mla_sizes(preset("deepseek-v3")))[0]
+    (True, 'kv_lora_rank')
+    """
+    names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+    return {name: getattr(x, name) for name in names} if x.multi_latent_attention else None
+
+
+def layer_model_of(x, sp_on: bool, training: Training, recompute: str,
+                   nvfp4: bool = True) -> tuple:
+    """(per_layer, common, mods, shared): ``per_layer(moe, mode)``, one decoder layer's
+    activations of one micro-batch [bytes] under the job's settings (``sp_on``: sequence
+    parallelism on; ``nvfp4`` False: an FP4 job's layer run in bf16, as its MTP layers are);
+    the keyword arguments of :func:`memsym.terms.activations.layer_activations` it passes (read
+    only); the modules selective recompute recomputes; whether MoE layers have a shared expert.
+
+    Built once per (model, ``sp_on``, training, recompute, ``nvfp4``) and each layer once per
+    (MoE or dense, recompute mode): the same expressions however many stages ask.
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> per_layer, common, mods, shared = layer_model_of(preset("llama3-8b"), False,
+    ...                                                  Training(seq_length=4096), "none")
+    >>> per_layer(False) is per_layer(False), common["gated"], shared
+    (True, True, False)
+    """
+    # the model's extras (a clamped GLU's limit) are outside its equality and hash: in the key
+    return _layer_model(x, repr(x.extra), sp_on, training, recompute, nvfp4)
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
+                 nvfp4: bool) -> tuple:
+    # layer_model_of, keyed by the model's extras too
+    # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
+    quantized = ("fp8", "fp4") if nvfp4 else ("fp8",)
+    fp8_in = training.states.precision in quantized and training.states.convention == "framework"
+    common = dict(gated=x.swiglu, flash=training.memory.flash_attention, sequence_parallel=sp_on,
+                  dropout=dropout_kept(training), norm=x.normalization.lower(), mla=mla_sizes(x),
+                  **({"fp8_inputs": "nvfp4" if training.states.precision == "fp4" else
+                      "mxfp8" if training.states.fp8_recipe == "mxfp8" else True}
+                     if fp8_in else {}))
+    if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
+        common["qk_norm"] = getattr(x, "qk_norm_width", "head")
+        if getattr(x, "qk_norm_fp32_scale", False) and \
+                framework_record(training.framework).hf_model_code:
+            common["qk_norm_fp32"] = True     # the model's own fp32 (1 + weight) Q/K norms
+    if framework_record(training.framework).hf_model_code:
+        # the model's own norms (memsym.terms.hf_norms): RMSNorms' fp32 input copies, fp32
+        # (1 + weight) products, post-norms
+        common.update(hf_norms="fp32_product" if getattr(x, "norm_fp32_product", False) else True,
+                      norm_fp32=getattr(x, "norm_fp32_scale", False),
+                      post_norms=getattr(x, "norms_per_layer", 2) == 4)
+    if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
+        common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
+        if framework_record(training.framework).hf_model_code:
+            # the model's own transformers code: Qwen3NextAttention, the one class with the
+            # gate (its fp32 Q/K norm products and its copied attention output)
+            common["hf_qwen3_next"] = True
+    shared = bool(x.moe_shared_expert_intermediate_size)
+    # Megatron-core weights the expert activation by the probabilities before fc2 and
+    # combines by a sum: no expert output kept (Framework.moe_combine_keeps_outputs)
+    common["combine_kept"] = framework_record(training.framework).moe_combine_keeps_outputs
+    if getattr(x, "moe_latent_size", None):
+        common["latent"] = True          # latent MoE: dispatch and experts h_lat wide
+
+    # Megatron's --recompute-modules (default core_attn) under selective recompute
+    mods = recompute_modules_of(training)
+    gathered_in = sp_on and framework_record(training.framework).dtensor_tp   # ColwiseParallel's inputs
+
+    # LoRA on Transformer Engine's linears: a frozen linear without an adapter keeps no
+    # input for a weight gradient (memsym.terms.adapters.frozen_linear_inputs)
+    targets = training.adapters.lora_targets
+    frozen = training.adapters.finetune != "full" and targets != "all" \
+        and framework_record(training.framework).frozen_linear_keeps_no_input
+
+    # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
+    # and in the grouped experts, where their activations are kept (not recomputed)
+    fused = training.memory.bias_activation_fusion or not x.swiglu
+    # and Megatron-core's clamped GLU (GPT-OSS's swiglu_limit, the Bridge's
+    # activation_func_clamp_value): the fused quick-GeGLU keeps a clamped copy of the experts'
+    # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE;
+    # a clamped --swiglu (swiglu_clamp) clamps inside its fused kernel (nothing kept), and its
+    # eager glu (--no-bias-swiglu-fusion) keeps the clamped gate half as quick-GeGLU's does
+    extra = x.extra or {}
+    megatron_clamp = x.swiglu and framework_record(training.framework).moe_glu_clamp_copy
+    limit = bool(megatron_clamp and extra.get("swiglu_limit") is not None)   # 0 clamps too
+    eager_limit = bool(megatron_clamp and (extra.get("swiglu_limit") is not None
+                                           or extra.get("swiglu_clamp") is not None))
+    clamp = {moe: (clamped_glu_copy(limit and moe) if fused
+                   else eager_clamped_glu_input(eager_limit, moe=moe)).expr
+             for moe in (False, True)}
+    # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
+    # refuses it for another activation, which memsym.job_checks mirrors)
+    fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
+    shared_kept = shared and not (recompute == "selective"
+                                  and {"shared_experts", "moe"} & set(mods or ()))
+    glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + clamp[moe]
+                + fp8_glu_input(fp8_glu, moe=moe).expr for moe in (False, True)}
+    # the kept shared expert's own FP8 saving: moe_act does not reach the shared experts
+    # (d98e8a64dd moe_layer.py:252-255 and :517-529 checkpoint them on "shared_experts" only;
+    # moe_act is read by the routed experts, experts.py:271), so it stays outside kept[True]
+    shared_fp8 = (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
+                  - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
+    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
+    # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
+    # output (not MLA's, nor a gated one's, which split otherwise) stays saved
+    qkv_view = checkpointed_qkv_storage(bool(
+        framework_record(training.framework).megatron_options and "core_attn" in (mods or ())
+        and not common.get("mla") and not common.get("output_gate"))).expr
+
+    @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
+    def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
+        layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
+                                  modules=mods if mode == "selective" else None,
+                                  compiled=training.memory.compiled_model, **common)
+        glu = glu_kept[moe] if mode == "none" or mode == "selective" and not set(
+            kept[moe]) & set(mods or ()) else 0
+        # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
+        attn = sac_attention_recomputed(layer) if mode == "selective-op" \
+            and not training.memory.sac_saves_attention else 0
+        return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
+            + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
+            + (qkv_view if mode == "selective" else 0) \
+            + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
+
+    return per_layer, MappingProxyType(common), mods, shared
