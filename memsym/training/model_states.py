@@ -227,13 +227,22 @@ def stage_has_experts(x, layout: Layout, stage: int) -> bool:
 
 def state_training(training: Training) -> Training:
     """The fields of ``training`` that model states depend on (the cache key of
-    :func:`state_terms`).
+    :func:`state_terms`), one record per distinct ``training`` (a cold search asks once per
+    stage template, hundreds of times, and building the record costs more than hashing it).
 
     Examples
     --------
     >>> state_training(Training(seq_length=4096)) == state_training(Training(seq_length=8192))
     True
     """
+    try:
+        return _state_training(training)
+    except TypeError:     # a field holding an unhashable value: built anew
+        return _state_training.__wrapped__(training)
+
+
+@functools.lru_cache(maxsize=1024)
+def _state_training(training: Training) -> Training:
     keep = ("framework", "finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
             "fp4_param_gather", "megatron_fsdp", "bf16_layers", "torch_ddp_buckets",

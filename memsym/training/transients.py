@@ -59,6 +59,20 @@ def _transient_widths(training: Training) -> dict:
     return vals
 
 
+def _width_items(training: Training) -> tuple:
+    """:func:`_transient_widths` as ``(symbol, value)`` pairs, once per distinct training (a
+    cold search asks once per stage template)."""
+    try:
+        return _cached_width_items(training)
+    except TypeError:     # a field holding an unhashable value: built anew
+        return tuple(_transient_widths(training).items())
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_width_items(training: Training) -> tuple:
+    return tuple(_transient_widths(training).items())
+
+
 def _loss_transients(kind: str) -> tuple:
     """(forward Terms, loss-backward Terms) of the cross-entropy ``kind`` beyond its saved
     tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`)."""
@@ -157,7 +171,7 @@ def stream_pools(j: Job | UncheckedJob, stage: int) -> tuple:
                                untied=bool(x.untie_embeddings_and_output_weights),
                                first=io and stage == 0,
                                last=io and stage == output_stage(layout, training))
-    widths = tuple(_transient_widths(training).items())
+    widths = _width_items(training)
     return tuple(_widened(term, widths) for term in pools)
 
 
@@ -263,7 +277,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
             out["loss-backward"], output_layer_activations(x, layout, training)))
     cp.add_phase_buffers(out, None if isinstance(j, UncheckedJob) else layout.c, training.framework,
                          training.comm.cp_comm_type, activation_width(training))
-    widths = tuple(_transient_widths(training).items())
+    widths = _width_items(training)
     return {ph: tuple(_widened(term, widths) for term in terms) for ph, terms in out.items()}
 
 
