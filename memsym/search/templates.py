@@ -420,11 +420,25 @@ def stage_count_floats(space: Space, tt: int, pp: int, ee: int, stage: int,
                + ((te,) if te != tt else ()))
     got = table.counts.get(key)
     if got is None:
-        got = tuple((name, float(v)) for name, v in stage_count_items(space, tt, pp, ee, stage,
-                                                                      te))
+        got = tuple((name, _as_float(v)) for name, v in stage_count_items(space, tt, pp, ee,
+                                                                           stage, te))
         if all(math.isfinite(v) for _, v in got):   # repr(inf) would not read back
             table.counts[key] = got
             table.dirty = True
+    return got
+
+
+#: Floats of exact counts: a search's stages share most of their counts (a SymPy number's
+#: float costs ten dict look-ups).
+_FLOATS: dict = {}
+
+
+def _as_float(value) -> float:
+    got = _FLOATS.get(value)
+    if got is None:
+        if len(_FLOATS) > 65536:
+            _FLOATS.clear()
+        got = _FLOATS[value] = float(value)
     return got
 
 

@@ -203,7 +203,13 @@ def largest_layer(x, layers, t: int, e: int, t_e: int) -> sp.Rational:
     and its sources.
     """
     pattern = models.stages.layer_kind_pattern(x)
-    per_kind = (models.layer_parameters(x, kind) for kind in {pattern[i] for i in layers})
+    return _largest_of_kinds(x, frozenset(pattern[i] for i in layers), t, e, t_e)
+
+
+@functools.lru_cache(maxsize=4096)
+def _largest_of_kinds(x, kinds: frozenset, t, e, t_e) -> sp.Rational:
+    # largest_layer by the layer kinds present: a search asks for each stage of each layout
+    per_kind = (models.layer_parameters(x, kind) for kind in kinds)
     return max((sp.Rational(q["tp"], t) + q["replicated"] + sp.Rational(q["experts"], e * t_e)
                 for q in per_kind), default=sp.Integer(0))
 
