@@ -150,7 +150,7 @@ def interleaved_makespan(p: int, m: int, v: int, group: int, fwd: tuple, bwd: tu
     ----------
     .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
     """
-    got = schedule_levels(p, m, v, group)
+    got = _level_plan(p, m, v, group)
     if got is None:
         raise InvalidValueError(f"schedule p={p} m={m} v={v} N={group} deadlocks")
     levels, ends, n = got
@@ -158,11 +158,38 @@ def interleaved_makespan(p: int, m: int, v: int, group: int, fwd: tuple, bwd: tu
     vals = np.broadcast_arrays(*(np.asarray(x, dtype=float) / v for x in (*fwd, *bwd)))
     dur = np.stack([x.ravel() for x in vals])
     end = np.zeros((n + 1, dur.shape[1]))
-    for lo, hi, prev, dep, which in levels:
-        step = end[lo:hi]
-        np.maximum(end[prev], end[dep], out=step)
-        step += dur[which]
+    maximum, add = np.maximum, np.add
+    for dst, prev, dep, which in levels:
+        step = end[dst]
+        maximum(end[prev], end[dep], out=step)
+        add(step, dur[which], out=step)
     return end[ends].max(axis=0).reshape(vals[0].shape)
+
+
+@functools.lru_cache(maxsize=512)
+def _level_plan(p: int, m: int, v: int, group: int):
+    # schedule_levels with each level's rows as basic indices where they are evenly spaced
+    # (views, no copy: a level's step is a few numpy calls, and a search runs tens of
+    # thousands); the same rows, so the same arithmetic to the last bit
+    got = schedule_levels(p, m, v, group)
+    if got is None:
+        return None
+    levels, ends, n = got
+    return tuple((slice(lo, hi), _rows(prev), _rows(dep), _rows(which))
+                 for lo, hi, prev, dep, which in levels), ends, n
+
+
+def _rows(index):
+    # the rows ``index`` (an index array) as a slice where evenly spaced (one row repeated:
+    # a one-row slice the level broadcasts), else the array itself
+    rows = index.tolist()
+    first, step = rows[0], (rows[1] - rows[0] if len(rows) > 1 else 0)
+    if any(b - a != step for a, b in zip(rows, rows[1:])):
+        return index
+    if step == 0:
+        return slice(first, first + 1)
+    stop = rows[-1] + (1 if step > 0 else -1)
+    return slice(first, stop if stop >= 0 else None, step)
 
 
 def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
