@@ -285,7 +285,8 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
         if not len(ridx):
             continue
         rows = idx[ridx]
-        rkw = _pick(kw, ridx)
+        # a slot every row has (the first and last stage) takes the rows as they are
+        rkw = dict(kw) if len(ridx) == len(idx) else _pick(kw, ridx)
         rkw.update({name: arr[j, rows] for name, arr in slots.counts.items()})
         parts = {"activations": np.zeros(len(ridx))}
         tid = slots.template[j, rows]
