@@ -442,6 +442,20 @@ def _as_float(value) -> float:
     return got
 
 
+@functools.lru_cache(maxsize=65536)
+def _make_up(space: Space, pp: int, stage: int) -> tuple:
+    # (layers, their kinds counted, the held BF16 first/last layers) of stage ``stage`` of
+    # ``pp``: the same for every t, e and t_e stage_count_items is asked at
+    rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
+    pattern = layer_kind_pattern(space.arch)
+    kinds = frozenset(Counter(pattern[i] for i in rng).items())
+    # the BF16 first/last layers (a held bf16_layers under fp8/fp4) leave N_lin by their
+    # indices: the pair and the stage's layers in the key then
+    bf16 = dict(space.held).get("bf16_layers", (0, 0)) \
+        if space.precision in ("fp8", "fp4") else (0, 0)
+    return rng, kinds, bf16
+
+
 #: Stage counts by what they depend on (see :func:`stage_count_items`).
 _COUNTS: dict = {}
 
@@ -460,14 +474,8 @@ def stage_count_items(space: Space, tt: int, pp: int, ee: int, stage: int,
     the largest layer on one GPU, N_ll, reads e and t_e
     (:func:`memsym.training.model_states.largest_layer`), priced per (e, t_e).  LoRA's
     per-GPU counts depend on e and t_e throughout: both in the key."""
-    rng = stage_layers(space.arch, pp, stage, space.first_stage_layers, space.last_stage_layers)
+    rng, kinds, bf16 = _make_up(space, pp, stage)
     full = space.finetune == "full"
-    pattern = layer_kind_pattern(space.arch)
-    kinds = frozenset(Counter(pattern[i] for i in rng).items())
-    # the BF16 first/last layers (a held bf16_layers under fp8/fp4) leave N_lin by their
-    # indices: the pair and the stage's layers in the key then
-    bf16 = dict(space.held).get("bf16_layers", (0, 0)) \
-        if space.precision in ("fp8", "fp4") else (0, 0)
     # the optimizer decides which counts exist (Muon's N_sc beside Adam's): in the key
     # the precision and the framework too: N_lin holds the MTP layers' linears under fp8
     # only, and a Megatron LoRA job (fused adapters) has an N_lin under fp8 and fp4 only
