@@ -78,45 +78,30 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     time_cache: dict = {"need": _time_rows(combos, sels)}
     present: set = set()    # the term columns some row has
 
-    for done, ((rc, spf, inter, off, scheme), sel) in enumerate(zip(combos, sels), 1):
+    # the choices that differ in recompute alone are priced one after another, sharing what
+    # their templates share on the same rows (memos: rows -> their keyword values and the
+    # compiled pieces' values, templates.call_stage); the columns keep the choices' order
+    inner = max(1, len(combos) // max(1, len(space.recompute)))
+    chunks: list = [None] * len(combos)
+    memos: dict = {}
+    for done, i in enumerate(sorted(range(len(combos)), key=lambda i: (i % inner, i)), 1):
         if progress is not None:
             progress(done, len(combos))
-        if not sel.any():
+        if i < inner:
+            memos.clear()      # a new group: its first recompute choice
+        if not sels[i].any():
             continue
-        idx = np.flatnonzero(sel)
-        best_mem, best_stage, best_parts, stage_mem = _most_loaded_stage(
-            slots, _pick(base_kw, idx), idx, allow, (rc, spf, inter, off, scheme),
-            allowance_function(space))
-        out_cols["row"].append(idx)
-        for k in ("t", "p", "c", "d", "e", "v", "b"):
-            out_cols[k].append(grid[k][idx])
-        out_cols["t_e"].append(te_[idx])
-        out_cols["f"].append(f_[idx])
-        out_cols["l"].append(l_[idx])
-        out_cols["m"].append(m_[idx])
-        # the choices as their index in the space (object arrays are built once, below:
-        # filling one per choice costs a tenth of a search)
-        for name, value in (("recompute", rc), ("sharding", scheme), ("offload", off)):
-            out_cols[name].append(np.full(len(idx), choices[name].index(value), dtype=np.intp))
-        out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
-        out_cols["memory"].append(best_mem)
-        out_cols["stage"].append(best_stage)
-        if per_stage:
-            out_cols["stage_memory"].append(stage_mem)
-        for key in _TERM_COLUMNS:
-            col = best_parts[key]
-            # a term some stage has and the row's most-loaded stage lacks (experts on a
-            # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
-            if not np.isnan(col).all():
-                present.add(key)
-                col = np.nan_to_num(col, nan=0.0)
-            out_cols[key].append(col)
-        if want_time and B is not None:
-            secs = _choice_times(space, grid, m_, f_, l_, idx, rc, spf, scheme, time_cache)
-        else:
-            secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
-        for key, col in secs.items():
-            out_cols[key].append(col)
+        idx = np.flatnonzero(sels[i])
+        memo = memos.setdefault(idx.tobytes(), {})
+        if "kw" not in memo:
+            memo["kw"] = _pick(base_kw, idx)
+        chunks[i] = {k: [] for k in out_cols}
+        _add_choice(chunks[i], space, grid, (m_, te_, f_, l_), slots, idx, allow, combos[i],
+                    memo, present, time_cache if want_time and B is not None else None,
+                    per_stage)
+    for chunk in chunks:
+        for key, parts in (chunk or {}).items():
+            out_cols[key] += parts
     save_stage_tables()   # the templates built here, for the next process (compile cache)
     # term columns absent everywhere (NaN on every row) are dropped, not concatenated
     for key in set(_TERM_COLUMNS) - present - {"activations"} - set(_ALLOW):
@@ -126,6 +111,49 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
         if out_cols[name]:
             cols[name] = np.array(values, dtype=object)[cols[name]]
     return cols
+
+
+def _add_choice(out_cols: dict, space: Space, grid: dict, cols: tuple, slots, idx, allow: dict,
+                choice: tuple, memo: dict, present: set, time_cache, per_stage: bool) -> None:
+    """Append to ``out_cols`` the columns of rows ``idx`` under one discrete ``choice``:
+    knobs, choices, the most-loaded stage's memory and terms (``present`` gains the term
+    columns some row has), and the step time (NaN where ``time_cache`` is None: untimed)."""
+    m_, te_, f_, l_ = cols
+    rc, spf, inter, off, scheme = choice
+    choices = {"recompute": space.recompute, "sharding": space.sharding,
+               "offload": space.offload}
+    best_mem, best_stage, best_parts, stage_mem = _most_loaded_stage(
+        slots, memo["kw"], idx, allow, choice, allowance_function(space), memo)
+    out_cols["row"].append(idx)
+    for k in ("t", "p", "c", "d", "e", "v", "b"):
+        out_cols[k].append(grid[k][idx])
+    out_cols["t_e"].append(te_[idx])
+    out_cols["f"].append(f_[idx])
+    out_cols["l"].append(l_[idx])
+    out_cols["m"].append(m_[idx])
+    # the choices as their index in the space (object arrays are built once, in
+    # evaluate_grid: filling one per choice costs a tenth of a search)
+    for name, value in (("recompute", rc), ("sharding", scheme), ("offload", off)):
+        out_cols[name].append(np.full(len(idx), choices[name].index(value), dtype=np.intp))
+    out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
+    out_cols["memory"].append(best_mem)
+    out_cols["stage"].append(best_stage)
+    if per_stage:
+        out_cols["stage_memory"].append(stage_mem)
+    for key in _TERM_COLUMNS:
+        col = best_parts[key]
+        # a term some stage has and the row's most-loaded stage lacks (experts on a
+        # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
+        if not np.isnan(col).all():
+            present.add(key)
+            col = np.nan_to_num(col, nan=0.0)
+        out_cols[key].append(col)
+    if time_cache is not None:
+        secs = _choice_times(space, grid, m_, f_, l_, idx, rc, spf, scheme, time_cache)
+    else:
+        secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
+    for key, col in secs.items():
+        out_cols[key].append(col)
 
 
 def _pick(kw, rows):
@@ -269,7 +297,7 @@ class _ChoiceRows:
 
 
 def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
-                       allowances) -> tuple:
+                       allowances, memo: dict | None = None) -> tuple:
     """``(memory, stage, parts, stage_memory)`` of rows ``idx`` under one discrete choice:
     the most-loaded stage's bytes, its index and its terms, and every slot's bytes
     (``allowances``: the space's :func:`memsym.search.templates.allowance_function`)."""
@@ -295,7 +323,8 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
             skw = rkw if len(sub) == len(ridx) else _pick(rkw, sub)
             sub_space, pq, stq = slots.templates[q]
             acts, layer, phases, states = call_stage(stage_function(
-                sub_space, rc, spf, inter, off, scheme, pq, stq), skw)
+                sub_space, rc, spf, inter, off, scheme, pq, stq), skw,
+                None if memo is None else memo.setdefault((j, q), {}))
             # the decoder layers' activations scale with the stage's layer count
             # (one layer kind per shared template, stage_template)
             fac_q = slots.scale[j, rows[sub]]

@@ -352,7 +352,8 @@ def stage_function(space: Space, rc: str, sp_on: bool, inter: bool, off: str, sc
                            len(phases))
         entry = table.add(key, exprs, keys, len(phases))
     ids, keys, phases = entry
-    return _Pieces(tuple(_bound(table.funcs[i], table.names[i]) for i in ids), keys, phases)
+    return _Pieces(tuple(_bound(table.funcs[i], table.names[i]) for i in ids), keys, phases,
+                   tuple(i for i in ids), table)
 
 
 @functools.lru_cache(maxsize=64)
@@ -381,16 +382,30 @@ def _bound(fn, names):
 
 class _Pieces:
     """A stage's compiled pieces: functions of the keyword values, the state keys, the
-    number of phase transients."""
+    number of phase transients, and (where they come from a :class:`StageTable`) each
+    piece's index in ``table``, the same for the same code in every template."""
 
-    def __init__(self, calls, state_keys, phases):
+    def __init__(self, calls, state_keys, phases, ids=None, table=None):
         self.calls, self.state_keys, self.phases = calls, state_keys, phases
+        self.ids, self.table = ids, table
 
 
-def call_stage(fn: _Pieces, kw: dict) -> tuple:
+def call_stage(fn: _Pieces, kw: dict, memo: dict | None = None) -> tuple:
     """``(activations without the decoder layers, decoder layers, [phase transients],
-    {state key: bytes})`` of a :func:`stage_function` at keyword values ``kw``."""
-    vals = [call(kw) for call in fn.calls]
+    {state key: bytes})`` of a :func:`stage_function` at keyword values ``kw``.
+
+    ``memo``: the values of pieces already computed at these very keyword values, by the
+    piece's function (templates of choices that differ in recompute alone share their model
+    states and most transients): each piece is computed once, the same value to the bit."""
+    if memo is None or fn.ids is None:
+        vals = [call(kw) for call in fn.calls]
+    else:
+        vals = []
+        for i, call in zip(fn.ids, fn.calls):
+            key = (fn.table, i)
+            if key not in memo:
+                memo[key] = call(kw)
+            vals.append(memo[key])
     k = 2 + fn.phases
     return vals[0], vals[1], vals[2:k], dict(zip(fn.state_keys, vals[k:]))
 
