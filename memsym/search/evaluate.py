@@ -78,17 +78,21 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     time_cache: dict = {"need": _time_rows(combos, sels)}
     present: set = set()    # the term columns some row has
 
-    # the choices that differ in recompute alone are priced one after another, sharing what
-    # their templates share on the same rows (memos: rows -> their keyword values and the
-    # compiled pieces' values, templates.call_stage); the columns keep the choices' order
+    # the choices that differ in recompute and sharding alone are priced one after another,
+    # sharing what their templates share on the same rows (memos: rows -> their keyword
+    # values and the compiled pieces' values, templates.call_stage: the model states do not
+    # read recompute, the activations not the sharding); the columns keep the choices' order
     inner = max(1, len(combos) // max(1, len(space.recompute)))
     chunks: list = [None] * len(combos)
     memos: dict = {}
-    for done, i in enumerate(sorted(range(len(combos)), key=lambda i: (i % inner, i)), 1):
+    group = None
+    for done, i in enumerate(sorted(range(len(combos)), key=lambda i: (
+            i % inner // len(space.sharding), i)), 1):
         if progress is not None:
             progress(done, len(combos))
-        if i < inner:
-            memos.clear()      # a new group: its first recompute choice
+        if i % inner // len(space.sharding) != group:
+            group = i % inner // len(space.sharding)
+            memos.clear()      # a new (SP, interleaving, offload) group
         if not sels[i].any():
             continue
         idx = np.flatnonzero(sels[i])
