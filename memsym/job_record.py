@@ -451,15 +451,15 @@ class Training:
             if not isinstance(record, cls):
                 raise InvalidValueError(f"training {part} must be a memsym.{cls.__name__}(...), "
                                         f"got {type(record).__name__}")
-            changes = {k: v for k, v in flat.items() if FIELD_PARTS[k] == part}
+            changes = {k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()
+                       if FIELD_PARTS[k] == part}   # lists as tuples: records are cache keys
             object.__setattr__(self, part,
                                dataclasses.replace(record, **changes) if changes else record)
         object.__setattr__(self, "framework", framework)
 
     def __getattr__(self, name: str):
-        # only called when normal lookup fails: a flat field name reads its sub-record (the
-        # users' convenience); anything else is a plain AttributeError (pickle and copy ask
-        # for __setstate__ and the like before the parts are set)
+        # a flat field name reads its sub-record (the users' convenience); anything else is a
+        # plain AttributeError (pickle and copy ask for __setstate__ before the parts are set)
         part = FIELD_PARTS.get(name)
         if not part:
             raise AttributeError(f"'Training' object has no attribute {name!r}")

@@ -94,7 +94,7 @@ def test_plain_ddp_holds_fp32_states_and_the_buckets_copy(capsys, tiny):
     assert any("gradient_as_bucket_view False" in n for n in rep["notes"])
     assert not any("DeepSpeed runs" in n for n in rep["notes"])
     # what memsym does not widen is said: the activation terms are the 16-bit model's
-    assert any(n.startswith("float32 weights: the activations are priced at the 16-bit")
+    assert any(n.startswith("precision fp32: the activations are counted at 16-bit widths")
                for n in rep["notes"])
     assert {"--output_dir", "--learning_rate"} <= set(rep["ignored"])
 

@@ -180,3 +180,15 @@ def test_a_learned_position_model_is_resolved_once_more_as_its_rope_variant(monk
     argv = ["estimate", "gpt3-175b", "--tp", "8", "--pp", "8", "--world-size", "128",
             "--global-batch-size", "256", "--json"]
     assert _count_one_estimate(monkeypatch, argv) == (3, 1)
+
+
+def test_a_list_option_is_held_as_a_tuple():
+    # argparse gives nargs options as lists (--cuda-graph-modules moe_router moe_preprocess);
+    # the records are cache keys (memsym.training.layer_model), so they must hash, and a job
+    # said either way is the same job
+    listed = Training(cuda_graph_impl="transformer_engine",
+                      cuda_graph_modules=["moe_router", "moe_preprocess"])
+    tupled = Training(cuda_graph_impl="transformer_engine",
+                      cuda_graph_modules=("moe_router", "moe_preprocess"))
+    assert listed.memory.cuda_graph_modules == ("moe_router", "moe_preprocess")
+    assert listed == tupled and hash(listed) == hash(tupled)

@@ -214,10 +214,6 @@ def _ddp_words(r):
         "default: training_args.py:806-814, trainer_optimizer.py:201-208) updates the "
         f"parameters in place, its two moments {_NAMES[weights]} (torch/optim/adam.py:178-184 "
         "zeros_like(p)), no fp32 master copy")
-    if weights == "fp32":
-        r.notes.append("float32 weights: the activations are priced at the 16-bit widths of "
-                       "memsym's activation terms (framework deepspeed), not widened to fp32's "
-                       "4 bytes; the model states above are fp32's")
     if r.precision != "fp32":
         r.notes.append(
             f"--{r.precision} runs the forward under torch.autocast({_NAMES[weights]}) (Accelerate "
