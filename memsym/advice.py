@@ -135,14 +135,26 @@ def recipe_levers(j: Job):
             pass
 
 
+def _held(j: Job) -> dict:
+    """The sizes and recompute modes the job's framework runs, as a search holds them
+    (:attr:`memsym.frameworks.Framework.searched_sizes`: DeepSpeed's model code has no pipeline
+    or context parallelism of memsym's and checkpoints whole layers): the advice offers no
+    change a search of the same job would not try.  A size the job already sets outside the
+    held ones (AutoTP's ``--tp``) is the user's to change."""
+    held = dict(FRAMEWORK[j.training.framework].searched_sizes)
+    now = {"tp": j.layout.t, "pp": j.layout.p, "cp": j.layout.c}
+    return {k: v for k, v in held.items() if k not in now or now[k] in v}
+
+
 def _candidates(j: Job, capacity: int):
     """(knob, change, flags, job) of every lever tried."""
     lay, trn = j.layout, j.training
+    held = _held(j)
     for unknown, field, flag, word in (("dp", "d", "--dp", "data-parallel size d"),
                                        ("tp", "t", "--tp", "tensor-parallel size t"),
                                        ("pp", "p", "--pp", "pipeline-parallel size p"),
                                        ("cp", "c", "--cp", "context-parallel size c")):
-        new = _solved(j, unknown, capacity)
+        new = _solved(j, unknown, capacity) if held.get(unknown, (0,)) != (1,) else None
         if new is not None and getattr(new.layout, field) != getattr(lay, field):
             value = getattr(new.layout, field)
             yield (unknown, f"{word} {getattr(lay, field)} -> {value}", (flag, str(value)), new)
@@ -154,7 +166,8 @@ def _candidates(j: Job, capacity: int):
                    ("--micro-batch-size", str(b)), new)
     if trn.memory.recompute != "full":
         tries = [("selective", ("--recompute-granularity", "selective"), {})] \
-            if trn.memory.recompute == "none" else []
+            if trn.memory.recompute == "none" and "selective" in held.get(
+                "recompute", ("selective",)) else []
         # every layer checkpointed on its own: Megatron's uniform 1
         tries.append(("full", ("--recompute-granularity", "full", "--recompute-method",
                                "uniform", "--recompute-num-layers", "1"),

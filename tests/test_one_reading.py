@@ -615,6 +615,22 @@ def test_a_job_that_does_not_fit_gets_verified_levers_and_exit_1(capsys):
     assert code == 2 and out == "" and "--advise needs" in err
 
 
+def test_the_advice_offers_what_a_search_of_the_framework_would_try(capsys):
+    # DeepSpeed runs the transformers model: no pipeline or context parallelism of memsym's,
+    # whole-layer gradient checkpointing (memsym.frameworks.FRAMEWORK["deepspeed"].
+    # searched_sizes); the same job under Megatron-LM gets them offered
+    job = ["llama3-8b", "--world-size", 8, "--gpu", "h100-80gb", "--seq-length", 8192,
+           "--micro-batch-size", 2, "--json", "--advise"]
+    knobs = {}
+    for fw in ("deepspeed", "megatron"):
+        code, out, err = run(capsys, "estimate", *job, "--framework", fw)
+        assert code in (0, 1), err
+        knobs[fw] = {(a["knob"], a["flags"][-1]) for a in json.loads(out)["advice"]}
+    assert not {k for k in knobs["deepspeed"] if k[0] in ("pp", "cp")}
+    assert ("recompute", "selective") not in knobs["deepspeed"]
+    assert {k for k in knobs["megatron"] if k[0] in ("pp", "cp")}
+
+
 def test_options_beside_a_framework_config_are_refused_not_dropped(capsys, tmp_path):
     # a DeepSpeed config sets ZeRO, the micro-batch and precision; memsym's --tp or
     # --recompute-granularity beside it used to change nothing
