@@ -356,3 +356,17 @@ def test_a_preset_without_dtype_is_refused(capsys):
     """A preset names no checkpoint whose dtype "auto" would read: give --dtype."""
     err = _refused(capsys, ["estimate", *_ddp("llama3-8b", dtype=())])
     assert 'dtype "auto"' in err and "--dtype" in err
+
+
+def test_full_eval_is_no_training_autocast_under_plain_ddp(capsys, tiny):
+    """--bf16_full_eval casts the model for evaluation only: Accelerate's training autocast is
+    --bf16 / --fp16 alone (transformers 5.25.0 training_args.py:1614-1618), so fp32 weights
+    with --bf16_full_eval are the fp32 job, where --bf16 over them is refused (its cached
+    16-bit weight copies are not counted)."""
+    fp32 = ("--dtype", "float32")
+    rep = _json(capsys, ["estimate", *_ddp(tiny, "--bf16_full_eval", dtype=fp32),
+                         "--gpu", "h100-80gb"])
+    got = rep["bytes"]
+    assert (got["weights"], got["optimizer"]) == (4 * TINY, 8 * TINY)
+    assert not any("torch.autocast" in n for n in rep["notes"])
+    assert "torch.autocast" in _refused(capsys, ["estimate", *_ddp(tiny, "--bf16", dtype=fp32)])

@@ -198,8 +198,8 @@ def _ddp_words(r):
     if weights is None:
         raise InvalidValueError(f"plain DDP with {said}: memsym counts float32, bfloat16 "
                                 "or float16 weights (run_clm.py's --dtype choices)")
-    if r.precision != "fp32":
-        _check_autocast(r.precision, weights, said)
+    if r.autocast is not None:
+        _check_autocast(r.autocast, weights, said)
     r.weights = weights
     # --bf16 / --fp16 are autocast here: their default is no autocast, not the precision
     r.defaults = [("autocast", "none", src) if name == "precision" else (name, value, src)
@@ -214,9 +214,9 @@ def _ddp_words(r):
         "default: training_args.py:806-814, trainer_optimizer.py:201-208) updates the "
         f"parameters in place, its two moments {_NAMES[weights]} (torch/optim/adam.py:178-184 "
         "zeros_like(p)), no fp32 master copy")
-    if r.precision != "fp32":
+    if r.autocast is not None:
         r.notes.append(
-            f"--{r.precision} runs the forward under torch.autocast({_NAMES[weights]}) (Accelerate "
+            f"--{r.autocast} runs the forward under torch.autocast({_NAMES[weights]}) (Accelerate "
             "1.16 accelerator.py:1791-1801, utils/modeling.py:2066-2069), which casts no "
             f"{_NAMES[weights]} weight (autocast caches casts of fp32 leaves only); not counted: "
             "Accelerate's fp32 copy of the model's outputs (convert_outputs_to_fp32, "

@@ -122,8 +122,11 @@ class HfTrainerLaunch:
     micro_batch_size, gradient_accumulation_steps : int
         b [sequences] and the accumulation [1], defaults filled.
     precision : str
-        ``bf16``, ``fp16`` or ``fp32``: ``--bf16`` / ``--fp16`` (under plain DDP, Accelerate's
-        torch.autocast).
+        ``bf16``, ``fp16`` or ``fp32``: ``--bf16`` / ``--fp16`` or their ``*_full_eval``, as
+        DeepSpeed's config takes them.
+    autocast : {"bf16", "fp16", None}
+        Under plain DDP, Accelerate's training torch.autocast: ``--bf16`` / ``--fp16`` alone
+        (training_args.py:1614-1618; ``*_full_eval`` cast the model for evaluation only).
     weights : str or None
         Under plain DDP, the parameters' dtype as memsym's precision (``fp32``, ``bf16``,
         ``fp16``: run_clm.py's ``--dtype`` or the checkpoint's), set by
@@ -153,6 +156,7 @@ class HfTrainerLaunch:
     gradient_accumulation_steps: int = 1
     precision: str = "fp32"
     weights: str | None = None
+    autocast: str | None = None
     recompute: bool = False
     optim: str | None = None
     own: list = field(default_factory=list)
@@ -423,6 +427,10 @@ def _read_values(out):
     _read_batch(out)
     bf16 = any(_flag(v[k], k) for k in ("bf16", "bf16_full_eval") if k in v)
     fp16 = any(_flag(v[k], k) for k in ("fp16", "fp16_full_eval") if k in v)
+    # Accelerate's training autocast reads --bf16 / --fp16 alone (training_args.py:1614-1618);
+    # the *_full_eval switches count only where DeepSpeed's config takes them (above)
+    out.autocast = ("bf16" if "bf16" in v and _flag(v["bf16"], "bf16") else
+                    "fp16" if "fp16" in v and _flag(v["fp16"], "fp16") else None)
     if bf16 and fp16:
         raise InvalidValueError("--bf16 and --fp16 both given: the Trainer takes one")
     out.precision = "bf16" if bf16 else "fp16" if fp16 else "fp32"
