@@ -97,6 +97,24 @@ def test_environment_and_deepspeed_launcher_give_the_world_size(capsys):
     assert env["layout"]["dp"] == ds["layout"]["dp"] == 16
 
 
+def test_a_command_pasted_after_a_double_dash_is_the_same_command(capsys):
+    # `memsym estimate -- torchrun ...` (the shell's end-of-options convention before a pasted
+    # command) used to take every word after `--` for a MODEL ("unexpected word")
+    base = ["--num-layers", 2, "--hidden-size", 64, "--num-attention-heads", 4,
+            "--seq-length", 32, "--max-position-embeddings", 32, "--vocab-size", 1000,
+            "--micro-batch-size", 1, "--bf16"]
+    plain = estimate_json(capsys, "torchrun", "--nproc_per_node", 8, "pretrain_gpt.py", *base)
+    assert estimate_json(capsys, "--", "torchrun", "--nproc_per_node", 8, "pretrain_gpt.py",
+                         *base) == plain
+    env = estimate_json(capsys, "--", "WORLD_SIZE=8", "torchrun", "pretrain_gpt.py", *base)
+    # the same job; only the note saying where the world size came from differs
+    assert {k: v for k, v in env.items() if k != "notes"} == \
+        {k: v for k, v in plain.items() if k != "notes"}
+    # a `--` before anything else keeps argparse's meaning: what follows is positional
+    code, out, err = run(capsys, "estimate", "--", "llama3-8b", "--tp", 2)
+    assert code == 2 and out == "" and "unexpected word '--tp'" in err
+
+
 def test_a_model_before_or_after_the_command(capsys):
     args = ["--tensor-model-parallel-size", 2, "--seq-length", 4096, "--lr", "3e-4"]
     before = estimate_json(capsys, "llama2-7b", *args)

@@ -422,6 +422,9 @@ def prepare_argv(parser, raw, *, searched: bool = False):
 
         if rest[0] in UNKNOWNS:              # `plot memory-vs dp MODEL`: the swept unknown
             rest = ["--vs", *rest]
+    cut = rest.index("--") if "--" in rest else len(rest)
+    if cut + 1 < len(rest) and _starts_command(rest[cut + 1]):
+        del rest[cut]            # `memsym estimate -- torchrun ...`: the pasted command follows
     expanded, from_file = expand_files(rest)
     hf = None
     if positionals == 0 and any(_trainer_spelling(w) for w in expanded):
@@ -435,6 +438,15 @@ def prepare_argv(parser, raw, *, searched: bool = False):
     words = split_job_words(sub, expanded, positionals=positionals, from_file=from_file)
     words.hf_trainer = hf
     return head + words.argparse, words
+
+
+def _starts_command(word) -> bool:
+    """Whether ``word`` opens a pasted launch command: a launcher (:data:`LAUNCHER_WORDS`,
+    Accelerate's, an interpreter or torchrun by path), a training script or an environment
+    assignment before them."""
+    base = str(word).rsplit("/", 1)[-1]
+    return (word in LAUNCHER_WORDS or word == "accelerate" or base.endswith(".py")
+            or base.startswith(("python", "torchrun")) or bool(_ASSIGNMENT.match(str(word))))
 
 
 def _trainer_spelling(word) -> bool:
