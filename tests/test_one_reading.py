@@ -649,6 +649,16 @@ def test_the_advice_offers_what_a_search_of_the_framework_would_try(capsys):
     assert {k for k in knobs["megatron"] if k[0] in ("pp", "cp")}
 
 
+def test_a_job_no_single_change_fits_says_so_in_its_first_line(capsys):
+    # Llama 3 70B under DeepSpeed's plain DDP on 8 GPUs: 16 bytes of states a parameter on every
+    # GPU (1.1 TB) that no single change of a DeepSpeed job brings under 80 GB
+    code, out, err = run(capsys, "estimate", "llama3-70b", "--framework", "deepspeed",
+                         "--world-size", 8, "--gpu", "h100-80gb")
+    assert code == 1, err
+    first = out.splitlines()[0]
+    assert first.startswith("does NOT fit:") and first.endswith("no single change makes it fit")
+
+
 def test_options_beside_a_framework_config_are_refused_not_dropped(capsys, tmp_path):
     # a DeepSpeed config sets ZeRO, the micro-batch and precision; memsym's --tp or
     # --recompute-granularity beside it used to change nothing

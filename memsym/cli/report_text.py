@@ -44,9 +44,11 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
         lines += [_wrap(tight_text(rep, device, usable)), ""]
     elif fits is False:
         n = len(rep.get("advice", []))
+        said = ("no single change makes it fit" if n == 0 else
+                f"{n} single change{'' if n == 1 else 's'} that make{'s' if n == 1 else ''} "
+                "it fit below")
         lines.append(f"does NOT fit: {device / 1e9:.3f} GB on the most-loaded GPU (device "
-                     f"count) > {usable / 1e9:.3f} GB; {n} single change{'' if n == 1 else 's'} "
-                     f"that make{'s' if n == 1 else ''} it fit below")
+                     f"count) > {usable / 1e9:.3f} GB; {said}")
         lines.append("")
     lines.append(_title(rep))
     lines.append(_wrap(_job_line(rep)))
