@@ -451,8 +451,9 @@ class Training:
             if not isinstance(record, cls):
                 raise InvalidValueError(f"training {part} must be a memsym.{cls.__name__}(...), "
                                         f"got {type(record).__name__}")
-            changes = {k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()
-                       if FIELD_PARTS[k] == part}   # lists as tuples: records are cache keys
+            changes = {k: tuple(v) for k, v in vars(record).items() if isinstance(v, list)}
+            changes.update({k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()
+                            if FIELD_PARTS[k] == part})    # lists as tuples: cache keys
             object.__setattr__(self, part,
                                dataclasses.replace(record, **changes) if changes else record)
         object.__setattr__(self, "framework", framework)
@@ -473,8 +474,7 @@ class Training:
         >>> Training().replace(seq_length=2048, framework="torchtitan").batch.seq_length
         2048
         """
-        kw = {part: getattr(self, part) for part in PARTS}
-        kw["framework"] = self.framework
+        kw = {**{part: getattr(self, part) for part in PARTS}, "framework": self.framework}
         kw.update({k: changes.pop(k) for k in list(changes) if k in kw})
         return Training(**kw, **changes)
 

@@ -192,3 +192,8 @@ def test_a_list_option_is_held_as_a_tuple():
                       cuda_graph_modules=("moe_router", "moe_preprocess"))
     assert listed.memory.cuda_graph_modules == ("moe_router", "moe_preprocess")
     assert listed == tupled and hash(listed) == hash(tupled)
+    # and a sub-record built with a list, given whole
+    from memsym.job_record import Memory
+    given = Training(memory=Memory(cuda_graph_impl="transformer_engine",
+                                   cuda_graph_modules=["moe_router", "moe_preprocess"]))
+    assert given == tupled and hash(given) == hash(tupled)

@@ -241,10 +241,7 @@ def state_training(training: Training) -> Training:
     >>> state_training(Training(seq_length=4096)) == state_training(Training(seq_length=8192))
     True
     """
-    try:
-        return _state_training(training)
-    except TypeError:     # a field holding an unhashable value: built anew
-        return _state_training.__wrapped__(training)
+    return _state_training(training)     # Training holds no list (memsym.job_record)
 
 
 @functools.lru_cache(maxsize=1024)

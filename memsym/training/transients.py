@@ -62,10 +62,7 @@ def _transient_widths(training: Training) -> dict:
 def _width_items(training: Training) -> tuple:
     """:func:`_transient_widths` as ``(symbol, value)`` pairs, once per distinct training (a
     cold search asks once per stage template)."""
-    try:
-        return _cached_width_items(training)
-    except TypeError:     # a field holding an unhashable value: built anew
-        return tuple(_transient_widths(training).items())
+    return _cached_width_items(training)     # Training holds no list (memsym.job_record)
 
 
 @functools.lru_cache(maxsize=1024)
