@@ -216,11 +216,6 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     notes += split_notes + _no_effect_notes(x, lay, trn, fw)
     m_ = validate(x, lay, trn)
     notes += cuda_graph_notes(trn.memory.cuda_graph_impl, tuple(trn.memory.cuda_graph_modules))
-    if trn.states.precision == "fp32":
-        # the activation terms write their 16-bit tensors as 2 bytes (Korthikanti's 34sbh)
-        notes.append("precision fp32: the activations are counted at 16-bit widths (2 bytes "
-                     "a kept tensor, 1 a dropout mask, 4 a statistic); fp32 compute keeps "
-                     "the 16-bit ones in 4 bytes, up to twice the activations shown: not modelled")
     if {"mlp", "mla_up_proj"} & set(recompute_modules_of(trn)):
         # memsym.timing.recompute prices each module's forward rerun, not what runs beside it
         notes.append("the step time prices the recomputed modules' forward GEMMs and "

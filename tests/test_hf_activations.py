@@ -128,3 +128,40 @@ def test_gpt2_block_with_dropout_is_memsym_plus_named_differences():
     # norm statistics dropped, the measurement is sbh(34 + 5as/h)
     eq1 = s * b * H * (34 + 5 * a * s / H)
     assert sp.expand(fit.expr - differences - 2 * 8 * s * b - eq1) == 0
+
+
+# --- fp32 training (no autocast): the same layers built in float32 --------------------------
+# Every tensor the layer computes is fp32: memsym's width=4 doubles each 16-bit term, keeps the
+# fp32 statistics and the 1-byte masks.  The named differences are the same tensors at 4 bytes
+# an element, and two of them vanish: LlamaRMSNorm's ``to(torch.float32)`` returns its input,
+# which pow and mul then keep (4 bytes, the copy memsym's hf_norms term already counts at 4),
+# and eager attention's fp32 softmax is the softmax memsym counts (no bf16 cast beside it).
+def test_llama_layer_in_fp32_is_memsym_at_width_4_plus_named_differences():
+    make, inputs = hf_layer("llama", attention="eager", dtype="float32")
+    fit = derive_saved_bytes(make, inputs, LLAMA_SYMBOLS, **LLAMA_FIT)
+    ours = _memsym(flash=False, hf_norms=True, width=4, **LLAMA_FLAGS)
+    # SiLU output, the cos and sin tables, repeat_kv's K and V at all heads: fp32 each
+    differences = 2 * SILU_OUTPUT + 2 * ROPE_TABLES + 2 * REPEAT_KV
+    assert sp.expand(fit.expr - ours - differences) == 0, sp.factor_terms(
+        sp.expand(fit.expr - ours - differences))
+    # and it is not the 16-bit count: the layer keeps about twice the bf16 bytes
+    assert sp.expand(ours - _memsym(flash=False, hf_norms=True, **LLAMA_FLAGS)) != 0
+
+
+def test_gpt2_block_in_fp32_keeps_twice_eq1_but_its_masks_and_statistics():
+    make, inputs = hf_layer("gpt2", attention="eager", dropout=0.1, dtype="float32")
+    fit = derive_saved_bytes(make, inputs, ("s", "b", "a", "d_h"), degree=4,
+                             max_degree=dict(b=1, a=1, d_h=1),
+                             ranges=dict(s=(1, 6), b=(1, 3), a=(1, 4), d_h=(1, 4)))
+    ours = _memsym(gated=False, flash=False, norm="layernorm", dropout=True, hf_norms=True,
+                   sequence_parallel=False, width=4).xreplace({g: a, f: 4 * H})
+    # CPU dropout keeps an fp32 scaled-noise tensor (4 bytes) where CUDA keeps a 1-byte mask:
+    # +3 per element of the probabilities and the two residual dropouts; native_layer_norm
+    # keeps fp32 mean and rstd, as memsym counts; gelu_new's three extra tensors in fp32
+    differences = 3 * (a * s**2 * b + 2 * s * b * H) + 3 * 4 * s * b * 4 * H
+    assert sp.expand(fit.expr - ours - differences) == 0, sp.factor_terms(
+        sp.expand(fit.expr - ours - differences))
+    # Eq. 1 at fp32, by hand: sbh(34 + 5as/h) with every 2-byte tensor at 4 bytes (the 1-byte
+    # masks, 2sbh + as^2b, unchanged): 2 x (34sbh + 5as^2b) - (2sbh + as^2b)
+    eq1_fp32 = 2 * s * b * H * (34 + 5 * a * s / H) - (2 * s * b * H + a * s**2 * b)
+    assert sp.expand(ours - 2 * 8 * s * b - eq1_fp32) == 0

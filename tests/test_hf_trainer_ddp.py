@@ -93,9 +93,18 @@ def test_plain_ddp_holds_fp32_states_and_the_buckets_copy(capsys, tiny):
     assert rep["read_as"].startswith("a Hugging Face Trainer launch (run_clm.py with torch DDP")
     assert any("gradient_as_bucket_view False" in n for n in rep["notes"])
     assert not any("DeepSpeed runs" in n for n in rep["notes"])
-    # what memsym does not widen is said: the activation terms are the 16-bit model's
-    assert any(n.startswith("precision fp32: the activations are counted at 16-bit widths")
-               for n in rep["notes"])
+    # fp32 compute keeps every tensor in 4 bytes (tests/test_hf_activations.py measures the
+    # layer in fp32).  tau = s b = 256 tokens; at the peak (the blocks' backward) the loss's
+    # logits are freed, and the checkpoints are held beside one layer rebuilt for its backward
+    tau, hd, g_dh = 128 * 2, 4 * 64, 4 * 64
+    checkpoints = LAYERS * 4 * tau * H                  # each layer's fp32 input
+    ids = 8 * tau                                       # int64 token ids
+    one_layer = (2 * 4 * tau * H + 2 * 4 * tau          # two RMSNorms' inputs, fp32 1/rms
+                 + 2 * 4 * tau * H                      # their fp32 copies (LlamaRMSNorm)
+                 + 4 * tau * H + 4 * tau * (hd + g_dh) + 4 * tau * g_dh   # QKV input; q, k; v
+                 + 4 * 4 * tau + 4 * tau * hd           # flash logsumexp (4 heads); o_proj input
+                 + 4 * tau * H + 2 * 4 * tau * F + 4 * tau * F)   # fc1 input; gate, up; fc2 in
+    assert got["activations"] == checkpoints + ids + one_layer == 4_726_784
     assert {"--output_dir", "--learning_rate"} <= set(rep["ignored"])
 
 

@@ -55,7 +55,8 @@ from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa
 from .korthikanti import PARALLEL, korthikanti, korthikanti_terms
 from .schedule import first_stage_layers
 # one layer's derivation, term by term, re-exported: every name stays importable from here
-from .transformer_layer import NORMS, RECOMPUTE_MODULE_SOURCES, layer_activations, token_split
+from .recompute_sources import RECOMPUTE_MODULE_SOURCES
+from .transformer_layer import NORMS, layer_activations, token_split
 from .widths import saved_input_bytes
 
 __all__ = [
@@ -101,7 +102,8 @@ def embedding_activations(*, sequence_parallel: bool = False, dropout: bool = Tr
 
 def output_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
                        norm_statistics: bool = True, compiled_loss: bool = False,
-                       gathered_output_input: bool = False, fp32_norm=False) -> Total:
+                       gathered_output_input: bool = False, fp32_norm=False,
+                       width: int = 2) -> Total:
     r"""Activations of the final norm, the output layer and the loss on the last stage [bytes].
 
     .. math::
@@ -144,6 +146,11 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
     by ``1 + w`` in fp32 (Gemma) or multiplies the weight in fp32 (GPT-OSS, OLMo 2) keeps more,
     which :func:`memsym.terms.hf_norms.final_norm_excess` adds beside this Total.
 
+    ``width``: the bytes of the model's compute dtype (4 training in fp32): each 16-bit tensor
+    above (the norm's input and output, the compiled loss's logits) at that width; the fp32
+    softmax and statistics unchanged, and an eager RMSNorm's fp32 copy is its input itself
+    (``x.float()`` returns it), kept beside the normalised output: :math:`(4 + w)\tau h/\sigma`.
+
     Examples
     --------
     >>> float(output_activations()["logits"].evaluate(s=8192, b=8, c=1, t=1, V=128256)) / 1e9
@@ -169,22 +176,23 @@ def output_activations(*, sequence_parallel: bool = False, norm: str = "layernor
                     "the fp32 copy kept by pow(2) and the rsqrt multiply, the 16-bit weight * "
                     "product)")
     terms = (
-        Term("final_norm_input", 2 * tok * h / sig, "input of the final norm", src)
+        Term("final_norm_input", width * tok * h / sig, "input of the final norm", src)
         if not fp32_norm else
-        Term("final_norm_input", 6 * tok * h / sig, "the final norm's fp32 copy of its input and "
+        Term("final_norm_input", (4 + width) * tok * h / sig, "the final norm's fp32 copy of its input and "
              "its 16-bit normalised output (eager RMSNorm"
              + (", transformers'" if fp32_norm == "transformers" else "") + ")", fp32_src),
         Term("final_norm_statistics", NORMS[norm] * tok / sig if norm_statistics else 0,
              "fp32 statistics of the final norm", _DERIVED),
-        Term("output_input", 2 * tok * h / sig, "final norm output, input of the output layer", src)
+        Term("output_input", width * tok * h / sig, "final norm output, input of the output "
+             "layer", src)
         if not gathered_output_input else
-        Term("output_input", 2 * tok * h, "final norm output all-gathered over the sequence, "
+        Term("output_input", width * tok * h, "final norm output all-gathered over the sequence, "
              "saved by the output layer's matmul (torch ColwiseParallel)",
              Source("pytorch-tensor-parallel", "torch/distributed/tensor/parallel/style.py, "
                     "ColwiseParallel (input redistributed to Replicate before the local mm)")),
         Term("logits", 4 * tok * V / t, "fp32 logits (softmax) kept by the cross-entropy loss", src)
         if not compiled_loss else
-        Term("logits", 2 * tok * V / t + 8 * tok, "16-bit logits and fp32 row max and log-sum-exp "
+        Term("logits", width * tok * V / t + 8 * tok, "16-bit logits and fp32 row max and log-sum-exp "
              "kept by the compiled cross-entropy (Inductor rebuilds the softmax in backward)",
              Source("torchtitan", "torchtitan/components/loss.py, build_cross_entropy_loss "
                     "(torch.compile(loss_fn) when compile.enable and 'loss' in components)")),
@@ -198,7 +206,7 @@ _MTP = ("megatron/core/transformer/multi_token_prediction.py at d98e8a64dd, "
 
 def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layernorm",
                           dropout: bool = True, checkpointed: bool = False,
-                          fp8_inputs: bool | str = False) -> Total:
+                          fp8_inputs: bool | str = False, width: int = 2) -> Total:
     r"""Activations of one multi-token-prediction pass's own inputs, beside its block [bytes].
 
     Per micro-batch and MTP pass, with :math:`\tau = sb/c`, :math:`\sigma` as in
@@ -237,6 +245,8 @@ def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layer
         Whether the MTP layer runs under Megatron's MTP checkpoint.
     fp8_inputs : bool or {"mxfp8"}
         Transformer Engine FP8 compute (:func:`memsym.terms.widths.saved_input_bytes`).
+    width : {2, 4}
+        Bytes of a tensor in the compute dtype (every 2 above; 4 in fp32) [bytes/element].
 
     Examples
     --------
@@ -264,14 +274,15 @@ def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layer
                                                   "(lines 1279-1302)")),
         Term("mtp_embedding_dropout_mask", emb.expr - emb["input_ids"].expr,
              "the MTP embedding's dropout mask", Source(_K, "§4.3 (sbhp/t)")),
-        Term("mtp_norm_inputs", 2 * (2 * tok * h / sig), "inputs of enorm (the embedding) and "
+        Term("mtp_norm_inputs", 2 * (width * tok * h / sig), "inputs of enorm (the embedding) and "
              "hnorm (the previous depth's output): the checkpoint's arguments when checkpointed",
              Source("megatron-lm", _MTP + "_concat_embeddings (lines 1335, 1337); "
                     "_checkpointed_forward (lines 1584-1629)")),
         Term("mtp_norm_statistics", keep * 2 * NORMS[norm] * tok / sig,
              "fp32 statistics of enorm and hnorm", Source("transformer-engine", "transformer_"
              "engine/pytorch/ops/basic/layer_norm.py:228, rmsnorm.py:209 at d0067d0da6")),
-        Term("eh_proj_input", keep * saved_input_bytes(fp8_inputs) * tok * (2 * h) / sig,
+        Term("eh_proj_input", keep * (saved_input_bytes(fp8_inputs) if fp8_inputs else width)
+             * tok * (2 * h) / sig,
              "the 2h-wide concatenation eh_proj keeps" + (" (FP8)" if fp8_inputs else ""),
              Source("megatron-lm", _MTP + "_concat_embeddings (lines 1341-1342: torch.cat, "
                     "then eh_proj); the FP8 context at lines 1387-1397")),

@@ -109,7 +109,7 @@ _G3_QK = Source("hf-transformers-5-25", _G3 + "Gemma3RMSNorm.forward (lines 128-
 
 
 def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0, *,
-                      product: bool = False) -> list:
+                      product: bool = False, width: int = 2) -> list:
     r"""What transformers' RMSNorms keep beyond memsym's 16-bit norms: their fp32 copies [bytes].
 
     .. math::
@@ -138,6 +138,8 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0, *,
         (``q_a_layernorm``, ``kv_a_layernorm``; replicated over t; 0 without them) [elements].
     product : bool
         The norm multiplies the weight in fp32 (the fp32 normalised tensor kept).
+    width : {2, 4}
+        Bytes of the layer's tensors in its compute dtype (4 training in fp32) [bytes/element].
 
     Returns
     -------
@@ -159,7 +161,11 @@ def fp32_input_copies(tok, sig, n_norms, qk_norm=False, latent_rank=0, *,
     (lines 62-67); ``modeling_olmo2.py`` ``Olmo2RMSNorm.forward`` (lines 58-63).
     """
     src = Source("hf-transformers-5-25", _PRODUCT_NORM if product else _LLAMA_NORM)
-    k, what = (6, "fp32") if product else (4, "16-bit")
+    # the fp32 copy (4 bytes) and the normalised tensor (4 with the product, else the compute
+    # width) in place of memsym's input at the compute width: in fp32 the copy is the input
+    # itself (``to`` returns it), the multiply keeps it all the same
+    k = 4 + (4 if product else width) - width
+    what = "fp32" if product or width == 4 else "16-bit"
     wanted = (("norm_fp32_input", n_norms * k * tok * h / sig, bool(n_norms),
                f"{n_norms} transformers RMSNorms: the fp32 copy of each input (kept in place of "
                "the 16-bit input)"),
@@ -177,7 +183,7 @@ def _copy_term(key: str, expr, whose: str, what: str, src: Source) -> Term:
                 label=key.replace("_", " "))
 
 
-def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
+def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False, width: int = 2) -> Term:
     r"""What Q and K norms scaling by 1 + weight in fp32 keep beyond a 16-bit norm [bytes].
 
     .. math:: \frac{2\tau (a + g) d_h}{t} + 2 \cdot 4 d_h
@@ -188,6 +194,8 @@ def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
         Tokens of one micro-batch on this context-parallel rank, :math:`\tau = sb/c` [tokens].
     qwen3_next : bool
         Cite ``Qwen3NextRMSNorm`` (else ``Gemma3RMSNorm``).
+    width : {2, 4}
+        Bytes of the layer's tensors in its compute dtype (4 training in fp32) [bytes/element].
 
     Examples
     --------
@@ -202,10 +210,10 @@ def fp32_scale_qk_norms(tok, *, qwen3_next: bool = False) -> Term:
     """
     return _scale_term("qk_norm_fp32_output", tok * (a + g) * d_h / t, 2 * d_h,
                        "Q and K norms", "Q and K", "4 d_h per norm",
-                       _Q3N_QK if qwen3_next else _G3_QK)
+                       _Q3N_QK if qwen3_next else _G3_QK, width)
 
 
-def fp32_scale_norms(tok, sig, n_norms) -> Term:
+def fp32_scale_norms(tok, sig, n_norms, width: int = 2) -> Term:
     r"""What ``n_norms`` main norms scaling by 1 + weight in fp32 keep beyond 16-bit ones [bytes].
 
     .. math:: n \left(\frac{2\tau h}{\sigma} + 4h\right)
@@ -218,6 +226,8 @@ def fp32_scale_norms(tok, sig, n_norms) -> Term:
         The sequence-parallel divisor :math:`\sigma` [1].
     n_norms : int
         Norms of the layer whose products stay saved [norms].
+    width : {2, 4}
+        Bytes of the layer's tensors in its compute dtype (4 training in fp32) [bytes/element].
 
     Examples
     --------
@@ -232,18 +242,21 @@ def fp32_scale_norms(tok, sig, n_norms) -> Term:
     """
     return _scale_term("norm_fp32_output", n_norms * tok * h / sig, n_norms * h,
                        f"{n_norms} norms", "output", "4h per norm",
-                       Source("hf-transformers-5-25", _NORM))
+                       Source("hf-transformers-5-25", _NORM), width)
 
 
-def _scale_term(key: str, elems, weights, whose: str, what: str, per: str, src: Source) -> Term:
-    """What norms scaling by a fresh fp32 weight keep beyond 16-bit ones: their ``elems``
-    normalised elements at 4 bytes, not 2, and ``weights`` fp32 weight elements [bytes]."""
-    return Term(key, 2 * elems + 4 * weights,
+def _scale_term(key: str, elems, weights, whose: str, what: str, per: str, src: Source,
+                width: int = 2) -> Term:
+    """What norms scaling by a fresh fp32 weight keep beyond ones at the compute ``width``:
+    their ``elems`` normalised elements at 4 bytes, not ``width``, and ``weights`` fp32 weight
+    elements [bytes]."""
+    why = f"(4 bytes, not {width})" if width != 4 else "(fp32 as the layer's)"
+    return Term(key, (4 - width) * elems + 4 * weights,
                 f"{whose} scaling by 1 + weight in fp32: the fp32 normalised {what} the multiply "
-                f"keeps (4 bytes, not 2) and 1 + weight ({per})", src, label=key.replace("_", " "))
+                f"keeps {why} and 1 + weight ({per})", src, label=key.replace("_", " "))
 
 
-def post_norms(tok, sig, stat_bytes) -> Term:
+def post_norms(tok, sig, stat_bytes, width: int = 2) -> Term:
     r"""The inputs and statistics of a layer's two post-norms [bytes].
 
     .. math:: 2 \left(\frac{2\tau h}{\sigma} + \frac{\beta\tau}{\sigma}\right)
@@ -257,6 +270,8 @@ def post_norms(tok, sig, stat_bytes) -> Term:
     stat_bytes : int
         :math:`\beta`, fp32 statistics per token of one norm (RMSNorm 4, LayerNorm 8, 0 when
         left out) [bytes].
+    width : {2, 4}
+        Bytes of the layer's tensors in its compute dtype (4 training in fp32) [bytes/element].
 
     Examples
     --------
@@ -270,7 +285,7 @@ def post_norms(tok, sig, stat_bytes) -> Term:
     ``Gemma3DecoderLayer.forward`` (lines 394, 400); ``modeling_glm4.py``
     ``Glm4DecoderLayer.forward`` (lines 103, 109).
     """
-    return Term("post_norms", 2 * (2 * tok * h + stat_bytes * tok) / sig,
+    return Term("post_norms", 2 * (width * tok * h + stat_bytes * tok) / sig,
                 "inputs and fp32 statistics of the post-attention and post-MLP norms (the "
                 "outputs go to the residual add, which keeps nothing)",
                 Source("hf-transformers-5-25", _G3 + "Gemma3DecoderLayer.forward (lines 394, "
@@ -289,7 +304,8 @@ _FINAL_PRODUCT = ("models/olmo2/modeling_olmo2.py Olmo2Model.norm (line 345), Ol
                   "(modeling_olmo3.py 370), FlexOlmoModel.norm (modeling_flex_olmo.py 428)")
 
 
-def final_norm_excess(tok, sig, *, scale: bool = False, product: bool = False) -> list:
+def final_norm_excess(tok, sig, *, scale: bool = False, product: bool = False,
+                      width: int = 2) -> list:
     r"""What a transformers model's final norm keeps beyond Llama's ``LlamaRMSNorm`` [bytes].
 
     Llama's keeps :math:`6\tau h/\sigma` and its statistics
@@ -314,6 +330,8 @@ def final_norm_excess(tok, sig, *, scale: bool = False, product: bool = False) -
         The norm scales by a fresh fp32 weight (the architecture's ``norm_fp32_scale``).
     product : bool
         The norm multiplies its 16-bit weight in fp32 (``norm_fp32_product``).
+    width : {2, 4}
+        Bytes of the layer's tensors in its compute dtype (4 training in fp32) [bytes/element].
 
     Returns
     -------
@@ -335,10 +353,11 @@ def final_norm_excess(tok, sig, *, scale: bool = False, product: bool = False) -
     """
     if scale:
         return [_scale_term("final_norm_fp32_output", tok * h / sig, h, "the final norm",
-                            "output", "4h", Source("hf-transformers-5-25", _NORM + "; " + _FINAL))]
-    if product:
-        return [Term("final_norm_fp32_product", 2 * tok * h / sig, "the final norm's fp32 "
-                     "weight * product (4 bytes, not Llama's 2)",
+                            "output", "4h", Source("hf-transformers-5-25", _NORM + "; " + _FINAL),
+                            width)]
+    if product and width != 4:
+        return [Term("final_norm_fp32_product", (4 - width) * tok * h / sig, "the final norm's "
+                     f"fp32 weight * product (4 bytes, not Llama's {width})",
                      Source("hf-transformers-5-25", _FINAL_PRODUCT),
                      label="final norm fp32 product")]
     return []

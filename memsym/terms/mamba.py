@@ -286,6 +286,11 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
                                 "Mamba/attention model is not modelled")
     what = {"mamba": "a Mamba mixer", "conv": "a short-convolution mixer",
             "gdn": "a Gated DeltaNet mixer", "lightning": "a lightning-attention mixer"}.get(mixer)
+    if (what or mixer in ("mamba1", "shared")) and common.get("width", 2) != 2:
+        # the mixers' terms are written for 16-bit compute (their fp32 statistics beside them)
+        whose = what or {"mamba1": "a Mamba-1 mixer"}.get(mixer, "a shared transformer block")
+        raise InvalidValueError(f"fp32 activations of {whose} are not modelled (its tensors "
+                                "are counted at 16 bits): use bf16 or fp16 for a hybrid model")
     if what and mixer != "mamba" and common.get("fp8_inputs"):
         raise InvalidValueError(f"FP8 activations of {what} are not modelled (use bf16 for a "
                                 "hybrid model)")

@@ -26,7 +26,7 @@ _PARTITION = Source("pytorch-aot-partitioner", "torch/_functorch/partitioners.py
 
 
 def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel,
-                 compiled=False) -> Total:
+                 compiled=False, width=2) -> Total:
     r"""torchtitan's per-op selective activation checkpointing of one dense block [bytes].
 
     The policy saves the outputs of ``aten.mm`` except every second one (counted per block and
@@ -45,7 +45,7 @@ def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel,
         + [\mathrm{SP}]\,\underbrace{\tfrac{2\cdot 2\tau h}{\sigma}}_{\text{reduce-scatters of } w_o, w_2}
 
     (under tensor parallelism the row-parallel ``w2`` matmul output is the full-token partial
-    sum before its reduce-scatter).  Dense layers with a gated MLP and flash/efficient
+    sum before its reduce-scatter; each 2 is the compute dtype's bytes, ``width`` = 4 in fp32).  Dense layers with a gated MLP and flash/efficient
     attention only: other blocks raise :class:`memsym.errors.InvalidValueError`.
 
     That is what *eager* SAC keeps: PyTorch's ``_CachingTorchDispatchMode`` stores the output
@@ -93,23 +93,23 @@ def op_sac_layer(tok, sig, *, gated, flash, moe, mla, sequence_parallel,
         raise InvalidValueError("recompute 'selective-op' (torchtitan per-op SAC) is modelled for "
                                 "dense gated-MLP layers with flash attention only")
     terms = [
-        Term("layer_input", 2 * tok * h / sig, "block input (the checkpoint's input)", _TT_SAC,
+        Term("layer_input", width * tok * h / sig, "block input (the checkpoint's input)", _TT_SAC,
              label="layer input"),
-        Term("q", 2 * tok * a * d_h / t, "wq output (mm 1, saved)", _TT_SAC, label="q"),
-        Term("v", 2 * tok * g * d_h / t, "wv output (mm 3, saved; wk, mm 2, recomputed)", _TT_SAC,
+        Term("q", width * tok * a * d_h / t, "wq output (mm 1, saved)", _TT_SAC, label="q"),
+        Term("v", width * tok * g * d_h / t, "wv output (mm 3, saved; wk, mm 2, recomputed)", _TT_SAC,
              label="v"),
-        Term("attention_output", 2 * tok * a * d_h / t + 4 * a * tok / t,
+        Term("attention_output", width * tok * a * d_h / t + 4 * a * tok / t,
              "SDPA output and fp32 logsumexp (saved; wo, mm 4, recomputed)", _TT_SAC,
              label="attention output"),
-        Term("w1_output", 2 * tok * f / t, "w1 output (mm 5, saved; w3, mm 6, recomputed)",
+        Term("w1_output", width * tok * f / t, "w1 output (mm 5, saved; w3, mm 6, recomputed)",
              _TT_SAC, label="w1 output"),
     ]
     if not compiled:   # eager: the SAC cache holds it though no backward reads it
-        terms.append(Term("w2_output", 2 * tok * h, "w2 output (mm 7, saved by eager SAC's "
+        terms.append(Term("w2_output", width * tok * h, "w2 output (mm 7, saved by eager SAC's "
                           "cache; no backward reads it)", _SAC_CACHE, label="w2 output"))
     if sequence_parallel:
         n_rs = 1 if compiled else 2
-        terms.append(Term("reduce_scatter_outputs", n_rs * 2 * tok * h / sig,
+        terms.append(Term("reduce_scatter_outputs", n_rs * width * tok * h / sig,
                           "reduce-scatter outputs of wo" + ("" if compiled else " and w2")
                           + " (saved)", _PARTITION if compiled else _TT_SAC,
                           label="reduce-scatter outputs"))

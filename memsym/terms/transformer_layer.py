@@ -71,7 +71,7 @@ columnwise 4-bit copy with an E4M3 scale per 16 elements: :math:`1/2 + 1/16` byt
 
 Selective recompute drops what the recomputed modules (Megatron's ``--recompute-modules``,
 ``modules``; default ``core_attn``) keep for their backward; each checkpoint's input stays
-saved (:data:`RECOMPUTE_MODULE_SOURCES`, Transformer Engine's layer spec):
+saved (:data:`memsym.terms.recompute_sources.RECOMPUTE_MODULE_SOURCES`, Transformer Engine's layer spec):
 
 ==================  =====================================================================
 module              terms dropped (or reduced)
@@ -115,7 +115,7 @@ References
    Models", arXiv:2205.05198, §4.1 (Eq. 1), §4.2, Table 2.
 .. [flash-attention] Dao et al. 2022, arXiv:2205.14135 §3.1; Dao 2023, arXiv:2307.08691.
 .. [shazeer-switch] Fedus, Zoph, Shazeer 2021, arXiv:2101.03961, §2.2 (expert capacity).
-.. [megatron-core] ``megatron/core/transformer`` at d98e8a64dd (:data:`RECOMPUTE_MODULE_SOURCES`).
+.. [megatron-core] ``megatron/core/transformer`` at d98e8a64dd (:mod:`memsym.terms.recompute_sources`).
 """
 
 from __future__ import annotations
@@ -124,15 +124,16 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..errors import choose
+from ..errors import InvalidValueError, choose
 from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, h_lat, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
 from .hf_norms import fp32_input_copies, fp32_scale_norms, fp32_scale_qk_norms, post_norms
 from .op_sac import op_sac_layer
+from .recompute_sources import RECOMPUTE_MODULE_SOURCES
 from .widths import saved_input_bytes
 
-__all__ = ["NORMS", "RECOMPUTE_MODULE_SOURCES", "layer_activations", "token_split"]
+__all__ = ["NORMS", "layer_activations", "token_split"]
 
 #: Normalisations and the fp32 statistics per token each keeps for its backward [bytes].
 #: LayerNorm keeps mean and 1/sigma, RMSNorm only 1/rms (``torch.native_layer_norm`` and
@@ -141,42 +142,6 @@ NORMS = {"layernorm": 8, "rmsnorm": 4}
 
 _K = "korthikanti"
 _DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
-
-#: Megatron-Core's ``--recompute-modules`` that memsym models, in Megatron's order
-#: (``TransformerConfig.recompute_modules`` in ``megatron/core/transformer/transformer_config.py``
-#: at d98e8a64dd; the default under ``--recompute-granularity selective`` is ``core_attn``):
-#: :data:`memsym.vocabulary.RECOMPUTE_MODULES`.
-
-_MC = "megatron-core"
-#: Where each module's recompute is implemented (Megatron-LM at d98e8a64dd): the checkpoint's
-#: input stays saved, what runs inside it is recomputed in backward.
-RECOMPUTE_MODULE_SOURCES = {
-    "core_attn": Source(_MC, "megatron/core/transformer/attention.py, Attention."
-                        "_checkpointed_attention_forward (tensor_parallel.checkpoint of "
-                        "core_attention; q, k, v kept)"),
-    "moe_act": Source(_MC, "megatron/core/transformer/moe/experts.py, TEGroupedMLP.forward "
-                      "(CheckpointWithoutOutput of bias_act_func; its output, the linear_fc2 "
-                      "input, discarded once fc2 ran; fc1 output kept)"),
-    "layernorm": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer."
-                        "__init__ (only a norm that is not IdentityOp) and _run_input_layernorm / "
-                        "_forward_pre_mlp_layernorm (CheckpointWithoutOutput: the norm output "
-                        "discarded, its input kept); models/gpt/gpt_layer_specs.py, "
-                        "get_gpt_layer_with_transformer_engine_submodules (TENorm before MLA and "
-                        "before an MoE layer, fused into linear_qkv / linear_fc1 otherwise)"),
-    "mla_up_proj": Source(_MC, "megatron/core/transformer/multi_latent_attention.py, "
-                          "MLASelfAttention.get_query_key_value_tensors (CheckpointWithoutOutput "
-                          "of qkv_up_proj_and_rope_apply on the compressed latents) and "
-                          "MultiLatentAttention.forward (q, k, v discarded after core attention)"),
-    "mlp": Source(_MC, "megatron/core/transformer/transformer_layer.py, TransformerLayer._run_mlp "
-                  "(tensor_parallel.checkpoint of the dense MLP on pre_mlp_layernorm_output, the "
-                  "layer's hidden states under the TE spec's fused fc1 norm; not MoE layers)"),
-    "moe": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer.forward "
-                  "(tensor_parallel.checkpoint of custom_forward: router, dispatch, experts, "
-                  "combine; input hidden_states kept)"),
-    "shared_experts": Source(_MC, "megatron/core/transformer/moe/moe_layer.py, MoELayer."
-                             "shared_experts_compute (tensor_parallel.checkpoint of the shared "
-                             "experts on hidden_states)"),
-}
 
 _TK = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
 _GATE = Source("hf-transformers-5-25", "models/qwen3_next/modeling_qwen3_next.py "
@@ -214,15 +179,20 @@ def token_split(sequence_parallel: bool) -> tuple:
     return tok, sp_div
 
 
-def _common(sp_on: bool, recompute: str):
-    """(the recompute mode checked, tokens on this context-parallel rank, the SP divisor)."""
+def _common(sp_on: bool, recompute: str, width=2):
+    """(the recompute mode checked, tokens on this context-parallel rank, the SP divisor);
+    ``width`` checked: 2 bytes (16-bit compute) or 4 (fp32)."""
+    if width not in (2, 4):
+        raise InvalidValueError(f"activation width must be 2 (16-bit) or 4 (fp32) bytes, "
+                                f"got {width!r:.40}")
     return (choose("recompute mode", recompute, RECOMPUTE), *token_split(sp_on))
 
 
-def _full_recompute(tok, sig) -> Total:
-    """Full recompute: the layer input alone (Korthikanti Table 2: 2sbh)."""
+def _full_recompute(tok, sig, width=2) -> Total:
+    """Full recompute: the layer input alone (Korthikanti Table 2: 2sbh; ``width`` bytes an
+    element)."""
     terms = _Terms()
-    terms.add("layer_input", 2 * tok * h / sig, "layer input, the only tensor kept under full "
+    terms.add("layer_input", width * tok * h / sig, "layer input, the only tensor kept under full "
               "recompute", Source(_K, "Table 2, full activation recomputation"))
     return Total("activations per layer (full recompute)", tuple(terms))
 
@@ -267,12 +237,13 @@ class _Layer:
     latent: bool = False
     norm_fp32: bool = False        # main norms scale by 1 + weight in fp32 (transformers' Gemma)
     post_norms: bool = False       # post-attention and post-MLP norms (Gemma 2/3, GLM-4)
+    w: int = 2                     # bytes of a 16-bit-compute tensor (4 training in fp32)
 
     @property
     def gx(self):
         """Bytes per element of a saved GEMM input: FP8 under Transformer Engine (MXFP8: one
         E8M0 scale byte per 32 elements more), else 16-bit."""
-        return saved_input_bytes(self.fp8)
+        return saved_input_bytes(self.fp8) if self.fp8 else self.w
 
     @property
     def gsrc(self) -> Source:
@@ -293,7 +264,7 @@ class _Layer:
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
            attention_dropout, qk_norm, output_gate, hf_qwen3_next, qk_fp32, mla, moe,
            shared_expert, combine_kept, latent=False, norm_fp32=False,
-           post_norms=False) -> _Layer:
+           post_norms=False, width=2) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
@@ -310,7 +281,8 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
         drop_moe="moe" in mods and moe,
         drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
         drop_shared=("shared_experts" in mods or "moe" in mods) and moe,
-        combine_kept=combine_kept, latent=latent, norm_fp32=norm_fp32, post_norms=post_norms)
+        combine_kept=combine_kept, latent=latent, norm_fp32=norm_fp32, post_norms=post_norms,
+        w=width)
 
 
 def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
@@ -318,7 +290,7 @@ def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
     RMSNorms keep: :func:`~memsym.terms.hf_norms.fp32_input_copies`), the QKV projection's
     input."""
     tok, sig = ly.tok, ly.sig
-    terms.add("norm_inputs", 2 * 2 * tok * h / sig, "inputs of the two norms (attention and MLP)",
+    terms.add("norm_inputs", 2 * ly.w * tok * h / sig, "inputs of the two norms (attention and MLP)",
               Source(_K, "§4.1, LayerNorm: 4sbh"))
     # norms whose statistics the backward keeps: a recomputed norm ("layernorm", or the
     # fc1-fused norm inside a recomputed dense MLP) rebuilds them
@@ -332,15 +304,15 @@ def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
               + (f"; recomputed: {', '.join(stat_mods)}" if stat_mods else "") + ")",
               RECOMPUTE_MODULE_SOURCES[stat_mods[-1]] if stat_mods else _DERIVED)
     if ly.post_norms:
-        terms.append(post_norms(tok, sig, NORMS[ly.norm] if ly.norm_statistics else 0))
+        terms.append(post_norms(tok, sig, NORMS[ly.norm] if ly.norm_statistics else 0, ly.w))
     kept = 2 - ly.drop_in_norm - ly.drop_pre_mlp_norm - ly.drop_mlp + 2 * ly.post_norms
     if ly.norm_fp32:     # the pre-norms that stay saved and the post-norms
-        terms.append(fp32_scale_norms(tok, sig, kept))
+        terms.append(fp32_scale_norms(tok, sig, kept, ly.w))
     if copies:           # Q and K norms, or MLA's latent norms unless mla_up_proj rebuilds them
         rank = ly.mla["kv_lora_rank"] + (ly.mla.get("q_lora_rank") or 0) if ly.mla else 0
         terms.extend(fp32_input_copies(tok, sig, kept, ly.qk_norm and not ly.mla,
                                        0 if ly.drop_up_proj else sp.Integer(rank),
-                                       product=copies == "fp32_product"))
+                                       product=copies == "fp32_product", width=ly.w))
     if not ly.drop_in_norm:
         terms.add("qkv_input", ly.gx * tok * h / sig, "norm output, input of the QKV projection"
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
@@ -355,31 +327,31 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
                           for x in ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
         rank = sp.Integer(r_kv) + (sp.Integer(r_q) if r_q else 0)
         if ly.drop_up_proj:
-            terms.add("mla_latents", 2 * tok * rank, "MLA compressed latents, the input of the "
+            terms.add("mla_latents", ly.w * tok * rank, "MLA compressed latents, the input of the "
                       "recomputed up-projections (mla_up_proj: their norm outputs are rebuilt)",
                       RECOMPUTE_MODULE_SOURCES["mla_up_proj"])
         else:
-            terms.add("mla_latents", 4 * tok * rank, "MLA latents: inputs of the q/kv "
+            terms.add("mla_latents", 2 * ly.w * tok * rank, "MLA latents: inputs of the q/kv "
                       "up-projections and of their norms (down-projections are replicated over t)",
                       _DERIVED)
-            terms.add("qk", 2 * tok * 2 * a * (d_qk + d_r) / t,
+            terms.add("qk", ly.w * tok * 2 * a * (d_qk + d_r) / t,
                       "MLA queries and keys, a(d_qk + d_r) wide each", _DERIVED)
-            terms.add("v", 2 * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
+            terms.add("v", ly.w * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
         return a * d_v
-    terms.add("qk", 2 * tok * (a + g) * d_h / t,
+    terms.add("qk", ly.w * tok * (a + g) * d_h / t,
               "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
     if ly.qk_norm:
         # one fp32 statistic per head and token ("head", Qwen3), or per token for Q and
         # for K when the norm spans the whole projection ("full", OLMo 2)
         stats = 8 * tok if ly.qk_norm == "full" else 4 * tok * (a + g) / t
-        terms.add("qk_norm_inputs", 2 * tok * (a + g) * d_h / t + stats,
+        terms.add("qk_norm_inputs", ly.w * tok * (a + g) * d_h / t + stats,
                   "inputs of the per-head Q and K norms and their fp32 statistics (qk_layernorm)",
                   Source("megatron-core", "core/transformer/attention.py, SelfAttention."
                          "get_query_key_value_tensors (q_layernorm, k_layernorm before RoPE)"))
         if ly.qk_fp32:
             # transformers' Qwen3NextRMSNorm and Gemma3RMSNorm: output * (1.0 + weight.float())
-            terms.append(fp32_scale_qk_norms(tok, qwen3_next=ly.hf_qwen3_next))
-    terms.add("v", 2 * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
+            terms.append(fp32_scale_qk_norms(tok, qwen3_next=ly.hf_qwen3_next, width=ly.w))
+    terms.add("v", ly.w * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
     return a * d_h
 
 
@@ -394,13 +366,13 @@ def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
                              "FlashAttention §3.1"))
         else:
             adelta = 1 if ly.att_drop else 0
-            terms.add("scores", (2 + 3 * adelta) * a * s * tok / t,
+            terms.add("scores", (ly.w + (ly.w + 1) * adelta) * a * s * tok / t,
                       "softmax output" + (", its dropout mask and dropout output" if ly.att_drop
                                           else "")
                       + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
     # FP8: the projection keeps an FP8 copy; the fused attention's own 16-bit output stays
     # saved for its backward unless the attention is recomputed (core_attn)
-    o_bytes = ly.gx + (2 if ly.fp8 and ly.flash and not ly.drop_core else 0)
+    o_bytes = ly.gx + (ly.w if ly.fp8 and ly.flash and not ly.drop_core else 0)
     terms.add("proj_input", o_bytes * tok * proj_width / t, "attention output, input of the "
               "output projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)"
                                                      if o_bytes > 1 else ")")
@@ -409,13 +381,13 @@ def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
         # attn_output * sigmoid(gate): the sigmoid keeps its output, the product its two
         # operands (that output and the ungated attention output); o_proj keeps the product.
         # Under FP8 with flash, proj_input already holds the attention's 16-bit output.
-        ungated = 0 if o_bytes > ly.gx else 2
-        terms.add("output_gate", (2 + ungated) * tok * proj_width / t,
+        ungated = 0 if o_bytes > ly.gx else ly.w
+        terms.add("output_gate", (ly.w + ungated) * tok * proj_width / t,
                   "output gate: sigmoid(gate), kept by the sigmoid and the product"
                   + (", and the ungated attention output the product keeps" if ungated else ""),
                   _GATE)
     if ly.hf_qwen3_next and ly.flash and not ly.drop_core:
-        terms.add("sdpa_output_copy", 2 * tok * proj_width / t, "a second 16-bit attention "
+        terms.add("sdpa_output_copy", ly.w * tok * proj_width / t, "a second 16-bit attention "
                   "output: partial RoPE's torch.cat leaves Q, so the kernel's output, head-major, "
                   "and SDPA's transpose(1, 2).contiguous() copies it", _Q3N_ROPE)
     terms.add("attn_dropout_mask", ly.delta * tok * h / ly.sig,
@@ -428,7 +400,7 @@ def _dense_mlp_terms(ly: _Layer, terms: _Terms) -> None:
     if not ly.drop_mlp:
         terms.add("mlp_input", ly.gx * tok * h / sig, "norm output, input of fc1"
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
-        terms.add("mlp_activation", (2 + 2 * ly.gam) * tok * f / t,
+        terms.add("mlp_activation", (1 + ly.gam) * ly.w * tok * f / t,
                   "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if ly.gated
                                                  else "GeLU"),
                   _DERIVED if ly.gated else _TK)
@@ -444,7 +416,7 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
     moe_src = Source("memsym-derivation", "layer_activations docstring (MoE layer)")
     w = h_lat if ly.latent else h      # a latent MoE dispatches and combines h_lat wide
     if not ly.drop_pre_mlp_norm:
-        terms.add("moe_input", 2 * tok * h / sig,
+        terms.add("moe_input", ly.w * tok * h / sig,
                   "norm output, input of the router and the shared experts")
     if not ly.drop_moe:
         terms.add("router", 4 * tok * E / sig, "fp32 router probabilities over the E experts",
@@ -452,21 +424,21 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
         terms.add("routed_tokens", ly.gx * routed * w, "dispatched token copies, input of the "
                   "expert fc1 (top-k, capacity factor c_f)" + (", FP8" if ly.fp8 else ""),
                   _TE if ly.fp8 else Source("shazeer-switch", "§2.2, expert capacity"))
-        terms.add("expert_activation", (2 + 2 * gam) * routed * f_e / t_e,
+        terms.add("expert_activation", (1 + gam) * ly.w * routed * f_e / t_e,
                   "expert fc1 outputs, input of the expert activation", moe_src)
         if not ly.drop_moe_act:
             terms.add("expert_fc2_input", ly.gx * routed * f_e / t_e, "expert activation "
                       "outputs, input of fc2" + (" (FP8)" if ly.fp8 else ""),
                       _TE if ly.fp8 else moe_src)
         if ly.combine_kept:
-            terms.add("combine", 2 * routed * w, "expert outputs kept for the probability-"
+            terms.add("combine", ly.w * routed * w, "expert outputs kept for the probability-"
                       "weighted combine", moe_src)
         if ly.latent:
             _latent_terms(ly, terms)
     if ly.shared_expert and not ly.drop_shared:
         # SharedExpertMLP's TE linears (no fused norm): under FP8 fc1 keeps a quantized copy
         # of the norm output moe_input holds, fc2 one of the activation output
-        terms.add("shared_expert", (2 + 2 * gam + ly.gx) * tok * f_sh / t + (
+        terms.add("shared_expert", ((1 + gam) * ly.w + ly.gx) * tok * f_sh / t + (
             ly.gx * tok * h / sig if ly.fp8 else 0), "shared-expert activation and fc2 inputs"
             + (", fc1's FP8 input copy" if ly.fp8 else ""), _TE if ly.fp8 else moe_src)
     terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MoE block")
@@ -491,7 +463,8 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       qk_norm: bool = False, fp8_inputs: bool | str = False, modules=None,
                       output_gate: bool = False, compiled: bool = False, norm_fp32: bool = False,
                       hf_qwen3_next: bool = False, qk_norm_fp32: bool = False, latent: bool = False,
-                      post_norms: bool = False, combine_kept: bool = True, hf_norms=False) -> Total:
+                      post_norms: bool = False, combine_kept: bool = True, hf_norms=False,
+                      width: int = 2) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -526,10 +499,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     modules, compiled : sequence of str or None, bool
         Under ``"selective"``, Megatron's ``--recompute-modules`` (None: ``("core_attn",)``);
         ``"selective-op"`` under ``torch.compile`` (:func:`memsym.terms.op_sac.op_sac_layer`).
-    dropout, attention_dropout : bool
-        Hidden dropout masks kept (1 byte per element); attention dropout (None: ``dropout``).
-    norm, norm_statistics : {"layernorm", "rmsnorm"}, bool
-        The normalisation; its fp32 per-token statistics kept (False reproduces the paper).
+    dropout, attention_dropout, norm, norm_statistics : bool, bool, {"layernorm", "rmsnorm"}, bool
+        Hidden dropout masks kept (1 byte an element); attention dropout (None: ``dropout``);
+        the normalisation; its fp32 per-token statistics kept (False reproduces the paper).
     moe, shared_expert, combine_kept, latent : bool
         An MoE layer; shared experts (width ``f_sh``); the expert outputs kept for the combine
         (module docstring; Megatron-core keeps none); latent MoE (``moe_latent_size``).
@@ -540,9 +512,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K, main norms;
         post-norms (Gemma 2/3, GLM-4); RMSNorms' fp32 input copies (:mod:`memsym.terms.hf_norms`;
         ``"fp32_product"``: with the fp32 ``weight *`` product, OLMo 2, GPT-OSS).
-    fp8_inputs : bool or {"mxfp8", "nvfp4"}
-        Transformer Engine FP8 compute: the saved GEMM inputs are FP8 (1 byte; ``"mxfp8"``:
-        1 + 1/32 with the block scales; ``"nvfp4"``: NVFP4, 1/2 + 1/16).
+    fp8_inputs, width : bool or {"mxfp8", "nvfp4"}, {2, 4}
+        TE FP8 compute: saved GEMM inputs in FP8 (1 byte; ``"mxfp8"``: 1 + 1/32 with the block
+        scales; ``"nvfp4"``: 1/2 + 1/16); a tensor's bytes in the compute dtype (4: fp32) [bytes].
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers).
@@ -569,20 +541,20 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     Transformers (arXiv:2101.03961) §2.2; Transformer Engine ``linear.py``, ``layernorm_linear.py``
     (inputs saved quantized); transformers v5.25.0 ``modeling_qwen3_next.py`` (Qwen3-Next).
     """
-    recompute, tok, sig = _common(sequence_parallel, recompute)
+    recompute, tok, sig = _common(sequence_parallel, recompute, width)
     mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
         if recompute == "selective" else ()
     norm = choose("normalization", norm, NORMS)
     if recompute == "full":
-        return _full_recompute(tok, sig)
+        return _full_recompute(tok, sig, width)
     if recompute == "selective-op":
         return op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
-                            sequence_parallel=sequence_parallel, compiled=compiled)
+                            sequence_parallel=sequence_parallel, compiled=compiled, width=width)
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
                 output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32, moe=moe,
                 attention_dropout=attention_dropout, shared_expert=shared_expert, latent=latent,
-                combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms)
+                combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms, width=width)
     return _layer_total(ly, recompute, mods, copies=hf_norms if norm == "rmsnorm" else False)
 
 

@@ -30,7 +30,7 @@ reduce-scatter around it) and MLA's RoPE on the recomputed q and k are not price
 References
 ----------
 .. [megatron-core] Megatron-LM at d98e8a64dd (the sources of
-   :data:`memsym.terms.transformer_layer.RECOMPUTE_MODULE_SOURCES`):
+   :data:`memsym.terms.recompute_sources.RECOMPUTE_MODULE_SOURCES`):
    megatron/core/transformer/transformer_layer.py (``TransformerLayer.__init__``: a norm is
    recomputed only if it is not ``IdentityOp``; ``_run_mlp``: ``mlp`` not on MoE layers),
    megatron/core/transformer/mlp.py, megatron/core/transformer/moe/experts.py

@@ -105,12 +105,13 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
                              compiled_loss=training.memory.compiled_loss,
                              gathered_output_input=sp_on and titan,
                              fp32_norm=x.normalization.lower() == "rmsnorm" and (
-                                 "torchtitan" if titan else "transformers" if hf else False))
+                                 "torchtitan" if titan else "transformers" if hf else False),
+                             width=activation_width(training))
     if hf and x.normalization.lower() == "rmsnorm":
         # the final norm is the model's own RMSNorm class, of the layers' kind
         out = Total(out.name, (*out.terms, *final_norm_excess(
             *token_split(sp_on), scale=getattr(x, "norm_fp32_scale", False),
-            product=getattr(x, "norm_fp32_product", False))))
+            product=getattr(x, "norm_fp32_product", False), width=activation_width(training))))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
     return Total(out.name, tm.gathered_logits(out.terms, autotp_logits(training))) \
@@ -273,6 +274,8 @@ def _lora_terms(layers: _StageLayers, layout: Layout, training: Training, stage:
             n * sum((qkv + fc1 * (1 - int(pattern[i]))) for i in ids)
             for n, ids in zip(live, layout.pipeline_layout.layer_ids(stage)))
     gathered = lora_gathered_inputs(eligible, sequence_parallel=True)
+    # the gathered norm output is in the compute dtype: 4 bytes an element in fp32
+    held = held * sp.Rational(activation_width(training), 2)
     return [replace(gathered, expr=held * gathered.expr)] if gathered.expr != 0 else []
 
 
@@ -330,7 +333,7 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
         inputs = mtp_input_activations(
             sequence_parallel=sequence_parallel_on(layout), norm=x.normalization.lower(),
             dropout=dropout_kept(training), checkpointed=checkpointed,
-            fp8_inputs=mtp_model[1].get("fp8_inputs", False))
+            fp8_inputs=mtp_model[1].get("fp8_inputs", False), width=activation_width(training))
         terms.append(Term("mtp_input_activations", n_out * x.mtp_num_layers * inputs.expr,
                           "each MTP pass's embedding, enorm/hnorm inputs and statistics and "
                           "eh_proj's 2h-wide input", Source(

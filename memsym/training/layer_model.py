@@ -24,6 +24,7 @@ from ..terms.adapters import frozen_linear_inputs
 from ..terms.eager_glu import eager_clamped_glu_input
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.qkv_storage import checkpointed_qkv_storage
+from .traits import activation_width
 
 __all__ = ["layer_model_of", "mla_sizes"]
 
@@ -65,10 +66,9 @@ def layer_model_of(x, sp_on: bool, training: Training, recompute: str,
     return _layer_model(x, repr(x.extra), sp_on, training, recompute, nvfp4)
 
 
-@functools.lru_cache(maxsize=256)
-def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
-                 nvfp4: bool) -> tuple:
-    # layer_model_of, keyed by the model's extras too
+def _layer_options(x, sp_on: bool, training: Training, recompute: str, nvfp4: bool) -> dict:
+    """The keyword arguments of :func:`layer_activations` a job's model and settings give (the
+    framework's norms and gate, FP8 inputs, the compute width), before the MoE ones."""
     # FP8 (TE under Megatron) saves GEMM inputs quantized; textbook conventions count 16 bits
     quantized = ("fp8", "fp4") if nvfp4 else ("fp8",)
     fp8_in = training.states.precision in quantized and training.states.convention == "framework"
@@ -77,6 +77,8 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
                   **({"fp8_inputs": "nvfp4" if training.states.precision == "fp4" else
                       "mxfp8" if training.states.fp8_recipe == "mxfp8" else True}
                      if fp8_in else {}))
+    if activation_width(training) != 2:
+        common["width"] = activation_width(training)     # fp32 compute: every tensor 4 bytes
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
         common["qk_norm"] = getattr(x, "qk_norm_width", "head")
         if getattr(x, "qk_norm_fp32_scale", False) and \
@@ -94,6 +96,14 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
             # the model's own transformers code: Qwen3NextAttention, the one class with the
             # gate (its fp32 Q/K norm products and its copied attention output)
             common["hf_qwen3_next"] = True
+    return common
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
+                 nvfp4: bool) -> tuple:
+    # layer_model_of, keyed by the model's extras too
+    common = _layer_options(x, sp_on, training, recompute, nvfp4)
     shared = bool(x.moe_shared_expert_intermediate_size)
     # Megatron-core weights the expert activation by the probabilities before fc2 and
     # combines by a sum: no expert output kept (Framework.moe_combine_keeps_outputs)
@@ -124,25 +134,29 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     limit = bool(megatron_clamp and extra.get("swiglu_limit") is not None)   # 0 clamps too
     eager_limit = bool(megatron_clamp and (extra.get("swiglu_limit") is not None
                                            or extra.get("swiglu_clamp") is not None))
-    clamp = {moe: (clamped_glu_copy(limit and moe) if fused
-                   else eager_clamped_glu_input(eager_limit, moe=moe)).expr
+    # those add-ons are written for 16-bit compute: in fp32 each tensor they count is 4 bytes
+    # (wide), and an FP8-stored GLU input saves 3 bytes an element, not 1 (narrow)
+    wide = sp.Rational(activation_width(training), 2)
+    narrow = activation_width(training) - 1
+    clamp = {moe: wide * (clamped_glu_copy(limit and moe) if fused
+                          else eager_clamped_glu_input(eager_limit, moe=moe)).expr
              for moe in (False, True)}
     # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
     # refuses it for another activation, which memsym.job_checks mirrors)
     fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
     shared_kept = shared and not (recompute == "selective"
                                   and {"shared_experts", "moe"} & set(mods or ()))
-    glu_kept = {moe: unfused_glu_products(fused, moe=moe).expr + clamp[moe]
-                + fp8_glu_input(fp8_glu, moe=moe).expr for moe in (False, True)}
+    glu_kept = {moe: wide * unfused_glu_products(fused, moe=moe).expr + clamp[moe]
+                + narrow * fp8_glu_input(fp8_glu, moe=moe).expr for moe in (False, True)}
     # the kept shared expert's own FP8 saving: moe_act does not reach the shared experts
     # (d98e8a64dd moe_layer.py:252-255 and :517-529 checkpoint them on "shared_experts" only;
     # moe_act is read by the routed experts, experts.py:271), so it stays outside kept[True]
-    shared_fp8 = (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
-                  - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
+    shared_fp8 = narrow * (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
+                           - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
     # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
     # output (not MLA's, nor a gated one's, which split otherwise) stays saved
-    qkv_view = checkpointed_qkv_storage(bool(
+    qkv_view = wide * checkpointed_qkv_storage(bool(
         framework_record(training.framework).megatron_options and "core_attn" in (mods or ())
         and not common.get("mla") and not common.get("output_gate"))).expr
 
@@ -159,6 +173,6 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
         return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
             + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
             + (qkv_view if mode == "selective" else 0) \
-            + (tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
+            + (wide * tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
     return per_layer, MappingProxyType(common), mods, shared
