@@ -245,6 +245,36 @@ def test_the_scan_runs_at_the_measured_triton_rate_or_at_hbm_bandwidth():
     assert float(f["cp"]) == 0.0
 
 
+
+@pytest.mark.parametrize("name, rate", [
+    # Blackwell: the measured rate per SM (91 TFLOP/s over the H800's 132 SMs) times the
+    # GPU's SMs, below 9 % of its 2.25 / 2.5 PFLOP/s 16-bit peak (207 / 230 TFLOP/s)
+    ("b200", 91e12 / 132 * 148), ("gb300", 91e12 / 132 * 160),
+    # A100: the measured share of its 312 TFLOP/s peak (28.7), below 91 / 132 x 108 (74.5)
+    ("a100-80gb", 312e12 * 91 / 989.4)])
+def test_the_scan_runs_at_the_measured_rate_per_sm_where_tensor_cores_are_faster(name, rate):
+    # mamba_ssm's _chunk_scan_fwd loop (ssd_chunk_scan.py:136-150 at e9594ce) spends, per
+    # element of the chunk's CB block, an exp, two products, a mask and a cast on the SM's
+    # other pipes beside one tl.dot: on an H800 it reaches 9 % of the tensor peak, and a GPU
+    # whose tensor cores are faster per SM (Blackwell: twice Hopper's) does not speed it up
+    dev = gpu(name)
+    x = shape_of(_hybrid())
+    one = np.array(1.0)
+    f, _ = layer_time(x, Settings(seq_length=1024, precision="bf16"), dev,
+                      cluster_for(dev.name), one, one, one, one, one, moe=False,
+                      eta_gemm=None, overlap=Overlap(), dp=one, mixer="mamba", mlp=False)
+    T = 1024
+    chunks = T // MAMBA_CHUNK
+    cb = chunks * G * 2 * MAMBA_CHUNK ** 2 * N
+    diag = chunks * H * 2 * MAMBA_CHUNK ** 2 * P
+    states = chunks * H * 2 * N * MAMBA_CHUNK * P
+    flops = {"bmm_chunk": cb, "chunk_state": states, "chunk_scan": diag / 2 + states}
+    bc, cbv, sv = G * N, G * MAMBA_CHUNK, D * N / MAMBA_CHUNK
+    by = {"bmm_chunk": 4 * bc + 4 * cbv, "chunk_state": 2 * (bc + D) + 4 * sv,
+          "chunk_scan": 4 * cbv + 2 * (2 * D + bc + sv) + 4 * D}
+    want = sum(max(flops[k] / rate, T * by[k] / dev.hbm_bandwidth) for k in flops)
+    assert float(f["attention"]) == pytest.approx(want)
+
 def assert_priced_and_tp_shortens_it(arch):
     """``arch``'s step on 2 x H100 (s 2048, b 1, m 8) is finite and positive at t = 1 and 2,
     and TP 2 shortens its compute."""

@@ -23,7 +23,7 @@ from .collectives import collective_bytes, collective_time, group_bandwidth
 from .efficiency import as_array, ceiling, exp_time, gemm_precision, gemm_time, memory_time
 from .gemm import attention_flops, layer_gemms, memory_bytes
 from .linear_attention import gdn_copy_bytes, gdn_kernels, projection_widths
-from .ssm import SSD_FRACTION, layout_copy_bytes, ssd_kernels
+from .ssm import layout_copy_bytes, ssd_kernels, ssd_rate
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_eager import eager_seconds
 from .moe_host import host_exposed
@@ -225,14 +225,15 @@ def _chunked(passes, copies, st: Settings, dev, t, c, b):
     """Forward and backward seconds of a Mamba-2 mixer's kernels (:func:`memsym.timing.ssm.
     ssd_kernels`) or a Gated DeltaNet's (:func:`memsym.timing.linear_attention.gdn_kernels`):
     ``(matmul f, matmul b, memory-bound f, memory-bound b)``.  Each chunked matmul kernel
-    (Triton, mamba_ssm's or fla's) takes the longer of its FLOPs at the share of the 16-bit
-    peak mamba_ssm's Triton kernels reach (:data:`memsym.timing.ssm.SSD_FRACTION`, measured
-    on the SSD scan and applied to fla's chunk kernels, an assumption; bf16 inputs under any
-    recipe) and its bytes at HBM bandwidth (a roofline: the measured rate is one kernel's,
-    its traffic inside it); the conv1d, state-passing, norm, gate and reduction kernels and,
+    (Triton, mamba_ssm's or fla's) takes the longer of its FLOPs at the rate mamba_ssm's
+    Triton kernels reach (:func:`memsym.timing.ssm.ssd_rate`: the measured share of the
+    16-bit peak, at most the measured rate per SM; measured on the SSD scan and applied to
+    fla's chunk kernels, an assumption; bf16 inputs under any recipe) and its bytes at HBM
+    bandwidth (a roofline: the measured rate is one kernel's, its traffic inside it); the
+    conv1d, state-passing, norm, gate and reduction kernels and,
     at b > 1, Megatron-core's layout copies (``copies``) stream at HBM bandwidth."""
     aprec = "bf16" if st.precision in ("fp8", "fp4") else st.precision
-    rate = dev.peak(aprec) * SSD_FRACTION
+    rate = ssd_rate(dev.peak(aprec), dev.sm_count)
     per = as_array(b) * st.seq_length / (as_array(c) * as_array(t))  # tokens x (1/t) [tokens]
     out = []
     for kernels, copy in zip(passes, copies):

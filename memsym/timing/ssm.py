@@ -25,8 +25,9 @@ chunk of Q tokens, head of P = d_ssm/H channels and state N:
 
 :func:`ssd_kernels` lists every kernel the fused op and the norm launch, forward and
 backward, with its FLOPs and the bytes of the buffers it reads and writes; the step prices a
-matmul kernel at the longer of its FLOPs at :data:`SSD_FRACTION` of the 16-bit peak and its
-bytes at HBM bandwidth, the others at HBM bandwidth (:mod:`memsym.timing.layer`).
+matmul kernel at the longer of its FLOPs at :func:`ssd_rate` (:data:`SSD_FRACTION` of the
+16-bit peak, at most the measured rate per SM) and its bytes at HBM bandwidth, the others at
+HBM bandwidth (:mod:`memsym.timing.layer`).
 
 References
 ----------
@@ -46,8 +47,8 @@ import numpy as np
 
 from ..text import shared_doc
 
-__all__ = ["MAMBA_CHUNK", "SSD_TRITON_H800", "H800_BF16_PEAK", "SSD_FRACTION", "ssd_flops",
-           "ssd_kernel_flops", "ssd_kernels", "layout_copy_bytes"]
+__all__ = ["MAMBA_CHUNK", "SSD_TRITON_H800", "H800_BF16_PEAK", "H800_SMS", "SSD_FRACTION",
+           "ssd_rate", "ssd_flops", "ssd_kernel_flops", "ssd_kernels", "layout_copy_bytes"]
 
 #: Megatron-core MambaMixer's SSD chunk length Q [tokens] (``chunk_size=128``,
 #: megatron/core/ssm/mamba_mixer.py at d98e8a64dd; the Nemotron-H specs keep it).
@@ -66,9 +67,70 @@ SSD_TRITON_H800 = 91e12
 H800_BF16_PEAK = 989.4e12
 
 #: The SSD kernels' achieved share of the 16-bit peak [1]: the one published Triton
-#: measurement, applied to every SSD matmul kernel and, for want of a measurement there, to
-#: every GPU class (an assumption).
+#: measurement, applied to every SSD matmul kernel; a ceiling on GPUs whose tensor cores
+#: are no faster per SM than Hopper's (:func:`ssd_rate`).
 SSD_FRACTION = SSD_TRITON_H800 / H800_BF16_PEAK
+
+#: The H800 SXM's streaming multiprocessors [SMs]: the H100 SXM's GH100 configuration
+#: (132 SMs, memsym.hardware's h100-80gb; the H800 differs in NVLink only).
+H800_SMS = 132
+
+
+def ssd_rate(peak16, sms) -> np.ndarray:
+    r"""FLOP rate of mamba_ssm's Triton SSD matmul kernels on one GPU [FLOP/s].
+
+    .. math::
+
+        R = \min\Bigl(\frac{R_{H800}}{F_{H800}}\,F_{16},\;
+            \frac{R_{H800}}{132}\,n_{SM}\Bigr)
+
+    The one measurement (:data:`SSD_TRITON_H800`, 91 TFLOP/s on an H800, 9 % of its dense
+    BF16 peak) bounds the rate two ways.  The kernels' tensor-core share of the 16-bit peak
+    :math:`F_{16}`: what a GPU with Hopper's or slower tensor cores per SM reaches (A100:
+    0.092 x 312 = 28.7 TFLOP/s).  And their rate per SM: at 9 % of the peak the tensor cores
+    are not what bounds them on Hopper, but the rest of each SM's work per element of the
+    chunk's :math:`QQ` block (``_chunk_scan_fwd``: an ``exp`` of the ``dA_cumsum`` difference,
+    the ``dt`` scaling, the causal mask, the cast before ``tl.dot``, the loads), which a GPU
+    does at its number of SMs :math:`n_{SM}` (the same clock assumed).  Blackwell doubles
+    the tensor cores' 16-bit rate per SM and keeps the rest: B200 / GB200 (148 SMs)
+    102 TFLOP/s, not 9 % of 2.25-2.5 PFLOP/s (207-230); B300 / GB300 (160 SMs) 110.
+    Hopper (132 SMs, 989 TFLOP/s) meets both bounds at 91.
+
+    Parameters
+    ----------
+    peak16 : array_like
+        The GPU's dense 16-bit tensor-core peak [FLOP/s].
+    sms : array_like
+        Its streaming multiprocessors [SMs].
+
+    Returns
+    -------
+    numpy.ndarray
+        The kernels' rate [FLOP/s].
+
+    Examples
+    --------
+    H100 (989.4 TFLOP/s, 132 SMs) at the measured 91, B200 (2,250, 148 SMs) at 91 x 148 /
+    132 = 102.03 TFLOP/s, A100 (312, 108 SMs) at 312 x 91 / 989.4 = 28.70:
+
+    >>> [round(float(ssd_rate(p * 1e12, n)) / 1e12, 2)
+    ...  for p, n in ((989.4, 132), (2250, 148), (312, 108))]
+    [91.0, 102.03, 28.7]
+
+    References
+    ----------
+    .. [tilelang-mamba2] tile-ai/tilelang benchmark/mamba2/README.md and
+       mamba_benchmark_result.png at a35008a42 (:data:`SSD_TRITON_H800`).
+    .. [mamba-ssm] mamba_ssm/ops/triton/ssd_chunk_scan.py:136-150 at e9594ce
+       (``_chunk_scan_fwd_kernel``'s loop over the chunk: per element of ``cb`` an ``exp``, a
+       ``minimum``, two products, the mask and a cast before ``tl.dot``).
+    .. [mamba-904] state-spaces/mamba issue #904 (2026-04-06), "Training throughput": a
+       Mamba-2 LM (d_model 2048, 48 layers, batch 4, seq 4096, bf16) trains at 239.2 TFLOP/s
+       on H200 and 360.4 on GB200, 1.51 times faster, where the GB200's 16-bit peak is 2.5
+       times the H200's.
+    """
+    frac = SSD_FRACTION * np.asarray(peak16, float)
+    return np.minimum(frac, SSD_TRITON_H800 / H800_SMS * np.asarray(sms, float))
 
 _doc = shared_doc(flops_params="""
     Parameters
