@@ -91,10 +91,13 @@ def ssd_rate(peak16, sms) -> np.ndarray:
     are not what bounds them on Hopper, but the rest of each SM's work per element of the
     chunk's :math:`QQ` block (``_chunk_scan_fwd``: an ``exp`` of the ``dA_cumsum`` difference,
     the ``dt`` scaling, the causal mask, the cast before ``tl.dot``, the loads), which a GPU
-    does at its number of SMs :math:`n_{SM}` (the same clock assumed).  Blackwell doubles
-    the tensor cores' 16-bit rate per SM and keeps the rest: B200 / GB200 (148 SMs)
-    102 TFLOP/s, not 9 % of 2.25-2.5 PFLOP/s (207-230); B300 / GB300 (160 SMs) 110.
-    Hopper (132 SMs, 989 TFLOP/s) meets both bounds at 91.
+    does at its number of SMs :math:`n_{SM}` (the same clock assumed).  Blackwell's 16-bit
+    tensor rate per SM is twice Hopper's (B200 2,250 TFLOP/s over 148 SMs against H100's
+    989.4 over 132: 2.03 times) and the rest of the SM is assumed as fast as Hopper's (the
+    twice faster exponential of Blackwell Ultra's special-function units, memsym.hardware,
+    not counted): B200 / GB200 (148 SMs) 102 TFLOP/s, not 9 % of 2.25-2.5 PFLOP/s
+    (207-230); B300 / GB300 (160 SMs) 110.  Hopper (132 SMs, 989 TFLOP/s) meets both bounds
+    at 91.
 
     Parameters
     ----------
