@@ -224,6 +224,14 @@ class Framework:
         ``colwise_gather_output`` (transformers' ``LlamaForCausalLM._tp_plan``), a column split
         whose outputs are all-gathered (``tp_plan_converter.py:48-50``, ``LinearLayer(...,
         gather_output=True)``, ``auto_tp.py:486``) before the model's own loss.
+    eager_swiglu : bool
+        Whether its gated MLPs and experts run SwiGLU as eager ``silu(w1 x) * w3 x``, whose
+        product keeps SiLU's output (:func:`memsym.terms.eager_glu.eager_silu_output`):
+        torchtitan's ``FeedForward`` and ``GroupedExperts`` (b5bcd76c6
+        ``models/common/feed_forward.py:53-54``, ``moe.py:94-107``) and transformers' own
+        model code, which DeepSpeed trains (5.25.0 ``LlamaMLP.forward``,
+        ``integrations/moe.py:498-504``); Megatron-core fuses it (``bias_activation_fusion``)
+        or keeps its own eager products (:func:`memsym.terms.activations.unfused_glu_products`).
     tp_without_sequence_parallel : bool
         Whether its tensor parallelism never splits the sequence: AutoTP keeps the
         activations between its linears whole on every TP rank (``LinearAllreduce``
@@ -270,6 +278,7 @@ class Framework:
     tp_whole_embedding: bool = False
     tp_gathered_logits: bool = False
     tp_without_sequence_parallel: bool = False
+    eager_swiglu: bool = False
 
     def held_sizes(self, **named) -> dict:
         """The searched sizes a search of this framework takes where the caller named none
@@ -372,7 +381,8 @@ FRAMEWORK = {
                               "parallelism it does not model, pipelines are model code "
                               "(PipelineModule), and recompute is the model's own gradient "
                               "checkpointing of every layer or none",
-        tp_whole_embedding=True, tp_gathered_logits=True, tp_without_sequence_parallel=True),
+        tp_whole_embedding=True, tp_gathered_logits=True, tp_without_sequence_parallel=True,
+        eager_swiglu=True),
     "torchtitan": Framework(
         name="torchtitan", title="torchtitan", schemes=("fsdp", "ddp"),
         default_scheme="fsdp",
@@ -387,7 +397,7 @@ FRAMEWORK = {
         config_optimizers=("adam", "adamw"), reads_offload=False,
         # torch's _cp_options.rotate_method default ALL_GATHER (torchtitan's
         # experimental.context_parallel_rotate_method "allgather")
-        cp_attention=("torch", ("allgather", "alltoall")), expert_tp=True),
+        cp_attention=("torch", ("allgather", "alltoall")), expert_tp=True, eager_swiglu=True),
 }
 assert tuple(FRAMEWORK) == FRAMEWORKS      # the vocabulary and the table name the same three
 

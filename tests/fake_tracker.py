@@ -380,17 +380,10 @@ def hf_differences(name: str, *, layers: int = 2, batch: int = 1, seq: int = 409
         ``LlamaRMSNorm`` / ``Qwen3MoeRMSNorm`` keep the fp32 copy of their input and its bf16
         cast where memsym counts the bf16 input: :math:`4\\tau h` per norm, two per layer
         (tests/test_hf_activations.py measures it on one layer).
-    ``silu_output``
-        the unfused ``down_proj(act(gate) * up)`` keeps SiLU's output: :math:`2\\tau f`
-        (dense MLP only).
     ``qk_norm_fp32``
         Qwen3's per-head ``q_norm``/``k_norm`` keep the fp32 copy of their input beside the
         bf16 input and the fp32 1/rms that memsym counts: :math:`4\\tau H + 4\\tau g d_h`,
         :math:`H = a d_h`.
-    ``expert_silu_output``
-        transformers' ``grouped_mm`` experts (``integrations/moe.py``,
-        ``grouped_mm_experts_forward``) apply ``act(gate) * up`` unfused and keep SiLU's
-        output: :math:`2\\tau k f_e`.
     ``routing_indices``
         its routing keeps, per layer, the top-k indices (int64, :math:`8\\tau k`), the sort's
         values and permutation and ``perm // k`` (int64, :math:`3 \\cdot 8\\tau k`), the fp32
@@ -435,10 +428,7 @@ def hf_differences(name: str, *, layers: int = 2, batch: int = 1, seq: int = 409
     if "num_experts" in c:
         k, E = c["num_experts_per_tok"], c["num_experts"]
         per["qk_norm_fp32"] = 4 * tau * H + 4 * tau * g * d_h
-        per["expert_silu_output"] = 2 * tau * k * c["moe_intermediate_size"]
         per["routing_indices"] = 38 * tau * k + 4 * tau + 4 * E
-    else:
-        per["silu_output"] = 2 * tau * c["intermediate_size"]
     out.update({k: layers * v for k, v in per.items()})
     return out
 

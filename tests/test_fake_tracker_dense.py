@@ -13,7 +13,7 @@ through the per-layer terms) and the output layer, whose logits dominate, is kep
 
 Tolerance, and why.  memsym counts torchtitan's Llama code; the tracker sees transformers'.
 The differences are named and derived, one by one, in :func:`fake_tracker.hf_differences`
-(the fp32 copies of ``LlamaRMSNorm``, the unfused SiLU output, ``repeat_kv`` and the bf16 cast
+(the fp32 copies of ``LlamaRMSNorm``, ``repeat_kv`` and the bf16 cast
 of the fp32 causal mask that transformers builds under fake tensors, the shared RoPE tables,
 the labels), and memsym counts its full-recompute working set in the loss's backward where it
 does not exist yet (reported: memsym/training.py:380-387).  With those,

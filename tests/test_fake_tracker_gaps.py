@@ -181,8 +181,9 @@ def _megatron_sp_layer(tau, h, tp):
 def _tp_sp_layer_excess(tp_sp, memsym_layer=None):
     # what a third block adds to the tracker's peak beyond memsym's per-layer terms (or
     # memsym_layer for its layer activations) and the named differences of transformers'
-    # code, here sequence-sharded (norms, SiLU, repeat_kv over t = 2) except the cast mask,
-    # which every TP rank holds whole
+    # code, here sequence-sharded (norms, repeat_kv over t = 2) except the cast mask, which
+    # every TP rank holds whole; the eager SiLU output (2 tau f / t), which memsym's layer
+    # counts under torchtitan (memsym.terms.eager_glu), is named beside Megatron's layer
     (t2, m2), (t3, m3) = tp_sp[2], tp_sp[3]
     if memsym_layer is not None:
         m3 = {**m3, "layer_activations": m2["layer_activations"] + memsym_layer}
@@ -190,7 +191,8 @@ def _tp_sp_layer_excess(tp_sp, memsym_layer=None):
     h, f, a, g = (c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
                   c["num_key_value_heads"])
     d_h = h // a
-    named = (8 * tau * h + 2 * tau * f + 2 * (2 * tau * h - 2 * tau * g * d_h)) // tp \
+    silu = 0 if memsym_layer is None else 2 * tau * f
+    named = (8 * tau * h + silu + 2 * (2 * tau * h - 2 * tau * g * d_h)) // tp \
         + 2 * 4096 * 4096
     memsym = sum(m3[k] - m2[k] for k in ("layer_activations", "weights", "optimizer"))
     counters = 4 * (t3["tensors"] - t2["tensors"])
@@ -214,10 +216,10 @@ def test_tp_sp_peak_decomposed(tp_sp):
     # fake-mode global logits copy (4 tau V: one fp32 tensor of the global shape)
     tracked, terms = tp_sp[2]
     c, tp, tau, layers = CONFIGS["llama3-8b"], 2, 4096, 2
-    h, f, a, g, V = (c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
-                     c["num_key_value_heads"], c["vocab_size"])
+    h, a, g, V = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
+                  c["vocab_size"])
     d_h = h // a
-    named = layers * ((8 * tau * h + 2 * tau * f + 2 * (2 * tau * h - 2 * tau * g * d_h)) // tp
+    named = layers * ((8 * tau * h + 2 * (2 * tau * h - 2 * tau * g * d_h)) // tp
                       + 2 * 4096 * 4096) + 4 * 4096 * d_h + 8 * tau
     expected = terms["forward phase"] + named + 4 * tau * V
     assert expected == pytest.approx(tracked["peak"], rel=DECOMP_TOL)

@@ -7,7 +7,7 @@ which ``FakeTensorMode`` can run; the eager loop's ``nonzero`` cannot).  FSDP2 s
 block whole, experts included (no expert parallelism), as torchtitan does with EP = 1.
 
 The named differences add, per MoE layer, what transformers' MoE keeps beyond torchtitan's:
-the fp32 copies of the QK norms, the experts' SiLU output and the routing's index tensors
+the fp32 copies of the QK norms and the routing's index tensors
 (:func:`fake_tracker.hf_differences`); with them memsym agrees to 0.01 %, as for the dense
 models.
 """

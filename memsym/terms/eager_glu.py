@@ -1,18 +1,23 @@
-r"""The clamped gate half an eager clamped GLU keeps: Megatron-core's ``glu`` without
-``bias_activation_fusion`` (GPT-OSS's quick-GeGLU under ``--no-bias-gelu-fusion`` or
-``--disable-bias-linear``; a clamped ``--swiglu`` under ``--no-bias-swiglu-fusion``), beside :func:`memsym.terms.activations.unfused_glu_products` (its
+r"""What eager gated MLPs keep beyond a fused SwiGLU.
+
+:func:`eager_clamped_glu_input`: the clamped gate half an eager clamped GLU keeps,
+Megatron-core's ``glu`` without ``bias_activation_fusion`` (GPT-OSS's quick-GeGLU under
+``--no-bias-gelu-fusion`` or ``--disable-bias-linear``; a clamped ``--swiglu`` under
+``--no-bias-swiglu-fusion``), beside :func:`memsym.terms.activations.unfused_glu_products` (its
 unclamped products) and :func:`memsym.terms.activations.clamped_glu_copy` (the fused path's).
+:func:`eager_silu_output`: the SiLU output that torchtitan's and transformers' own
+``w2(silu(w1 x) * w3 x)`` keeps.
 """
 
 from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import c_f, f, f_e, k, t, t_e
+from ..symbols import c_f, f, f_e, f_sh, k, t, t_e
 from ..term import Source, Term
 from .transformer_layer import token_split
 
-__all__ = ["eager_clamped_glu_input"]
+__all__ = ["eager_clamped_glu_input", "eager_silu_output"]
 
 
 def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False) -> Term:
@@ -80,3 +85,71 @@ def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False) -> Term:
                        "fusions/fused_bias_geglu.py:184-187, core/jit.py:16-21, :33 at "
                        "d98e8a64dd"),
                 label="eager clamped GLU input")
+
+
+def eager_silu_output(eager: bool = True, *, moe: bool = False, shared: bool = False,
+                      width: int = 2) -> Term:
+    r"""The SiLU output an eager SwiGLU keeps for its product's backward [bytes per layer].
+
+    Per micro-batch and layer, with :math:`\tau = sb/c`, the routed token copies
+    :math:`R = c_f k \tau t_e / t` an expert rank receives and :math:`w` bytes an element:
+
+    .. math:: \text{dense: } w\tau f / t, \qquad
+              \text{MoE: } w R f_e / t_e \; (+\, w\tau f_{sh} / t \text{ with shared experts})
+
+    torchtitan's ``FeedForward`` and its grouped experts, and transformers' own MLPs and
+    grouped-mm experts, run the gate in eager PyTorch: ``w2(F.silu(w1(x)) * w3(x))``.
+    ``silu`` keeps its input (the gate projection's output), the product keeps both operands
+    (SiLU's output and the up projection's output) and ``w2`` keeps the product.
+    :func:`memsym.terms.activations.layer_activations` counts the gate and up outputs
+    (``mlp_activation``, ``expert_activation``, ``shared_expert``) and the product (``fc2_input``)
+    as a fused SwiGLU keeps them; the SiLU output is one more :math:`f`-wide tensor.  0 when the
+    gate is fused (Megatron's ``bias_activation_fusion``; Megatron's eager ``glu`` is
+    :func:`memsym.terms.activations.unfused_glu_products`).
+
+    Parameters
+    ----------
+    eager : bool
+        The gated MLP runs the eager ``silu(w1 x) * w3 x`` [1].
+    moe : bool
+        An MoE layer's grouped experts instead of a dense MLP [1].
+    shared : bool
+        The MoE layer's shared experts (eager too) keep theirs [1].
+    width : {2, 4}
+        Bytes of an element in the compute dtype (4 in fp32) [bytes/element].
+
+    Examples
+    --------
+    Llama 3 8B (f = 14336) at s = 8192, b = 1, t = 1: one 16-bit 8192 x 14336 tensor a layer.
+
+    >>> eager_silu_output().evaluate(s=8192, b=1, c=1, f=14336, t=1) == 2 * 8192 * 14336
+    True
+    >>> eager_silu_output(False).expr
+    0
+
+    References
+    ----------
+    .. [torchtitan] ``torchtitan/models/common/feed_forward.py:53-54`` (``FeedForward.forward``)
+       and ``models/common/moe.py:94-107`` (``GroupedExperts``: ``F.silu`` of the w1 grouped mm
+       times the w3 one) at b5bcd76c6.
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/llama/modeling_llama.py:163-165``
+       (``LlamaMLP.forward``) and ``integrations/moe.py:498-504``
+       (``grouped_mm_experts_forward``: the experts' ``_apply_gate``, ``act_fn(gate) * up``);
+       ``tests/test_hf_activations.py`` and ``tests/fake_tracker.py`` measure it.
+    """
+    tok, _ = token_split(False)
+    if not eager:
+        expr = sp.Integer(0)
+    elif moe:
+        expr = width * (c_f * k * tok * t_e / t) * f_e / t_e + (
+            width * tok * f_sh / t if shared else 0)
+    else:
+        expr = width * tok * f / t
+    return Term("eager_silu_output", expr, "SiLU output kept by the product of an eager SwiGLU "
+                "(silu(w1 x) * w3 x)", _EAGER_SILU, label="eager SiLU output")
+
+
+_EAGER_SILU = Source("torchtitan", "torchtitan/models/common/feed_forward.py:53-54 and "
+                     "models/common/moe.py:94-107 at b5bcd76c6; transformers 5.25.0 "
+                     "models/llama/modeling_llama.py:163-165 (LlamaMLP.forward), "
+                     "integrations/moe.py:498-504")

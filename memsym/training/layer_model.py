@@ -21,7 +21,7 @@ from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
 from ..terms.adapters import frozen_linear_inputs
-from ..terms.eager_glu import eager_clamped_glu_input
+from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.qkv_storage import checkpointed_qkv_storage
 from .traits import activation_width
@@ -123,7 +123,8 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
 
     # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
     # and in the grouped experts, where their activations are kept (not recomputed)
-    fused = training.memory.bias_activation_fusion or not x.swiglu
+    fused = training.memory.bias_activation_fusion or not x.swiglu \
+        or not framework_record(training.framework).megatron_options
     # and Megatron-core's clamped GLU (GPT-OSS's swiglu_limit, the Bridge's
     # activation_func_clamp_value): the fused quick-GeGLU keeps a clamped copy of the experts'
     # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE;
@@ -153,6 +154,12 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     # moe_act is read by the routed experts, experts.py:271), so it stays outside kept[True]
     shared_fp8 = narrow * (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
                            - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
+    # torchtitan's and transformers' eager SwiGLU keeps SiLU's output (compiled_model is read
+    # only under per-op SAC, which counts what it saves itself: memsym.terms.op_sac)
+    eager = bool(x.swiglu and framework_record(training.framework).eager_swiglu)
+    glu_kept = {moe: glu_kept[moe] + eager_silu_output(
+        eager, moe=moe, shared=moe and shared_kept, width=activation_width(training)).expr
+        for moe in (False, True)}
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
     # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
     # output (not MLA's, nor a gated one's, which split otherwise) stays saved
