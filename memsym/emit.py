@@ -41,7 +41,7 @@ from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .emit_held import NotExpressible, check_held, deepspeed_held, megatron_held, torchtitan_held
-from .emit_rules import AUTOEP_NOTE, AUTOTP_NOTE, megatron_overlaps
+from .emit_rules import AUTOEP_NOTE, AUTOTP_NOTE, ULYSSES_NOTE, megatron_overlaps, ulysses_section
 from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.deepspeed_notes import MODEL_CHECKPOINTING
 from .readers.jobs import DEEPSPEED_SCHEMES
@@ -551,7 +551,7 @@ def _autotp(row, space) -> dict:
 
 def _deepspeed(row, space, gpus, held=True) -> Emitted:
     b, m, B = _batch(row, space)
-    split = [f"{k} = {row[k]}" for k in ("p", "c", "v") if row[k] > 1]
+    split = [f"{k} = {row[k]}" for k in ("p", "v") if row[k] > 1]
     if split:
         raise NotExpressible(f"{', '.join(split)}: {FRAMEWORK['deepspeed'].searched_sizes_reason}")
     autotp = _autotp(row, space)
@@ -584,12 +584,12 @@ def _deepspeed(row, space, gpus, held=True) -> Emitted:
     if space.precision in ("bf16", "fp16"):
         cfg[space.precision] = {"enabled": True}
     cfg["zero_optimization"] = zero
-    cfg.update(autotp)
+    cfg.update({**autotp, **ulysses_section(row)})     # Ulysses: its rule counts W / c ranks
     host, notes = _host(space), ()   # the model's checkpointing: read back beside the config
     if row["recompute"] == "full":
         host, notes = host + ("--recompute-granularity", "full"), (MODEL_CHECKPOINTING,)
-    if autotp:
-        notes += (AUTOTP_NOTE,)
+    notes += tuple(n for k, n in (("tensor_parallel", AUTOTP_NOTE),
+                                  ("sequence_parallel_size", ULYSSES_NOTE)) if k in cfg)
     if row["e"] > 1:
         # AutoEP (AUTOEP_NOTE): the one config key that splits the experts, what
         # memsym.readers.deepspeed reads back as e

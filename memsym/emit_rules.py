@@ -8,7 +8,8 @@ from __future__ import annotations
 from .emit_held import NotExpressible
 from .frameworks import FRAMEWORK
 
-__all__ = ["AUTOEP_NOTE", "AUTOTP_NOTE", "UNSPELLED", "held_for_emit", "megatron_overlaps"]
+__all__ = ["AUTOEP_NOTE", "AUTOTP_NOTE", "ULYSSES_NOTE", "UNSPELLED", "held_for_emit",
+           "megatron_overlaps", "ulysses_section"]
 
 #: What an emitted ``expert_parallel`` section needs beside the config.  DeepSpeed (edaa722126)
 #: reads it as AutoEP: ``runtime/config.py:128-133`` (``get_expert_parallel_config``),
@@ -41,6 +42,26 @@ AUTOTP_NOTE = ("tensor_parallel.autotp_size is DeepSpeed's AutoTP: memsym counts
                "the model's transformers tp_plan (q/k/v, gate/up by columns, o_proj, down_proj "
                "by rows, lm_head by vocabulary; the embedding whole); a model without a tp_plan "
                "falls back to DeepSpeed's heuristic parser, which splits differently")
+
+#: What an emitted ``sequence_parallel_size`` needs beside the config: the key alone changes
+#: DeepSpeed's batch rule (``runtime/config.py:713-724``); Ulysses runs once the script
+#: registers its attention (:mod:`memsym.readers.deepspeed_ulysses`).
+ULYSSES_NOTE = ("sequence_parallel_size is DeepSpeed Ulysses: the training script must call "
+                "UlyssesSPAttentionHF.register_with_transformers and pass its mpu to "
+                "deepspeed.initialize, and wrap its DataLoader in UlyssesSPDataLoaderAdapter (or "
+                "give the Trainer ParallelismConfig(sp_backend=\"deepspeed\", sp_size=c)); "
+                "memsym counts it as context parallelism c by all-to-all")
+
+
+def ulysses_section(row) -> dict:
+    """The ``sequence_parallel_size`` key of a DeepSpeed row's c (Ulysses,
+    :mod:`memsym.readers.deepspeed_ulysses`), or ``{}`` at c = 1.
+
+    >>> ulysses_section({"c": 4}), ulysses_section({"c": 1})
+    ({'sequence_parallel_size': 4}, {})
+    """
+    return {"sequence_parallel_size": row["c"]} if row["c"] > 1 else {}
+
 
 #: The searched sizes a framework's file spells only as here, and why
 #: (:attr:`memsym.frameworks.Framework.searched_sizes`, where they are cited): a search holds

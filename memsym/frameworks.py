@@ -153,7 +153,9 @@ class Framework:
     cp_attention : tuple
         Its context-parallel attention: the implementation and the methods it runs, the
         default first (:func:`memsym.terms.context_parallel.cp_attention_transients`); empty
-        where memsym models none.
+        where memsym models none.  DeepSpeed's is Ulysses (``sequence_parallel_size``:
+        ``UlyssesSPAttentionHF``, an all-to-all to a/c heads of the whole sequence), ``a2a``
+        only.
     frozen_linear_keeps_no_input : bool
         Whether a linear layer whose weight is frozen (a LoRA base weight without an adapter)
         saves no input for the backward: Transformer Engine's ``Linear`` saves its input only
@@ -204,14 +206,20 @@ class Framework:
         (:mod:`memsym.readers.deepspeed_autotp`) but searches only where ``--tp`` names it
         (AutoTP shards the transformers ``tp_plan`` of the model, which a search does not
         check) or a read config sets it; Ulysses' ``sequence_parallel_size``
-        (:203-206) runs in the model's attention (``UlyssesSPAttentionHF``), which memsym does
-        not model for DeepSpeed (the reader refuses it > 1); DeepSpeed pipelines only
+        (:203-206), read as c with the ``a2a`` method (:mod:`memsym.readers.deepspeed_ulysses`),
+        is searched likewise only where ``--cp`` names it or a read config sets it: the key
+        alone changes the batch rule, the training script must register Ulysses' attention
+        (``UlyssesSPAttentionHF.register_with_transformers``); DeepSpeed pipelines only
         a model-code ``PipelineModule`` (``deepspeed/__init__.py:213``), and a Hugging Face
         model's recompute is its own gradient checkpointing of every decoder layer, given
         beside the config (:data:`memsym.readers.deepspeed_notes.MODEL_CHECKPOINTING`): none
         or full.
     searched_sizes_reason : str
         The line a search prints when it holds :attr:`searched_sizes`.
+    named_sizes : tuple
+        The sizes of :attr:`searched_sizes` a search does try where the command line names
+        them (DeepSpeed: AutoTP's ``tp``, Ulysses' ``cp``); the others it never changes
+        (DeepSpeed's ``pp``, ``vpp``), so a hint to try a larger one names only these.
     tp_whole_embedding : bool
         Whether its tensor parallelism leaves the word embedding whole on every TP rank (and
         a tied output layer with it), where Megatron's ``VocabParallelEmbedding`` splits it:
@@ -275,6 +283,7 @@ class Framework:
     expert_tp: bool = False
     searched_sizes: tuple = ()
     searched_sizes_reason: str = ""
+    named_sizes: tuple = ()
     tp_whole_embedding: bool = False
     tp_gathered_logits: bool = False
     tp_without_sequence_parallel: bool = False
@@ -373,14 +382,19 @@ FRAMEWORK = {
         config_suffix="json", reader_option="--deepspeed-config",
         config_lacks=("world_size", "seq_length"), config_precisions=("fp32", "bf16", "fp16"),
         config_optimizers=("adam", "adamw"), reads_offload=True,
+        # Ulysses (runtime/sequence_parallel/ulysses_sp.py, UlyssesSPAttentionHF): the all-to-all
+        # of Megatron's --cp-comm-type a2a, its only method
+        cp_attention=("deepspeed-ulysses", ("a2a",)),
         searched_sizes=(("tp", (1,)), ("pp", (1,)), ("cp", (1,)), ("vpp", (1,)),
                         ("recompute", ("none", "full"))),
         searched_sizes_reason="memsym's DeepSpeed reader reads ZeRO data parallelism, "
-                              "AutoEP's expert parallelism and AutoTP's autotp_size (searched "
-                              "where --tp names it) from a ds_config.json; Ulysses' sequence "
-                              "parallelism it does not model, pipelines are model code "
-                              "(PipelineModule), and recompute is the model's own gradient "
-                              "checkpointing of every layer or none",
+                              "AutoEP's expert parallelism, AutoTP's autotp_size and Ulysses' "
+                              "sequence_parallel_size (searched where --tp / --cp name them: "
+                              "both need the training script's own setup) from a "
+                              "ds_config.json; pipelines are model code (PipelineModule), and "
+                              "recompute is the model's own gradient checkpointing of every "
+                              "layer or none",
+        named_sizes=("tp", "cp"),
         tp_whole_embedding=True, tp_gathered_logits=True, tp_without_sequence_parallel=True,
         eager_swiglu=True),
     "torchtitan": Framework(

@@ -183,6 +183,35 @@ LAYOUT_RULES = (
                        f"(num_query_groups={x.num_query_groups})"),
          Source("megatron-lm", MLM_VALIDATE_ARGS
                 + " (num_query_groups % tensor_model_parallel_size)")),
+    # DeepSpeed Ulysses (sequence_parallel_size = c): UlyssesSPAttentionHF's own refusals and
+    # what memsym does not model of it (memsym.readers.deepspeed_ulysses)
+    Rule("ulysses-heads", "DeepSpeed Ulysses: c must divide the attention heads, and the KV "
+         "heads must divide by c or c by them",
+         lambda x, k: (k.get("deepspeed", False) & (k["c"] > 1)
+                       & ((x.num_attention_heads % k["c"] != 0)
+                          | ((x.num_query_groups % k["c"] != 0)
+                             & (k["c"] % x.num_query_groups != 0)))),
+         lambda x, k: (f"DeepSpeed Ulysses sequence_parallel_size c={k['c']} must divide the "
+                       f"attention heads (num_attention_heads={x.num_attention_heads}) and the "
+                       f"KV heads (num_key_value_heads={x.num_query_groups}) or be a multiple of "
+                       "them (UlyssesSPAttentionHF refuses it)"),
+         Source("deepspeed-ulysses", "ulysses_sp.py:145-150, UlyssesSPAttentionHF.__init__")),
+    Rule("ulysses-kv-replication", "DeepSpeed Ulysses with c above the KV heads replicates "
+         "them (not modelled)",
+         lambda x, k: k.get("deepspeed", False) & (k["c"] > x.num_query_groups),
+         lambda x, k: (f"DeepSpeed Ulysses sequence_parallel_size c={k['c']} above the KV heads "
+                       f"({x.num_query_groups}): Ulysses replicates each KV head "
+                       f"c/{x.num_query_groups} times before its all-to-all, which memsym does "
+                       "not model"),
+         Source("deepspeed-ulysses", "ulysses_sp.py:131-136, :182-184 (kv_replication_factor, "
+                "repeat_interleave)"), InvalidValueError),
+    Rule("ulysses-autotp", "DeepSpeed Ulysses beside AutoTP (c > 1 with t > 1) is not modelled",
+         lambda x, k: k.get("deepspeed", False) & (k["c"] > 1) & (k["t"] > 1),
+         lambda x, k: (f"DeepSpeed Ulysses (c={k['c']}) beside AutoTP (t={k['t']}) is not "
+                       "modelled by memsym: Ulysses' mpu and AutoTP's (data, tensor) mesh are "
+                       "set up apart; drop one of them"),
+         Source("deepspeed-ulysses", "parallel_state_sp.py, initialize_sequence_parallel "
+                "(data and sequence groups only)"), InvalidValueError),
     Rule("tp-ffn", "t must divide every ffn size (t_e the routed experts')", _tp_ffn, _tp_ffn_msg,
          Source("megatron-lm", "megatron/core/tensor_parallel/layers.py, ColumnParallelLinear "
                                "(divide(output_size, world_size))")),
@@ -258,9 +287,13 @@ SEQUENCE_RULES = (
          Source("torchtitan", "models/llama3/infra/parallelize.py, apply_tp (SequenceParallel "
                 "norms, RowwiseParallel output_layouts=Shard(1))"), InvalidValueError),
     Rule("cp-seq", "2c must divide the sequence length (Megatron splits it into 2c chunks for "
-         "causal load balancing)",
-         lambda x, k: (k["c"] != 1) & (k["s"] % (2 * k["c"]) != 0),
-         lambda x, k: (f"context parallelism c={k['c']} needs 2c to divide the sequence length "
+         "causal load balancing; DeepSpeed Ulysses into c)",
+         lambda x, k: (k["c"] != 1) & (k["s"] % ((1 if k.get("deepspeed", False) else 2)
+                                                * k["c"]) != 0),
+         lambda x, k: (f"DeepSpeed Ulysses sequence_parallel_size c={k['c']} must divide the "
+                       f"sequence length s={k['s']} (UlyssesSPDataLoaderAdapter, ulysses_sp.py:"
+                       "697-698)" if k.get("deepspeed", False) else
+                       f"context parallelism c={k['c']} needs 2c to divide the sequence length "
                        f"s={k['s']} (Megatron cuts it into 2c chunks)"),
          Source("megatron-lm", "megatron/training/utils.py, get_batch_on_this_cp_rank")),
     # a transformers model under DeepSpeed computes RoPE's angles for any position

@@ -67,7 +67,10 @@ def test_te_methods_by_hand():
 def test_methods_per_framework():
     assert cp_method("megatron", None) == "p2p"          # arguments.py: default ["p2p"]
     assert cp_method("torchtitan", None) == "allgather"  # _cp_options.rotate_method
-    assert cp_method("deepspeed", None) is None
+    # Ulysses (ulysses_sp.py, UlyssesSPAttentionHF): the all-to-all, its only method
+    assert cp_method("deepspeed", None) == "a2a"
+    with pytest.raises(InvalidValueError, match="runs a2a, not p2p"):
+        cp_method("deepspeed", "p2p")
     with pytest.raises(InvalidValueError, match="allgather or alltoall, not p2p"):
         cp_method("torchtitan", "p2p")
     with pytest.raises(UnknownNameError, match="unknown context-parallel method 'ring'"):

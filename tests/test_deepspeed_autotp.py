@@ -105,7 +105,8 @@ def test_train_batch_counts_every_gpu_a_step_trains_a_tp_groups_share():
 
 
 @pytest.mark.parametrize("cfg,said", [
-    ({"sequence_parallel_size": 2}, "sequence_parallel_size 2: DeepSpeed's Ulysses"),
+    # Ulysses is read (tests/test_deepspeed_ulysses.py); beside AutoTP it is refused
+    ({"sequence_parallel_size": 2}, "Ulysses beside AutoTP is not modelled"),
     ({"tensor_parallel": {"autotp_size": 3}}, "does not divide the world size 8"),
     ({"tensor_parallel": {"autotp_size": 2, "tp": {"tp_size": 4}}},
      "tensor_parallel.tp.tp_size 4 does not match"),

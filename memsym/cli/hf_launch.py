@@ -138,8 +138,12 @@ def _batch_words(r, searched):
         raise InvalidValueError("the launcher does not say how many processes, so the global "
                                 "batch a search holds is unknown: give --num_gpus / "
                                 "--nproc_per_node / --num_processes")
+    # Ulysses' SP ranks read one sequence between them (_trainer_ulysses): world / sp
+    sp = (r.config or {}).get("sequence_parallel_size", 1)
+    ranks = r.world_size // sp if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 \
+        and r.world_size % sp == 0 else r.world_size
     batch = check_limit("global_batch", r.micro_batch_size * r.gradient_accumulation_steps
-                        * r.world_size, "per_device_train_batch_size x accumulation x GPUs")
+                        * ranks, "per_device_train_batch_size x accumulation x GPUs")
     return config + ["--global-batch-size", str(batch), "--precision", r.weights or r.precision]
 
 
@@ -185,6 +189,28 @@ def _check_config(r, searched):
                 f"the DeepSpeed config's {key} {str(value)[:20]} differs from the launch's {said}: "
                 f"{str(hf)[:20]}; the Trainer refuses the mismatch (trainer_config_process, "
                 'fill_match): set it to "auto" or give the argument')
+    _trainer_ulysses(r, cfg)
+
+
+def _trainer_ulysses(r, cfg):
+    """A Trainer launch whose DeepSpeed config sets ``sequence_parallel_size`` > 1: read as
+    Ulysses run by the script's ``ParallelismConfig`` (said in a note; no launch flag sets it
+    for DeepSpeed), the config's own ``train_batch_size`` replaced as Accelerate replaces it
+    (accelerate 1.16.0 ``accelerator.py:2321-2328``: micro-batch x accumulation x its
+    data-parallel size)."""
+    sp = cfg.get("sequence_parallel_size")
+    if not isinstance(sp, int) or isinstance(sp, bool) or sp <= 1:
+        return                    # 1, absent, or refused by the DeepSpeed reader
+    r.notes.append(f"sequence_parallel_size {sp}: the Trainer runs Ulysses only where the "
+                   "script gives TrainingArguments(parallelism_config=ParallelismConfig("
+                   f'sp_backend="deepspeed", sp_size={sp})) (trainer.py:1820-1821; Accelerate '
+                   "registers UlyssesSPAttentionHF, accelerator.py:2358-2396); accelerate "
+                   "launch's --use_parallelism_config needs FSDP2 (commands/launch.py:1261-1262)")
+    if cfg.get("train_batch_size", "auto") != "auto":
+        r.config = {**cfg, "train_batch_size": "auto"}
+        r.notes.append("train_batch_size replaced by micro-batch x accumulation x world size / "
+                       "sequence_parallel_size, as Accelerate replaces it under Ulysses "
+                       "(accelerator.py:2321-2328)")
 
 
 def _ddp_words(r):

@@ -216,12 +216,13 @@ def search_job(args, opts: dict):
     if getattr(est, "deepspeed_config", None) is not None:
         # a DeepSpeed config's job runs ZeRO data parallelism: deepspeed.initialize
         # (deepspeed/__init__.py) builds the PipelineEngine only for a PipelineModule, which
-        # the HF Trainer / Accelerate ("auto" batch) never pass, and memsym reads no CP degree
-        # from the config (Ulysses' sequence_parallel_size > 1 is refused); its TP is AutoTP's
-        # autotp_size (the job's t, --emit deepspeed writes it back): each held at the job's
-        # unless the command line pins one
+        # the HF Trainer / Accelerate ("auto" batch) never pass; its TP is AutoTP's
+        # autotp_size (the job's t) and its CP Ulysses' sequence_parallel_size (the job's c),
+        # both needing the script's own setup: each held at the job's unless the command line
+        # pins one
+        held = {"tp": job.layout.t, "cp": job.layout.c}
         for key in ("tp", "pp", "cp", "vpp"):
-            opts.setdefault(key, [job.layout.t if key == "tp" else 1])
+            opts.setdefault(key, [held.get(key, 1)])
     if args.sharding is not None:     # else the framework's schemes (from_job: the job's)
         opts["sharding"] = args.sharding
     elif choices.get("offload") == "optimizer+params" and tr.states.megatron_fsdp is None:

@@ -23,6 +23,8 @@ from ..text import short
 from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_GPUS, load_json, read_bounded
 from .deepspeed_autotp import autotp_data_parallel, read_tensor_parallel
 from .deepspeed_notes import NOTED_TOP
+from .deepspeed_ulysses import (read_sequence_parallel, ulysses_defaults, ulysses_refusals,
+                                ulysses_world)
 from .deepspeed_values import HF_ACCELERATE, HF_TRAINER, deepspeed_count, deepspeed_flag
 from .deepspeed_zero import (HIDDEN_AUTO_KEYS, ZERO_DEFAULTS, read_zero_optimization,
                              resolve_hidden_autos)
@@ -119,9 +121,13 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
     world_size, micro_batch_size, gradient_accumulation_steps = _check_options(
         world_size, micro_batch_size, gradient_accumulation_steps, precision)
     t = read_tensor_parallel(data, notes, ignored)
-    world, tb, mb, gas = _read_batch(data, world_size, micro_batch_size,
-                                     gradient_accumulation_steps, notes, defaults)
+    c = read_sequence_parallel(data, notes)
+    # Ulysses: the batch rule's world is the data-parallel size, world / c (ulysses_world)
+    world, tb, mb, gas = _read_batch(data, ulysses_world(data, world_size, c, notes),
+                                     micro_batch_size, gradient_accumulation_steps, notes,
+                                     defaults)
     d = autotp_data_parallel(world, t, notes)
+    defaults = ulysses_defaults(defaults, c)
     params, grad_accum = _read_precision(data, precision, notes, ignored, defaults)
     optimizer = _read_optimizer(data, notes, ignored)
     sh = read_zero_optimization(data, hidden_size, notes, ignored, defaults)
@@ -132,8 +138,10 @@ def read_deepspeed_config(source, world_size: int | None = None, *,
         raise InvalidValueError(f"expert_parallel with tensor_parallel.autotp_size {t}: AutoEP "
                                 "folds its experts beside AutoTP unsplit by TP, which memsym does "
                                 "not model (it splits the experts by t); drop one of them")
-    _read_top_keys(data, notes, ignored)
-    return {"layout": {"d": d, "e": e, "t": t},
+    _read_top_keys({k: v for k, v in data.items() if c == 1 or k != "data_parallel_size"},
+                   notes, ignored)
+    ulysses_refusals(c, t, e, sh["zero_stage"])
+    return {"layout": {"d": d, "e": e, "t": t, "c": c},
             "training": {"micro_batch_size": mb, "gradient_accumulation_steps": gas,
                          "global_batch_size": tb if t == 1 or d is None else mb * gas * d},
             "precision": {"params_dtype": params, "grad_accum_dtype": grad_accum},
@@ -155,7 +163,9 @@ def searched_deepspeed_config(source, world_size: int | None,
 
     Under AutoTP (``tensor_parallel.autotp_size`` t) the train batch counts every GPU while a
     TP group's ranks read the same micro-batches
-    (:data:`memsym.readers.deepspeed_autotp.AUTOTP_BATCH`): B is it divided by t.
+    (:data:`memsym.readers.deepspeed_autotp.AUTOTP_BATCH`): B is it divided by t.  Under
+    Ulysses (``sequence_parallel_size`` c) it already counts the W / c data-parallel ranks
+    (:data:`memsym.readers.deepspeed_ulysses.ULYSSES_BATCH`), and so does the stand-in.
 
     Returns None when the config's micro-batch is a number and no ``global_batch_size`` is
     given (the config is read as ``estimate`` reads it); else ``(config, B, auto)``: the config
@@ -219,7 +229,9 @@ def searched_deepspeed_config(source, world_size: int | None,
     mb = 1 if auto else data.get("train_micro_batch_size_per_gpu")
     mb = 1 if mb is None else deepspeed_count(mb, "train_micro_batch_size_per_gpu", 1,
                                               limit="micro_batch")
-    return {**data, "train_batch_size": mb * world_size, "train_micro_batch_size_per_gpu": mb,
+    # Ulysses: the batch rule counts world / c ranks (deepspeed_ulysses.ulysses_world)
+    ranks = ulysses_world(data, world_size, read_sequence_parallel(data, []), [])
+    return {**data, "train_batch_size": mb * ranks, "train_micro_batch_size_per_gpu": mb,
             "gradient_accumulation_steps": 1}, tb, auto
 
 

@@ -1,5 +1,5 @@
-"""Read a DeepSpeed config's AutoTP (``tensor_parallel``) and Ulysses (``sequence_parallel_size``)
-keys: DeepSpeed 0.19.6, deepspeedai/DeepSpeed ``edaa722126``.
+"""Read a DeepSpeed config's AutoTP (``tensor_parallel``) keys: DeepSpeed 0.19.6,
+deepspeedai/DeepSpeed ``edaa722126``.
 
 AutoTP training is switched on by ``tensor_parallel.autotp_size`` > 1
 (``deepspeed/__init__.py:210-212``, ``runtime/engine.py:332-333``; ``TPTrainingConfig.autotp_size``
@@ -50,10 +50,8 @@ def read_tensor_parallel(data: dict, notes: list, ignored: list) -> int:
 
     .. math:: t = \\max(1, \\text{autotp\\_size})
 
-    ``sequence_parallel_size`` > 1 (Ulysses / ALST) is refused in one line: memsym's context
-    parallelism is Megatron's, and DeepSpeed's Ulysses runs in the model's attention
-    (``UlyssesSPAttentionHF``, ``runtime/sequence_parallel/ulysses_sp.py``), which memsym does
-    not model for a DeepSpeed job.  ``tensor_parallel.tp.tp_size`` must be 1 or
+    Ulysses' ``sequence_parallel_size`` is read apart
+    (:mod:`memsym.readers.deepspeed_ulysses`).  ``tensor_parallel.tp.tp_size`` must be 1 or
     ``autotp_size`` (``runtime/engine.py:729-732``); a ``partition_config`` or
     ``preset_model`` is read into a note (memsym counts the transformers ``tp_plan`` split).
 
@@ -77,12 +75,6 @@ def read_tensor_parallel(data: dict, notes: list, ignored: list) -> int:
     >>> read_tensor_parallel({"tensor_parallel": {"autotp_size": 0}}, [], [])
     1
     """
-    sp = data.get("sequence_parallel_size")
-    if sp is not None and deepspeed_count(sp, "sequence_parallel_size", 1, MAX_GPUS, "gpus") > 1:
-        raise InvalidValueError(f"sequence_parallel_size {sp}: DeepSpeed's Ulysses sequence "
-                                "parallelism (ALST, UlyssesSPAttentionHF) is not modelled by memsym "
-                                "for a DeepSpeed job; drop the key (1) to count the whole sequence "
-                                "on each GPU")
     sec = data.get("tensor_parallel")
     if sec is None:
         return 1

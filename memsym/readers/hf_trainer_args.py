@@ -109,7 +109,7 @@ REFUSED = {
     "optim_target_modules": "GaLore / APOLLO low-rank optimizer states are not modelled",
     "use_cpu": "a CPU run has no GPU memory to estimate",
     "parallelism_config": "Accelerate's ParallelismConfig (tensor, context parallel) is not "
-    "read: memsym reads the DeepSpeed config or plain DDP",
+    "read: memsym reads the DeepSpeed config (Ulysses: its sequence_parallel_size) or plain DDP",
     "torch_empty_cache_steps": "emptying the allocator's cache every few steps is not modelled",
     "accelerator_config": "Accelerate's options (split_batches, dispatch_batches, ...) change "
     "how a batch is made: not read",

@@ -196,7 +196,8 @@ def deepspeed_job(cfg: dict, model, **options):
     no IPG buffer without ``contiguous_gradients``: ``stage_1_and_2.py``, ``setup_buckets``)
     -> the job's ``zero_buckets``, AutoTP's ``autotp_size`` -> t (without sequence
     parallelism: :mod:`memsym.readers.deepspeed_autotp`; the model's vocabulary unpadded,
-    :func:`autotp_architecture`); DeepSpeed keeps no pipeline split of its own here
+    :func:`autotp_architecture`), Ulysses' ``sequence_parallel_size`` -> c with cp_comm_type
+    a2a (:mod:`memsym.readers.deepspeed_ulysses`); DeepSpeed keeps no pipeline split of its own here
     (p = 1).  ZeRO sizes still ``"auto"`` are
     filled from the model's hidden size as the Hugging Face Trainer fills them
     (:func:`memsym.readers.deepspeed.resolve_hidden_autos`); every value filled is reported
@@ -227,6 +228,10 @@ def deepspeed_job(cfg: dict, model, **options):
     if cfg["layout"].get("t", 1) > 1:
         opts["t"] = cfg["layout"]["t"]          # AutoTP's autotp_size
         model = autotp_architecture(model, opts["t"])
+    if cfg["layout"].get("c", 1) > 1:
+        # Ulysses' sequence_parallel_size: context parallelism by all-to-all, DeepSpeed's one
+        # method (FRAMEWORK["deepspeed"].cp_attention; memsym.readers.deepspeed_ulysses)
+        opts["c"] = cfg["layout"]["c"]
     off_p, off_o = shard.get("offload_param", "none"), shard.get("offload_optimizer", "none")
     if off_p not in (None, "none"):
         opts["offload"] = "optimizer+params"

@@ -14,7 +14,10 @@ What they are depends on the implementation and its method:
 * **Transformer Engine** (Megatron-LM's ``--cp-comm-type``, default ``p2p``): ``p2p``
   (``AttnFuncWithCPAndKVP2P``), ``all_gather`` (``AttnFuncWithCPAndKVAllGather``), ``a2a``
   (``AttnFuncWithCPAndQKVOA2A``, Ulysses) and the hierarchical ``a2a+p2p``
-  (:func:`te_cp_attention`).
+  (:func:`te_cp_attention`);
+* **DeepSpeed Ulysses** (``sequence_parallel_size``: ``UlyssesSPAttentionHF`` around the
+  transformers model's own attention kernel): the all-to-all of ``a2a``, with the copies of its
+  own reshapes (:func:`ulysses_attention`).
 
 Each method gives two Terms: the peak in an attention forward and in its backward, beyond
 what a plain flash attention on the rank's :math:`s/c` tokens makes (its output and
@@ -65,8 +68,8 @@ from ..term import Source, Term
 from ..values import cached_max
 from ..vocabulary import CP_METHODS
 
-__all__ = ["cp_method", "torch_ring_attention", "te_cp_attention", "cp_attention_transients",
-           "attention_sizes", "add_phase_buffers"]
+__all__ = ["cp_method", "torch_ring_attention", "te_cp_attention", "ulysses_attention",
+           "cp_attention_transients", "attention_sizes", "add_phase_buffers"]
 
 # Every CP method a job may name (Training.comm.cp_comm_type) is in memsym.vocabulary:
 # Megatron-LM's --cp-comm-type values (Transformer Engine) and torch's rotate methods
@@ -201,6 +204,45 @@ def te_cp_attention(method: str, n_kv, width=2) -> tuple:
                  "backward buffers", src, label="CP attention (backward)"))
 
 
+def ulysses_attention(n_kv, width=2) -> tuple:
+    r"""(forward, backward) Terms of DeepSpeed Ulysses' attention (``UlyssesSPAttentionHF``)
+    [bytes].
+
+    Read from DeepSpeed ``edaa722126`` ``runtime/sequence_parallel/ulysses_sp.py`` (no run
+    checks them), :math:`c \le n_{kv}` (more SP ranks than KV heads is refused), beyond a plain
+    attention's outputs; the re-sharded Q, K, V the kernel saves have the plain inputs' sizes:
+
+    * forward: the rank's own Q, K, V stay alive through the call (``forward``'s ``query``,
+      ``key``, ``value``: Q + 2K) while ``_combine_local_sequences`` makes each one's
+      re-sharded copy by a ``contiguous`` rearrange and a ``_DimZeroAllToAll`` (one copy at a
+      time); after the kernel, ``_partition_global_sequence`` reshapes its output (Q), all-to-alls
+      it back (Q) and makes the ``[bs, s/c, h]`` output contiguous (Q), the output projection's
+      input: :math:`F = 4Q + 2K`, every reshape counted as a copy (at b = 1 some are views: an
+      upper bound);
+    * backward: the output gradient all-to-alled and reordered for the kernel (2Q), then dQ, dK,
+      dV all-to-alled back beside one reordering copy: :math:`B = 2Q + 2K` (at most).
+
+    Examples
+    --------
+    Hand count for b = a = t = 1, s = c = 8, d_h = 2 (Q = K = 4 bytes): F = 4·4 + 2·4 = 24,
+    B = 2·4 + 2·4 = 16:
+
+    >>> f, bw = ulysses_attention(a)
+    >>> one = {b: 1, s: 8, c: 8, t: 1, a: 1, d_h: 2}
+    >>> f.expr.subs(one), bw.expr.subs(one)
+    (24, 16)
+    """
+    Q, K, _ = attention_sizes(n_kv, width)
+    src = Source("deepspeed-ulysses", "ulysses_sp.py, UlyssesSPAttentionHF.forward "
+                 "(_combine_local_sequences, _partition_global_sequence, _DimZeroAllToAll)")
+    return (Term("cp_attention_forward", 4 * Q + 2 * K, "DeepSpeed Ulysses attention forward: "
+                 "the local Q, K, V beside their all-to-all copies, the output's all-to-all back "
+                 "and its contiguous copies", src, label="CP attention (forward)"),
+            Term("cp_attention_backward", 2 * Q + 2 * K, "DeepSpeed Ulysses attention backward: "
+                 "the output gradient re-sharded, dQ, dK, dV all-to-alled back", src,
+                 label="CP attention (backward)"))
+
+
 def cp_method(framework: str, given) -> str | None:
     """The CP method a job of ``framework`` runs: ``given`` (one name, or Megatron's list of
     one per layer, all the same) or, None, the framework's default (the first of its
@@ -237,8 +279,9 @@ def cp_method(framework: str, given) -> str | None:
 def cp_attention_transients(implementation: str, method: str, n_kv, width=2) -> dict:
     r"""Phase -> Terms of one attention call's CP buffers (:data:`memsym.training.PHASES`).
 
-    ``implementation`` is ``"torch"`` (:func:`torch_ring_attention`) or
-    ``"transformer-engine"`` (:func:`te_cp_attention`).  The buffers live inside one attention
+    ``implementation`` is ``"torch"`` (:func:`torch_ring_attention`),
+    ``"transformer-engine"`` (:func:`te_cp_attention`) or ``"deepspeed-ulysses"``
+    (:func:`ulysses_attention`).  The buffers live inside one attention
     call, forward or backward, so they never meet the loss's buffers (the ``forward`` and
     ``loss-backward`` phases are the end of the forward and the loss's backward, after the
     last attention forward and before the first attention backward).  Both calls run with
@@ -250,13 +293,18 @@ def cp_attention_transients(implementation: str, method: str, n_kv, width=2) -> 
     >>> sorted(ph), ph["backward"][0].key
     (['backward'], 'cp_attention')
     """
-    make = torch_ring_attention if implementation == "torch" else te_cp_attention
-    fwd, bwd = make(method, n_kv, width)
+    if implementation == "deepspeed-ulysses":
+        fwd, bwd = ulysses_attention(n_kv, width)
+    else:
+        make = torch_ring_attention if implementation == "torch" else te_cp_attention
+        fwd, bwd = make(method, n_kv, width)
     # B >= F wherever the sources order them (torch with K = Q, torchtitan's repeated KV
     # heads: B - F >= 9Q - 2Λ > 0; TE's all_gather 5cK > 3cK; a2a equal): B alone, so that
-    # the total keeps one Max (the phases'); TE's p2p orders them by c and g/a
+    # the total keeps one Max (the phases'); TE's p2p orders them by c and g/a; Ulysses'
+    # F = 4Q + 2K exceeds its B = 2Q + 2K: F alone
     both = method in ("p2p", "a2a+p2p") or (implementation == "torch" and n_kv != a)
-    peak = Term("cp_attention", cached_max(fwd.expr, bwd.expr) if both else bwd.expr,
+    one = fwd.expr if implementation == "deepspeed-ulysses" else bwd.expr
+    peak = Term("cp_attention", cached_max(fwd.expr, bwd.expr) if both else one,
                 "context-parallel attention ("
                 f"{method}): the larger of one call's forward and backward buffers "
                 f"({fwd.description}; {bwd.description})", bwd.source,
