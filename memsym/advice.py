@@ -26,7 +26,16 @@ from .job import Job
 from .timing.job_step import job_step_time
 from .training import job_memory
 
-__all__ = ["Lever", "levers", "recipe_levers"]
+__all__ = ["Lever", "levers", "recipe_levers", "tried_changes"]
+
+#: The layout sizes a lever may change: (solver unknown, Layout field, flag, words).
+_SIZES = (("dp", "d", "--dp", "data-parallel size d"),
+          ("tp", "t", "--tp", "tensor-parallel size t"),
+          ("pp", "p", "--pp", "pipeline-parallel size p"),
+          ("cp", "c", "--cp", "context-parallel size c"))
+#: The schemes a sharding lever offers, by framework.
+_OFFERED = {"megatron": ("distributed-optimizer", "fsdp"),
+            "deepspeed": ("zero1", "zero2", "zero3"), "torchtitan": ("fsdp",)}
 
 
 @dataclass(frozen=True)
@@ -150,10 +159,7 @@ def _candidates(j: Job, capacity: int):
     """(knob, change, flags, job) of every lever tried."""
     lay, trn = j.layout, j.training
     held = _held(j)
-    for unknown, field, flag, word in (("dp", "d", "--dp", "data-parallel size d"),
-                                       ("tp", "t", "--tp", "tensor-parallel size t"),
-                                       ("pp", "p", "--pp", "pipeline-parallel size p"),
-                                       ("cp", "c", "--cp", "context-parallel size c")):
+    for unknown, field, flag, word in _SIZES:
         new = _solved(j, unknown, capacity) if held.get(unknown, (0,)) != (1,) else None
         if new is not None and getattr(new.layout, field) != getattr(lay, field):
             value = getattr(new.layout, field)
@@ -178,9 +184,7 @@ def _candidates(j: Job, capacity: int):
                        j.replace(recompute=mode, **extra))
             except MemsymError:
                 pass
-    offered = {"megatron": ("distributed-optimizer", "fsdp"),
-               "deepspeed": ("zero1", "zero2", "zero3"), "torchtitan": ("fsdp",)}
-    for scheme in offered.get(trn.framework, ()):
+    for scheme in _OFFERED.get(trn.framework, ()):
         if scheme != trn.states.sharding:
             try:
                 yield ("sharding", f"sharding {trn.states.sharding} -> {scheme}",
@@ -194,6 +198,30 @@ def _candidates(j: Job, capacity: int):
                    j.replace(offload="optimizer"))
         except MemsymError:
             pass
+
+
+def tried_changes(j: Job) -> tuple:
+    """The knobs the levers of ``j`` change, in words, as :func:`levers` tries them: the sizes
+    its framework's search would change (:func:`_held`: no p or c for a DeepSpeed job that
+    sets none), the micro-batch above 1, recomputation short of full, another sharding
+    scheme, and the optimizer offload without a pipeline.
+
+    Examples
+    --------
+    >>> from memsym.job import job
+    >>> tried_changes(job("llama2-7b", framework="deepspeed", micro_batch_size=2))
+    ('d', 'the micro-batch', 'recomputation', 'sharding', 'offload')
+    >>> tried_changes(job("llama2-7b", recompute="full"))[:4]
+    ('d', 't', 'p', 'c')
+    """
+    lay, trn, held = j.layout, j.training, _held(j)
+    out = [field for unknown, field, _, _ in _SIZES if held.get(unknown, (0,)) != (1,)]
+    out += [word for word, tried in (
+        ("the micro-batch", trn.batch.micro_batch_size > 1),
+        ("recomputation", trn.memory.recompute != "full"),
+        ("sharding", any(x != trn.states.sharding for x in _OFFERED.get(trn.framework, ()))),
+        ("offload", trn.states.offload == "none" and lay.p == 1)) if tried]
+    return tuple(out)
 
 
 def levers(j: Job, capacity: int | None = None) -> list:

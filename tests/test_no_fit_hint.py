@@ -1,9 +1,13 @@
 """A sizing question with no answer (issue 30): the one-line "nothing fits" message, then one
 hint line naming what the search left out: the tight layouts the fragmentation margin excludes
 (``--fragmentation 0`` admits them) and the memory-saving choices outside the space
-(``--recompute full``, larger ``--tp``/``--pp``, ``--offload optimizer``); exit status 1."""
+(``--recompute full``, larger ``--tp``/``--pp``, ``--offload optimizer``); exit status 1.
+Issue 32: both that hint and the estimate's empty advice name only the sizes a search of the
+job's framework changes (DeepSpeed: AutoTP's ``--tp`` and Ulysses' ``--cp`` where named, never a
+pipeline)."""
 
 from memsym.cli import main
+from in_process import run as run_
 
 SMALL = ("llama2-7b", "--gpu", "h100-80gb", "--gpu-memory", "8GB", "--seq-length", "2048")
 
@@ -83,3 +87,48 @@ def test_min_gpus_says_the_megatron_fsdp_strategy_as_search_does(capsys):
     searched = json.loads(capsys.readouterr().out)
     row = searched[0]["layout"]     # a list of rows, best first
     assert set(row) == set(lay) and row["megatron_fsdp"] == lay["megatron_fsdp"]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 32: the empty advice and the no-fit hint name what a search of the job's framework
+# changes (FRAMEWORK[...].searched_sizes; DeepSpeed: AutoTP and Ulysses where named, no pipeline)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_empty_advice_names_no_pipeline_or_context_for_deepspeed(capsys):
+    # FRAMEWORK["deepspeed"].searched_sizes holds pp and cp (and tp) where the job sets none:
+    # the advice tried d, recomputation, sharding and the offload; b = 1 has no smaller one
+    code, out, err = run_(capsys, "estimate", *SMALL, "--framework", "deepspeed",
+                         "--world-size", 1)
+    assert code == 1, err          # an honest "does NOT fit"
+    line = next(x for x in out.splitlines() if x.startswith("advice:"))
+    assert line == ("advice: no single change of d, recomputation, sharding or offload makes "
+                    "it fit")
+    # the same job under Megatron-LM: every size is a lever
+    code, out, err = run_(capsys, "estimate", *SMALL, "--world-size", 1, "--gpu-memory", "1GB")
+    line = next(x for x in out.splitlines() if x.startswith("advice:"))
+    assert code == 1 and line.startswith("advice: no single change of d, t, p, c, ")
+
+
+def test_a_ulysses_job_keeps_its_c_as_a_lever(capsys):
+    # a job that sets c > 1 (Ulysses) has it to change, as AutoTP's t
+    code, out, err = run_(capsys, "estimate", "llama3-8b", "--gpu", "h100-80gb", "--gpu-memory",
+                         "1GB", "--seq-length", 8192, "--framework", "deepspeed", "--cp", 2,
+                         "--world-size", 2)
+    assert code == 1, err
+    line = next(x for x in out.splitlines() if x.startswith("advice:"))
+    assert line == ("advice: no single change of d, c, recomputation, sharding or offload "
+                    "makes it fit")
+
+
+def test_the_search_hint_names_no_pipeline_for_deepspeed(capsys):
+    code, out, err = run_(capsys, "search", *SMALL, "--gpus", 1, "--framework", "deepspeed")
+    lines = err.strip().splitlines()
+    assert code == 1 and out == "" and len(lines) == 2
+    assert lines[1] == "memsym: hint: more could fit with larger --tp/--cp, --offload optimizer"
+    assert "--pp" not in err
+    # --emit deepspeed holds the sizes its file spells only when named: no size to enlarge
+    code, out, err = run_(capsys, "search", *SMALL, "--gpus", 1, "--framework", "deepspeed",
+                         "--emit", "deepspeed")
+    assert code == 1 and err.strip().splitlines()[1] == (
+        "memsym: hint: more could fit with --offload optimizer")

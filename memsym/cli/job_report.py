@@ -242,6 +242,14 @@ def advice_report(j) -> list:
              "step_time_s": lv.step_time} for lv in levers(j)]
 
 
+def advice_tried(j) -> list:
+    """The knobs the advice tries for the job, in words (:func:`memsym.advice.tried_changes`:
+    the sizes its framework's search changes), for the line saying none of them fits."""
+    from ..advice import tried_changes
+
+    return list(tried_changes(j))
+
+
 #: (option, dest) of the cluster options that price communication and time (--gpu alone may
 #: also just supply the capacity, so it is not among them).
 PRICING = (("--gpus-per-node", "gpus_per_node"), ("--intra-node-bandwidth", "intra_node_bandwidth"),

@@ -96,7 +96,7 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
     if "communication" in rep:
         lines += ["", render_step(rep)]
     if "advice" in rep:
-        lines += ["", render_advice(rep["advice"])]
+        lines += ["", render_advice(rep["advice"], rep.get("advice_tried"))]
     if "sensitivity" in rep:
         lines += ["", render_sensitivity(rep["sensitivity"])]
     if refs:
@@ -274,7 +274,8 @@ def render_markdown(rep: dict, args, *, fits, device: int) -> str:
         usable = cap - rep.get("margin_bytes", 0)
         lines += ["", markdown_text(tight_text(rep, device, usable))]
     for block in ([render_step(rep)] if "communication" in rep else []) + \
-            ([render_advice(rep["advice"])] if "advice" in rep else []) + \
+            ([render_advice(rep["advice"], rep.get("advice_tried"))] if "advice" in rep
+             else []) + \
             ([render_sensitivity(rep["sensitivity"])] if "sensitivity" in rep else []):
         lines += ["", "```text", block, "```"]
     return "\n".join(lines + markdown_references(refs))
@@ -347,11 +348,15 @@ def render_step(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def render_advice(rows: list) -> str:
-    """The levers as a table: each alone makes the job fit (verified on the estimate)."""
+def render_advice(rows: list, tried=None) -> str:
+    """The levers as a table: each alone makes the job fit (verified on the estimate); none,
+    the knobs tried (``tried``: :func:`memsym.advice.tried_changes`, the sizes the job's
+    framework's search changes) in one line."""
     if not rows:
-        return ("advice: no single change of d, t, p, c, the micro-batch, recomputation, "
-                "sharding or offload makes it fit")
+        tried = list(tried or ("d", "t", "p", "c", "the micro-batch", "recomputation",
+                               "sharding", "offload"))
+        said = ", ".join(tried[:-1]) + " or " + tried[-1] if len(tried) > 1 else "".join(tried)
+        return f"advice: no single change of {said} makes it fit"
     lines = ["advice: each change alone makes the job fit (verified on the estimate), fastest "
              "first:", f"{'change':<40}{'GB':>9}{'saved':>9}{'GPUs':>7}{'step s':>9}  add"]
     for r in rows:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 
 from .option_table import arch_options, job_fields, switches
-from .job_report import advice_report, metric_report, report_for, sensitivity_report
+from .job_report import (advice_report, advice_tried, metric_report, report_for,
+                         sensitivity_report)
 
 __all__ = ["wants_training", "job_from_args", "ARCH_OPTIONS", "warn_sequence_parallel"]
 
@@ -504,6 +505,7 @@ def estimate_training(args) -> int:
     if cap is not None and (rep["verdict"] == "does not fit" or getattr(args, "advise", False)) \
             and args.convention not in ("megatron-lm", "megatron-bridge"):
         rep["advice"] = advice_report(j.replace(capacity=usable) if j.capacity != usable else j)
+        rep["advice_tried"] = advice_tried(j)      # what "no single change of ..." names
     if getattr(args, "sensitivity", False):
         rep["sensitivity"] = sensitivity_report(args, j)
     if args.json:

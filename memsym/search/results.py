@@ -28,6 +28,16 @@ from .exact import TERM_COLUMNS, exact_row
 from ..timing.gemm import shape_of
 
 
+def _larger_sizes(space: Space, held: tuple) -> tuple:
+    """The parallel sizes a no-fit hint may ask to enlarge: TP and PP, or where the framework
+    holds its sizes (:attr:`memsym.frameworks.Framework.searched_sizes`) those a search tries
+    when named (:attr:`~memsym.frameworks.Framework.named_sizes`: DeepSpeed's AutoTP and
+    Ulysses, never a pipeline); none the caller cannot change (``held``)."""
+    fw = FRAMEWORK[space.framework]
+    sizes = fw.named_sizes if fw.searched_sizes else ("tp", "pp")
+    return tuple(k for k in sizes if k not in held)
+
+
 def no_fit_hint(space: Space, tight: int | None = None, held: tuple = ()) -> str:
     """What else could fit when no layout of ``space`` does, in one line: the tight layouts
     (within the GPU only without the fragmentation margin; ``tight``: how many, None when not
@@ -43,12 +53,20 @@ def no_fit_hint(space: Space, tight: int | None = None, held: tuple = ()) -> str
     more could fit with --recompute full, --offload optimizer
     >>> print(no_fit_hint(sp_, tight=0, held=("recompute",)))
     more could fit with --offload optimizer
+
+    A DeepSpeed search holds TP and CP where none is named and never pipelines: a larger
+    ``--tp`` (AutoTP) or ``--cp`` (Ulysses), no ``--pp``:
+
+    >>> ds = make_space("llama2-7b", "a100-80gb", framework="deepspeed", recompute=["none"])
+    >>> print(no_fit_hint(ds, tight=0))
+    more could fit with --recompute full, larger --tp/--cp, --offload optimizer
     """
     more = []
     if "recompute" not in held and not any(str(r).startswith("full") for r in space.recompute):
         more.append("--recompute full")
-    if (space.tp is not None or space.pp is not None) and not {"tp", "pp"} <= set(held):
-        more.append("larger --tp/--pp")
+    sizes = _larger_sizes(space, held)
+    if sizes and any(getattr(space, k) is not None for k in sizes):
+        more.append("larger " + "/".join(f"--{k}" for k in sizes))
     if tuple(space.offload) == ("none",):
         more.append("--offload optimizer")
     margin = dict(space.allowances).get("fragmentation", 1)
