@@ -105,6 +105,7 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "megatron_options": fw.megatron_options,
                   "tp_sequence_parallel": fw.tp_sequence_parallel,
                   "gpipe": training.pipeline.schedule == "gpipe",
+                  "flash_attention": bool(training.value("flash_attention")),
                   "v_placement": training.pipeline.stage_placement == "v",
                   "microbatch_group_size": training.pipeline.microbatch_group_size,
                   "moe_dispatcher": training.memory.moe_dispatcher,

@@ -205,6 +205,13 @@ LAYOUT_RULES = (
                        "not model"),
          Source("deepspeed-ulysses", "ulysses_sp.py:131-136, :182-184 (kv_replication_factor, "
                 "repeat_interleave)"), InvalidValueError),
+    Rule("ulysses-eager", "DeepSpeed Ulysses refuses eager attention (c > 1 needs flash)",
+         lambda x, k: (k.get("deepspeed", False) & (k["c"] > 1)
+                       & negate(k.get("flash_attention", True))),
+         lambda x, k: (f"DeepSpeed Ulysses (c={k['c']}) refuses eager attention (its 4D mask "
+                       "of s^2 elements): drop --no-flash-attn"),
+         Source("deepspeed-ulysses", "ulysses_sp.py, register_with_transformers "
+                "(unsupported_attn_implementation eager, :461-468)"), InvalidValueError),
     Rule("ulysses-autotp", "DeepSpeed Ulysses beside AutoTP (c > 1 with t > 1) is not modelled",
          lambda x, k: k.get("deepspeed", False) & (k["c"] > 1) & (k["t"] > 1),
          lambda x, k: (f"DeepSpeed Ulysses (c={k['c']}) beside AutoTP (t={k['t']}) is not "

@@ -14,7 +14,8 @@ The oracle is DeepSpeed 0.19.6 (deepspeedai/DeepSpeed ``edaa722126``), read by h
   ``UlyssesSPAttentionHF.__init__`` refuses heads sp does not divide and KV heads neither
   divisible by sp nor dividing it (:145-150), and replicates each KV head sp / kv_heads times
   where sp is larger (:131-136, :182-184), which memsym refuses;
-* ``runtime/engine.py:1898-1900``: AutoEP with ZeRO-3 refuses sequence parallelism.
+* ``runtime/engine.py:1898-1900``: AutoEP with ZeRO-3 refuses sequence parallelism;
+* ``ulysses_sp.py:461-468``: ``register_with_transformers`` refuses eager attention.
 """
 
 from __future__ import annotations
@@ -135,6 +136,13 @@ def test_refusals_are_one_line(cfg, world, seq, said):
         deepspeed_job(read_deepspeed_config({**BASE, **cfg}, world), "llama3-8b",
                       seq_length=seq)
     assert said in str(err.value) and "\n" not in str(err.value)
+
+
+def test_eager_attention_is_refused_as_ulysses_refuses_it():
+    # register_with_transformers: "eager" needs a 4D mask, refused (ulysses_sp.py:461-468)
+    with pytest.raises(InvalidValueError, match="refuses eager attention"):
+        job("llama3-8b", framework="deepspeed", c=2, d=4, flash_attention=False)
+    job("llama3-8b", framework="deepspeed", c=1, d=4, flash_attention=False)    # no Ulysses
 
 
 def test_deepspeeds_cp_is_the_all_to_all_only():

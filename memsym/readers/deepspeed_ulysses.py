@@ -25,7 +25,14 @@ states shard over d c.  DeepSpeed's refusals are kept: sp must divide the world
 heads or be a multiple of them (``:147-150``), and the sequence (``:697-698``); AutoEP beside
 Ulysses under ZeRO-3 (``runtime/engine.py:1898-1900``).  What memsym does not model is
 refused: more SP ranks than KV heads (Ulysses replicates each KV head ``sp / kv_heads`` times,
-``ulysses_sp.py:131-136``, ``:182-184``) and AutoTP beside Ulysses (:mod:`memsym.rules_layout`).
+``ulysses_sp.py:131-136``, ``:182-184``) and AutoTP beside Ulysses (:mod:`memsym.rules_layout`);
+and eager attention, which Ulysses refuses (``register_with_transformers``, ``:461-468``), is
+refused without flash (rule ``ulysses-eager``).
+
+Not counted: the ``position_ids`` all-gather of each attention call (8 b s bytes of int64),
+and, as for Megatron's a2a, the kernel's own saved output beside the all-to-all'd output the
+output projection saves (one more :math:`b s a d_h / c` per layer); ALST's tiled MLP and loss
+and its checkpoint offload (:data:`ALST_EXTRAS`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from ._values import MAX_GPUS
 from .deepspeed_values import deepspeed_count
 
 __all__ = ["read_sequence_parallel", "ulysses_world", "ulysses_refusals", "ulysses_defaults",
-           "ULYSSES_BATCH", "ULYSSES_AUTO_BATCH", "ULYSSES_SWITCH"]
+           "ULYSSES_BATCH", "ULYSSES_AUTO_BATCH", "ULYSSES_SWITCH", "ALST_EXTRAS"]
 
 #: Why a Ulysses job's batch rule counts world / sp data-parallel ranks.
 ULYSSES_BATCH = ("DeepSpeed's batch rule counts world / sequence_parallel_size data-parallel "
@@ -49,6 +56,12 @@ ULYSSES_AUTO_BATCH = ("DeepSpeed config \"auto\" = micro-batch x accumulation x 
 ULYSSES_SWITCH = ("Ulysses runs once the script registers UlyssesSPAttentionHF and passes its "
                   "mpu to deepspeed.initialize (or Accelerate's ParallelismConfig sp_size, "
                   "sp_backend deepspeed); the key alone only changes the batch rule")
+
+
+#: ALST's other pieces (the ulysses_sp.py module docstring): patches the script applies itself.
+ALST_EXTRAS = ("ALST's TiledMLP, tiled logits loss (sequence_tiled_compute) and activation "
+               "checkpoint offload are the script's own patches, not read: memsym counts the "
+               "untiled MLP and logits")
 
 
 def read_sequence_parallel(data: dict, notes: list) -> int:
@@ -84,6 +97,7 @@ def read_sequence_parallel(data: dict, notes: list) -> int:
                      f"c = {c} GPUs (UlyssesSPDataLoaderAdapter) and all-to-alls the attention "
                      "to the whole sequence with a/c heads (UlyssesSPAttentionHF), counted as "
                      "context parallelism c with cp_comm_type a2a; " + ULYSSES_SWITCH)
+        notes.append(ALST_EXTRAS)
     return c
 
 

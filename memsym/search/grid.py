@@ -252,7 +252,7 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     k = {name: grid[name] for name in KNOBS if name in grid}
     k.update({"t_e": grid.get("t_e", grid["t"]), "s": space.seq_length, "B": B, "gpus": gpus,
               "torchtitan": FRAMEWORK[space.framework].torch_pipelining,
-              "gpipe": space.schedule == "gpipe",
+              "gpipe": space.schedule == "gpipe", "flash_attention": bool(space.flash_attention),
               "deepspeed": FRAMEWORK[space.framework].hf_model_code,
               "tp_sequence_parallel": FRAMEWORK[space.framework].tp_sequence_parallel,
               "megatron_options": FRAMEWORK[space.framework].megatron_options,
