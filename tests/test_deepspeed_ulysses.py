@@ -186,6 +186,23 @@ def test_a_trainer_launch_reads_it_with_accelerates_batch(capsys, tmp_path):
     assert any("ParallelismConfig" in n and "sp_size=4" in n for n in rep["notes"])
 
 
+def test_a_trainer_launchs_own_train_batch_is_replaced_as_accelerate_replaces_it(capsys,
+                                                                                   tmp_path):
+    # the Trainer's fill_match wants 8 GPUs x 1 x 2 = 16 (trainer_config_process); Accelerate
+    # then writes 1 x 2 x 8 / 4 = 4 under Ulysses (accelerator.py:2321-2328), DeepSpeed's rule
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({**BASE, "train_batch_size": 16, "sequence_parallel_size": 4}),
+                   encoding="utf-8")
+    code, out, err = run(capsys, "estimate", "--json", "--", "deepspeed", "--num_gpus", 8,
+                         "train.py", "--model_name_or_path", "llama3-8b", "--deepspeed", cfg,
+                         "--bf16", "--per_device_train_batch_size", 1,
+                         "--gradient_accumulation_steps", 2, "--seq-length", 32768)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert (rep["layout"]["cp"], rep["layout"]["dp"]) == (4, 2)
+    assert any("train_batch_size replaced" in n for n in rep["notes"])
+
+
 def test_search_emits_what_estimate_reads_back(capsys, tmp_path):
     code, out, err = run(capsys, "search", "llama3-8b", "--gpu", "h100-80gb", "--seq-length",
                          49152, "--gpus", 8, "--framework", "deepspeed", "--cp", 8,
