@@ -387,6 +387,41 @@ def test_rows_run_by_their_release_config_say_so(runs):
         assert time_accuracy._settings(run).moe_dispatcher == dispatcher
 
 
+def test_release_dispatchers_where_the_release_config_differs(runs):
+    """The dispatcher each row's release ran, read from its perf config, where it is not the
+    recipe read at 067f987df0's: GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2 / _B200_BF16_V2 name
+    moe_flex_dispatcher_backend "hybridep" at Megatron-Bridge v0.4.0 (26.02.01) and
+    26.04-alpha.rc2 (26.04), scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py
+    :102-107 and :118-123, and no backend at v0.4.2 (26.04.01), whose set_workload_base_configs
+    then sets "alltoall" (utils/overrides.py:230-233); apply_flex_dispatcher_backend takes
+    HybridEP on compute capability 10 (training/flex_dispatcher_backend.py:57-72).  The 25.11
+    B200 DeepSeek-V3 config (v0.2.2 deepseek/workload_base_configs.py:63-74) names no backend:
+    DeepSeekV3ModelProvider's "alltoall" (models/deepseek/deepseek_provider.py:76)."""
+    want = {"mbridge.26.02.01.gb200.gpt-oss-120b.bf16": ("hybridep", "v0.4.0"),
+            "mbridge.26.02.01.b200.gpt-oss-120b.bf16": ("hybridep", "v0.4.0"),
+            "mbridge.26.04.gb200.gpt-oss-120b.bf16": ("hybridep", "26.04-alpha.rc2"),
+            "mbridge.26.04.b200.gpt-oss-120b.bf16": ("hybridep", "26.04-alpha.rc2"),
+            "mbridge.26.04.01.gb200.gpt-oss-120b.bf16": ("alltoall", None),
+            "mbridge.26.04.01.b200.gpt-oss-120b.bf16": ("alltoall", None),
+            "mbridge.25.11.b200.deepseek-v3.mxfp8": ("alltoall", "v0.2.2")}
+    by_id = {r["id"]: r for r in runs}
+    for rid, (dispatcher, tag) in want.items():
+        run = by_id[rid]
+        assert time_accuracy._settings(run).moe_dispatcher == dispatcher
+        if tag is not None:
+            assert any(f"Megatron-Bridge {tag} " in line for line in run["open"])
+
+
+def test_gb200_llama3_70b_nvfp4_rows_ran_no_cuda_graph(runs):
+    """LLAMA3_70B_PRETRAIN_CONFIG_GB200_NVFP4_V2 sets cuda_graph_impl "none" in every release
+    read (Megatron-Bridge v0.3.0, v0.4.0, 26.04-alpha.rc2, v0.4.2 scripts/performance/configs/
+    llama/llama3_workload_base_configs.py:256-264): no graph is listed as left unpriced."""
+    for rel in ("26.02", "26.02.01", "26.04", "26.04.01"):
+        run = {r["id"]: r for r in runs}[f"mbridge.{rel}.gb200.llama3-70b.nvfp4"]
+        assert run.get("unmodelled", []) == []
+        assert any('cuda_graph_impl "none"' in line for line in run["open"])
+
+
 def test_the_dispatcher_is_the_recipes(runs):
     """perf_recipes/deepseek/b200/deepseek_v3.py:141 names DeepEP on top of a base whose
     apply_flex_dispatcher_backend makes the dispatcher flex (recipes/deepseek/h100/
