@@ -422,6 +422,20 @@ def test_gb200_llama3_70b_nvfp4_rows_ran_no_cuda_graph(runs):
         assert any('cuda_graph_impl "none"' in line for line in run["open"])
 
 
+def test_super_nvfp4_rows_run_their_last_14_layers_in_bf16(runs):
+    """nemotron_3_super_bf16_with_nvfp4_mixed (Megatron-Bridge v0.4.2 / 26.04-alpha.rc2
+    src/megatron/bridge/training/mixed_precision.py:427-435) sets first_last_layers_bf16 True,
+    num_layers_at_end_in_bf16 14 and leaves num_layers_at_start_in_bf16 at its 0 (:73); the
+    releases' set_nemotron_3_super_common_configs (scripts/performance/configs/nemotronh/
+    nemotron_3_llm_pretrain.py:40-46) use it for NVFP4: the step prices (0, 14) BF16 layers."""
+    super_fp4 = [r for r in runs if "nemotron-3-super.nvfp4" in r["id"] and r["role"] == "validation"]
+    assert len(super_fp4) == 6
+    for run in super_fp4:
+        assert time_accuracy._settings(run).bf16_layers == (0, 14)
+    others = [r for r in runs if r["settings"].get("precision") == "fp4" and r not in super_fp4]
+    assert all(time_accuracy._settings(r).bf16_layers == (0, 0) for r in others)
+
+
 def test_the_dispatcher_is_the_recipes(runs):
     """perf_recipes/deepseek/b200/deepseek_v3.py:141 names DeepEP on top of a base whose
     apply_flex_dispatcher_backend makes the dispatcher flex (recipes/deepseek/h100/

@@ -149,7 +149,11 @@ def _settings(run) -> Settings:
                     optimizer=st.get("optimizer", "adam"),
                     muon_tp_mode=st.get("muon_tp_mode", "duplicated"),
                     muon_nesterov=bool(st.get("muon_nesterov", False)),
-                    mla_down_proj_fusion=bool(st.get("mla_down_proj_fusion", False)))
+                    mla_down_proj_fusion=bool(st.get("mla_down_proj_fusion", False)),
+                    # Megatron's first / last decoder layers outside the FP8 / NVFP4 autocast,
+                    # where the row's precision config sets them (first_last_layers_bf16 with
+                    # num_layers_at_start / end_in_bf16)
+                    bf16_layers=tuple(st.get("bf16_layers", (0, 0))))
 
 
 def recipe_moe_dispatcher(run) -> str:
