@@ -246,3 +246,21 @@ def test_torch_ring_attention_oracle():
         bwd = max(r[(method, kv)][1] for r in ranks.values())
         assert fwd == f.expr.subs(vals), (method, kv)
         assert bw.expr.subs(vals) <= bwd <= bw.expr.subs(vals) + lse, (method, kv)
+
+
+def test_a2a_attention_keeps_its_kernel_output_beside_the_projections_copy():
+    """Transformer Engine's AttnFuncWithCPAndQKVOA2A saves ``out_part`` (its kernel's output,
+    s tokens of a/c heads) and returns the all-to-all's result, which linear_proj saves: per
+    layer one more 16-bit s/c x a d_h tensor than p2p, which returns the tensor it saves.
+    Llama 3 8B, c = 2, s = 8192, b = 1, t = 1, d = 4, no recompute: 32 layers x 2 x 4096 x
+    4096 bytes; core_attn recomputed drops it with the kernel's saved tensors."""
+    from memsym.training.estimate import job_memory
+
+    def layers(**kw):
+        j = job("llama3-8b", c=2, d=4, seq_length=8192, micro_batch_size=1,
+                global_batch_size=4, gpu="h100-80gb", **kw)
+        return job_memory(j).activations()["layer_activations"]
+
+    assert layers(cp_comm_type="a2a") - layers(cp_comm_type="p2p") == 32 * 2 * 4096 * 4096
+    assert layers(cp_comm_type="a2a", recompute="selective") == \
+        layers(cp_comm_type="p2p", recompute="selective")

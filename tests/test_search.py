@@ -632,9 +632,9 @@ def test_llama3_405b_meta_layout_is_offered_with_uneven_stages(llama3_405b_16k):
 @pytest.mark.xfail(strict=True, reason=(
     "issue 17 item 5 (blocked): Meta's layout with v = 8 and no recompute is priced at 6.00 s "
     "but needs 87.7 GB under Megatron-LM's allocation (128 in-flight chunk passes of 533 MB and "
-    "the distributed optimizer's 19.1 GB of weights and fp32 gradients) and 147.6 GB under "
+    "the distributed optimizer's 19.1 GB of weights and fp32 gradients) and 161.6 GB under "
     "torchtitan's (torch.distributed.pipelining's kept buffers), against 84.94 GB; it ranks 55th "
-    "(Megatron-FSDP optim_grads_params, no recompute, v <= 2 on 126 layers) and 46th with full recompute (torchtitan, whose DTensor TP keeps the gathered block inputs). "
+    "(Megatron-FSDP optim_grads_params, no recompute, v <= 2 on 126 layers) and 44th with full recompute (torchtitan, whose DTensor TP keeps the gathered block inputs). "
     "Meta's stack frees the stage inputs/outputs and keeps no gradient buffer before the backward; "
     "docs/howto-search.md, 'Llama 3 405B's production layout', doctests every number"))
 def test_llama3_405b_meta_layout_ranks_near_the_top(llama3_405b_16k):

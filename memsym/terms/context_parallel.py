@@ -69,7 +69,8 @@ from ..values import cached_max
 from ..vocabulary import CP_METHODS
 
 __all__ = ["cp_method", "torch_ring_attention", "te_cp_attention", "ulysses_attention",
-           "cp_attention_transients", "attention_sizes", "add_phase_buffers"]
+           "cp_attention_transients", "attention_sizes", "add_phase_buffers",
+           "a2a_attention_output"]
 
 # Every CP method a job may name (Training.comm.cp_comm_type) is in memsym.vocabulary:
 # Megatron-LM's --cp-comm-type values (Transformer Engine) and torch's rotate methods
@@ -241,6 +242,68 @@ def ulysses_attention(n_kv, width=2) -> tuple:
             Term("cp_attention_backward", 2 * Q + 2 * K, "DeepSpeed Ulysses attention backward: "
                  "the output gradient re-sharded, dQ, dK, dV all-to-alled back", src,
                  label="CP attention (backward)"))
+
+
+def a2a_attention_output(kept: bool = True, *, mla: dict | None = None, width=2) -> Term:
+    r"""The attention kernel's own output an all-to-all CP attention keeps [bytes per layer].
+
+    Per micro-batch and layer, with :math:`\tau = sb/c` tokens on the rank and :math:`w` bytes
+    an element:
+
+    .. math:: w\,\tau\,\frac{a\,d_v}{t} \qquad (d_v = d_h \text{ without MLA})
+
+    An all-to-all (Ulysses) attention runs its kernel on the whole sequence with
+    :math:`a/(ct)` heads and all-to-alls the output back to the rank's :math:`s/c` tokens.  The
+    kernel's output is saved for its backward and the all-to-all's result, a new tensor of as
+    many elements, is what the output projection keeps (``proj_input``): two copies where a
+    plain attention keeps one.  Transformer Engine's ``AttnFuncWithCPAndQKVOA2A`` saves
+    ``out_part`` (the kernel's output) and returns ``flash_attn_a2a_communicate``'s result;
+    DeepSpeed's ``UlyssesSPAttentionHF`` returns ``_partition_global_sequence``'s all-to-all of
+    the kernel's output, which the transformers kernel saved.  0 when not kept (``kept``
+    False: no a2a, or the core attention recomputed).
+
+    Parameters
+    ----------
+    kept : bool
+        The layer's attention runs the a2a method at c > 1 and is not recomputed [1].
+    mla : dict, optional
+        Multi-latent attention sizes (``v_head_dim`` sets the output's head width).
+    width : {2, 4}
+        Bytes of an element in the compute dtype (4 in fp32) [bytes/element].
+
+    Examples
+    --------
+    Llama 3 8B (32 heads of 128) at s = 65536, b = 1, c = 8, t = 1: one 16-bit 8192 x 4096
+    tensor a layer, 64 MiB:
+
+    >>> a2a_attention_output().evaluate(s=65536, b=1, c=8, t=1, a=32, d_h=128) == \
+    ...     2 * 8192 * 4096
+    True
+
+    References
+    ----------
+    .. [te-context-parallel] ``context_parallel.py`` at d0067d0da6,
+       ``AttnFuncWithCPAndQKVOA2A.forward`` (lines 4428-4476: ``out_part = out_``; 4485-4500:
+       ``out_ = flash_attn_a2a_communicate(out_, ...)``, returned; 4563-4576: ``out_part``
+       saved).
+    .. [deepspeed-ulysses] ``runtime/sequence_parallel/ulysses_sp.py`` at edaa722126,
+       ``UlyssesSPAttentionHF.forward`` (lines 355-391) and ``_partition_global_sequence``
+       (206-227).
+    """
+    if not kept:
+        return Term("cp_a2a_attention_output", sp.Integer(0), "", _A2A_OUT, label="CP a2a output")
+    head = sp.Integer(mla["v_head_dim"]) if mla else d_h
+    return Term("cp_a2a_attention_output", width * s * b / c * a * head / t,
+                "the attention kernel's own output, saved beside the all-to-all's copy the "
+                "output projection keeps (a2a context parallelism)", _A2A_OUT,
+                label="CP a2a output")
+
+
+_A2A_OUT = Source("te-context-parallel", "transformer_engine/pytorch/attention/"
+                  "dot_product_attention/context_parallel.py at d0067d0da6, "
+                  "AttnFuncWithCPAndQKVOA2A.forward (out_part saved, lines 4428-4476, "
+                  "4563-4576; the all-to-all's output returned, 4485-4500); DeepSpeed "
+                  "edaa722126 ulysses_sp.py UlyssesSPAttentionHF.forward (355-391)")
 
 
 def cp_method(framework: str, given) -> str | None:

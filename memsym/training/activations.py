@@ -33,7 +33,7 @@ from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbat
 from ..unchecked_job import UncheckedJob, unchecked
 from .bf16_layers import bf16_activation_excess
 from .layer_model import layer_model_of
-from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
+from .traits import (activation_width, autotp_logits, boundary_bytes, cp_a2a_on, logits_gathered,
                      loss_kind, output_stage, resolve_arch, sequence_parallel_on, stage_role)
 
 #: memsym's own derivation of the terms without a published source (MTP, working set).
@@ -321,7 +321,8 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
         # d98e8a64dd) and runs after the decoder block, whose FP4 contexts are per layer
         # (transformer_block.py:631-634, :692-695; gpt_model.py:712): a bf16 layer
         mtp_model = layer_model if layer_model[1].get("fp8_inputs") != "nvfp4" \
-            else layer_model_of(x, sequence_parallel_on(layout), training, recompute, nvfp4=False)
+            else layer_model_of(x, sequence_parallel_on(layout), training, recompute, nvfp4=False,
+                                cp_a2a=cp_a2a_on(layout, training))
         # one set per pass, a repeated layer's too (mtp_use_repeated_layer runs layers[0] on
         # each pass's own inputs, multi_token_prediction.py:2048-2115 at d98e8a64dd)
         terms.append(Term("mtp_activations",
@@ -426,7 +427,10 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     interleaved = layout.v is not None and layout.v > 1
     vv = v if interleaved else None
     mm = m if j.m is not None else None
-    layer_model = layer_model_of(x, sequence_parallel_on(layout), training, recompute)
+    # a search template keeps c a symbol (memsym.terms.context_parallel.a2a_attention_output)
+    a2a = cp_a2a_on(layout, training, isinstance(j, UncheckedJob))
+    layer_model = layer_model_of(x, sequence_parallel_on(layout), training, recompute,
+                                 cp_a2a=a2a)
     per_layer = layer_model[0]
     layers = _stage_layers(x, layout, stage)
     chunks, group = _in_flight_chunks(layout, training, stage, schedule, pp=p, vv=vv, mm=mm)
@@ -439,7 +443,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
                                               group, j.m if isinstance(j.m, int) else None)
     terms = [_layers_term(held_layers, layers, schedule, interleaved, recompute, layer_model[2],
                           training)] + bf16_activation_excess(   # first_last_layers_bf16
-        x, layout, training, stage, lambda trn: layer_model_of(x, sp_on, trn, recompute),
+        x, layout, training, stage,
+        lambda trn: layer_model_of(x, sp_on, trn, recompute, cp_a2a=a2a),
         lambda j: chunks / (vv or 1) if live is None else live[j], recompute,
         (layout.c > 1, layers.shared_block))
     terms += rb.offloaded_layers(layers.pattern[:training.memory.cpu_offloading_num_layers],

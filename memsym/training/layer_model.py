@@ -17,10 +17,12 @@ import sympy as sp
 
 from ..frameworks import framework as framework_record
 from ..job import Training, dropout_kept, recompute_modules_of
+from ..symbols import c
 from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
 from ..terms.adapters import frozen_linear_inputs
+from ..terms.context_parallel import a2a_attention_output
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.qkv_storage import checkpointed_qkv_storage
@@ -44,10 +46,11 @@ def mla_sizes(x) -> dict | None:
 
 
 def layer_model_of(x, sp_on: bool, training: Training, recompute: str,
-                   nvfp4: bool = True) -> tuple:
+                   nvfp4: bool = True, cp_a2a: bool | None = False) -> tuple:
     """(per_layer, common, mods, shared): ``per_layer(moe, mode)``, one decoder layer's
     activations of one micro-batch [bytes] under the job's settings (``sp_on``: sequence
-    parallelism on; ``nvfp4`` False: an FP4 job's layer run in bf16, as its MTP layers are);
+    parallelism on; ``nvfp4`` False: an FP4 job's layer run in bf16, as its MTP layers are;
+    ``cp_a2a``: an all-to-all context-parallel attention at c > 1, None: a2a at a symbolic c);
     the keyword arguments of :func:`memsym.terms.activations.layer_activations` it passes (read
     only); the modules selective recompute recomputes; whether MoE layers have a shared expert.
 
@@ -63,7 +66,7 @@ def layer_model_of(x, sp_on: bool, training: Training, recompute: str,
     (True, True, False)
     """
     # the model's extras (a clamped GLU's limit) are outside its equality and hash: in the key
-    return _layer_model(x, repr(x.extra), sp_on, training, recompute, nvfp4)
+    return _layer_model(x, repr(x.extra), sp_on, training, recompute, nvfp4, cp_a2a)
 
 
 def _layer_options(x, sp_on: bool, training: Training, recompute: str, nvfp4: bool) -> dict:
@@ -101,7 +104,7 @@ def _layer_options(x, sp_on: bool, training: Training, recompute: str, nvfp4: bo
 
 @functools.lru_cache(maxsize=256)
 def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
-                 nvfp4: bool) -> tuple:
+                 nvfp4: bool, cp_a2a: bool | None) -> tuple:
     # layer_model_of, keyed by the model's extras too
     common = _layer_options(x, sp_on, training, recompute, nvfp4)
     shared = bool(x.moe_shared_expert_intermediate_size)
@@ -167,6 +170,13 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
         framework_record(training.framework).megatron_options and "core_attn" in (mods or ())
         and not common.get("mla") and not common.get("output_gate"))).expr
 
+    # an a2a CP attention keeps its kernel's output beside the output projection's copy
+    # (memsym.terms.context_parallel.a2a_attention_output), unless core_attn is recomputed
+    a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"),
+                                   width=activation_width(training)).expr
+    if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
+        a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
+
     @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
@@ -179,7 +189,8 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
             and not training.memory.sac_saves_attention else 0
         return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
             + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
-            + (qkv_view if mode == "selective" else 0) \
+            + (qkv_view if mode == "selective" else 0) + (a2a_out if mode == "none" or (
+                mode == "selective" and "core_attn" not in (mods or ())) else 0) \
             + (wide * tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
 
     return per_layer, MappingProxyType(common), mods, shared

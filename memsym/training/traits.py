@@ -16,6 +16,7 @@ from ..frameworks import framework as framework_record
 from ..job import Layout, Training
 from .. import model as models
 from ..symbols import b, c, h, s, t
+from ..terms.context_parallel import cp_method
 
 
 def resolve_arch(arch, training: Training):
@@ -65,6 +66,21 @@ def activation_width(training: Training) -> int:
     (2, 4)
     """
     return 4 if training.states.precision == "fp32" else 2
+
+
+def cp_a2a_on(layout: Layout, training: Training, symbolic: bool = False) -> bool | None:
+    """Whether the attention runs the all-to-all (Ulysses) context-parallel method at c > 1:
+    Megatron's ``--cp-comm-type a2a`` (Transformer Engine) or DeepSpeed Ulysses; None where
+    the method is a2a and c stays a symbol (``symbolic``: a search template).
+
+    Examples
+    --------
+    >>> cp_a2a_on(Layout(c=2), Training(cp_comm_type="a2a")), cp_a2a_on(Layout(c=2), Training())
+    (True, False)
+    """
+    if cp_method(training.framework, training.comm.cp_comm_type) != "a2a":
+        return False
+    return None if symbolic else layout.c > 1
 
 
 def sequence_parallel_on(layout: Layout) -> bool:
