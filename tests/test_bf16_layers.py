@@ -50,12 +50,13 @@ def test_layer_linear_weights_by_hand():
 @pytest.mark.parametrize("stage", [0, 1])
 def test_fp8_param_gather_keeps_the_bf16_layers_16_bit(stage):
     # stage 0 holds layer 0, stage 1 layer 31: one BF16 layer each.  With --fp8-param-gather
-    # the layer's linear weights move from the FP8 parameters (1 byte) to the 16-bit buffer
-    # (2 bytes); gradients and optimizer states are the same (fp32 main grads and states).
+    # the layer's linear weights move from the FP8 parameters (1 byte and, with no GPU given
+    # (TN-only), the 1-byte transpose made after each gather) to the 16-bit buffer (2 bytes);
+    # gradients and optimizer states are the same (fp32 main grads and states).
     fp8 = _terms(_llama8b(fp8_param_gather=True), stage)
     mixed = _terms(_llama8b(fp8_param_gather=True, bf16_layers=(1, 1)), stage)
     assert mixed["weights"] - fp8["weights"] == 2 * LAYER_LINEAR
-    assert fp8["fp8_weights"] - mixed["fp8_weights"] == 1 * LAYER_LINEAR
+    assert fp8["fp8_weights"] - mixed["fp8_weights"] == 2 * LAYER_LINEAR
     for key in ("gradients", "optimizer"):
         assert mixed[key] == fp8[key]
 
@@ -184,7 +185,8 @@ def test_pipeline_stages_take_the_bf16_layers():
 
 def test_cli_flags_read_megatrons_names(capsys):
     # memsym's own command line takes Megatron's spellings: stage 0's FP8 weights lose one
-    # layer's (1 byte a weight under --fp8-param-gather), as the job API counts them
+    # layer's (1 + 1 bytes a weight under --fp8-param-gather with no GPU given: the parameter
+    # and its transpose), as the job API counts them
     base = ["estimate", "llama3-8b", "--pp", "2", "--seq-length", "8192", "--precision", "fp8",
             "--fp8-recipe", "tensorwise", "--fp8-param-gather"]
     assert main(base) == 0
@@ -194,7 +196,7 @@ def test_cli_flags_read_megatrons_names(capsys):
     fp8_all, fp8_mixed = (int(next(line.split()[1] for line in out.splitlines()
                                    if line.startswith("fp8_weights")).replace(",", ""))
                           for out in (before, after))
-    assert fp8_all - fp8_mixed == LAYER_LINEAR
+    assert fp8_all - fp8_mixed == 2 * LAYER_LINEAR
     assert "(first 1 / last 1 layers in BF16)" in after
     assert main(["estimate", "llama3-8b", "--pp", "2", "--first-last-layers-bf16"]) == 2
     assert "bf16_layers" in capsys.readouterr().err

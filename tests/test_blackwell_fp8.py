@@ -64,11 +64,14 @@ def test_the_catalogue_reads_compute_capability_as_transformer_engine_does():
 
 
 def test_widths_per_tensor_fp8_weight_cache_per_architecture():
-    # Hopper: _data + _transpose; Blackwell: _data only; FP8 parameters: the 1-byte parameter
+    # Hopper: _data + _transpose; Blackwell: _data only; FP8 parameters the same (their
+    # transpose made after each gather on Hopper), Megatron-FSDP's FP8 shards 1 byte
     assert fp8_weight_bytes("delayed") == 2 and fp8_weight_bytes("tensorwise") == 2
     assert fp8_weight_bytes("delayed", False, True) == 1
     assert fp8_weight_bytes("tensorwise", False, True) == 1
-    assert fp8_weight_bytes("tensorwise", True, True) == 1 == fp8_weight_bytes("tensorwise", True)
+    assert fp8_weight_bytes("tensorwise", True, True) == 1
+    assert fp8_weight_bytes("tensorwise", True) == 2 == fp8_weight_bytes("delayed", True)
+    assert fp8_weight_bytes("tensorwise", True, False, sharded_params=True) == 1
     # MXFP8: 2 x (1 + 1/32) on any GPU
     assert fp8_weight_bytes("mxfp8", False, True) == fp8_weight_bytes("mxfp8") \
         == 2 * (1 + sp.Rational(1, 32))
@@ -89,11 +92,20 @@ def test_b200_drops_one_byte_per_linear_weight(sharding, recipe):
     assert changed == {"fp8_weights", "total"}
 
 
-def test_fp8_parameters_are_one_byte_on_both():
+def test_fp8_parameters_keep_their_transpose_on_hopper():
+    # Megatron-core d98e8a64dd param_and_grad_buffer.py:301-343: after each FP8 parameter
+    # all-gather _post_param_sync calls TE's post_all_gather_processing, which on a TN-only GPU
+    # runs Float8Tensor._create_transpose (TE d0067d0da6 tensor/utils.py:1423-1427) into
+    # out=self._transpose (float8_tensor_storage.py:267-277); the master-weight cast only marks
+    # it invalid (utils.py:563 _reset_caches) and linear.py never asks a weight for
+    # columnwise_usage=False (:490 rowwise, :1051 columnwise), the only way update_usage drops
+    # it (float8_tensor_storage.py:299-317).  So the FP8 parameter is 1 + 1 bytes on Hopper,
+    # 1 on Blackwell, where no transpose is made.
     hopper = _estimate("h100-80gb", fp8_param_gather=True)
     blackwell = _estimate("b200", fp8_param_gather=True)
-    assert hopper["fp8_weights"] == blackwell["fp8_weights"] == N_LIN
-    assert hopper == blackwell
+    assert hopper["fp8_weights"] == 2 * N_LIN and blackwell["fp8_weights"] == N_LIN
+    assert hopper["total"] - blackwell["total"] == N_LIN          # 6.98 GB per GPU
+    assert {k for k in hopper if hopper[k] != blackwell[k]} == {"fp8_weights", "total"}
 
 
 def test_saved_fp8_inputs_are_the_same_on_both_gpus():

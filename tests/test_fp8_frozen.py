@@ -118,9 +118,10 @@ def test_fp4_mtp_layers_stay_bf16(finetune):
 
 
 def test_fp8_param_gather_makes_the_mtp_weights_fp8():
-    # fp8_model_init over the MTP layers too: their linear weights are 1-byte FP8 parameters,
-    # out of the 16-bit weights; the rest (embedding padded to 1024 rows, norms) stays 2 bytes
+    # fp8_model_init over the MTP layers too: their linear weights are FP8 parameters (1 byte
+    # and, with no GPU given (TN-only), the 1-byte transpose made after each gather), out of the
+    # 16-bit weights; the rest (embedding padded to 1024 rows, norms) stays 2 bytes
     g = _grouped(TINY, Layout(), precision="fp8", fp8_param_gather=True)
-    assert g["fp8_weights"] == 2 * LAYER + LAYER + EH_PROJ
+    assert g["fp8_weights"] == 2 * (2 * LAYER + LAYER + EH_PROJ)
     norms = 2 * 2 * H + 3 * H + 2 * H + H   # 2 per layer, the MTP's 3 and its block's 2, final
     assert g["weights"] == 2 * (1024 * H + norms)

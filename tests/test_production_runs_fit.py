@@ -119,15 +119,28 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
 #: excess not yet found"; GB200 at MBS 4: 180.9 of 186, once 209.2; B200: 166.4 of 180),
 #: the 26.04.01 B200 DeepSeek-V3 MXFP8 row (143.4 of 180), the 25.11 GB300 Qwen3-235B-A22B
 #: bf16 row (240.7 of 279), the 25.11 B200 Qwen3-235B-A22B MXFP8 row at its VP 2 (176.1 of
-#: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (80.2 of 84.9).
+#: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (80.2 of 84.9; tight since the FP8
+#: parameters' transpose is counted, below).
 #: The 25.11 H100 GPT-OSS-120B row's MBS 4 contradicts its own GA 2 and its release's perf
 #: config (MBS 1; the TOML's table_note): at the config's MBS 1 it fits (62.0 GB of 85; at
 #: MBS 4 the first stage would hold 62.3 GB of activations, 113.4 GB in all).
 
 
+#: Per-tensor FP8 parameters (fp8_param_gather) keep the transpose TE makes after each
+#: parameter all-gather on a TN-only GPU (Megatron-core d98e8a64dd param_and_grad_buffer.py:
+#: 301-343 _post_param_sync -> TE d0067d0da6 tensor/utils.py:1423-1427 _create_transpose, kept
+#: in the parameter's _transpose, float8_tensor_storage.py:267-277): 1 + 1 B per linear weight
+#: on the H100, the dense and the expert ones (1.49 + 3.67 GB more on Nano's H100 rows).
+for _rel in ("26.04.01", "26.04", "26.02.01"):
+    TIGHT[f"mbridge.{_rel}.h100.nemotron-3-nano.fp8"] = (
+        f"{_FRAG} takes it over, with the FP8 parameters' transpose on Hopper (+5.2 GB: "
+        "fp8_weights 1.49 -> 2.98 GB, expert_fp8_weights 3.67 -> 7.34 GB): 78.2 GB without the "
+        "margin, 85.9 GB with it, against 84.9 GB (80.2 GB with the margin before)")
+
+
 #: MXFP8 (bf16_with_mxfp8_mixed: fp8_param_gather) keeps each linear weight as an MXFP8
 #: parameter with rowwise and columnwise data and their 1-per-32 scales, 33/16 bytes where
-#: per-tensor FP8 parameters take 1 (memsym.terms.widths.fp8_weight_bytes; TE
+#: per-tensor FP8 parameters take 1 on Blackwell (memsym.terms.widths.fp8_weight_bytes; TE
 #: module/base.py reset_parameters: the weight quantizer's columnwise usage under grad).
 _MX = "MXFP8's columnwise weight copy and block scales (33/16 B per linear weight)"
 #: Megatron-Core's MoE paged stash (moe_paged_stash; qwen/common.py

@@ -247,8 +247,9 @@ def _quantized_weights(lin, mx: str, fp4_param_gather: bool, fp8_param_gather: b
                     "uint8 param_data, gathered in NVFP4; columnwise copy made "
                     "after the gather)", _NVFP4_PARAMS, label="fp4 weights")
     elif fp8_param_gather:
-        return Term("fp8_weights", lin * b_f8, mx + "linear-layer weights "
-                    "(fp8_model_init, gathered in FP8)", _TE_FP8, label="fp8 weights")
+        return Term("fp8_weights", lin * b_f8, mx + "linear-layer weights (fp8_model_init, "
+                    "gathered in FP8; per-tensor FP8 keeps the transpose TE makes after each "
+                    "gather where FP8 GEMMs are TN-only)", _TE_FP8, label="fp8 weights")
     else:
         return te_weight_cache(lin, mx, transpose=transpose)
 

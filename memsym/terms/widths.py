@@ -217,14 +217,13 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     ``grad_reduce_in_fp32``), fp16 params an fp16 buffer plus an fp32 ``.float()`` shard;
     DeepSpeed (zero1/2/3) 16-bit params and grads plus an fp32 gradient partition; FSDP2
     (fsdp) keeps fp32 sharded params and grads (they are the master copy) and only the
-    moments beside them.  FP8 (Transformer Engine) keeps the bf16 weight and caches FP8 copies
-    (``b_f8 = 2``: rowwise + transpose; 1, no transpose, where ``non_tn_fp8_gemm``) unless
-    ``fp8_param_gather`` (then 1-byte weights, no cache); under ``fp8_recipe="mxfp8"`` both are
-    MXFP8 rowwise + columnwise data with a scale byte per 32 elements each (``b_f8 = 2 + 2/32``,
-    :func:`fp8_weight_bytes`).  NVFP4 (fp4) keeps rowwise and columnwise copies, 4-bit with a
-    scale byte per 16 elements each (``b_f8 = 9/8``, :func:`nvfp4_weight_bytes`), beside the
-    bf16 weight or, with ``fp4_param_gather``, instead of it.  The textbook conventions keep
-    their widths (ZeRO: fp16 gradients, seed 000: fp32 gradients sharded, Megatron-LM: fp32).
+    moments beside them.  FP8 (Transformer Engine): bf16 weights with cached FP8 copies, or FP8
+    weights under ``fp8_param_gather`` (``b_f8 = 2``, rowwise + transpose, either way; 1 where
+    ``non_tn_fp8_gemm`` or Megatron-FSDP's shards); MXFP8 rowwise + columnwise data with a scale
+    byte per 32 each (``b_f8 = 2 + 2/32``, :func:`fp8_weight_bytes`).  NVFP4 (fp4) keeps
+    rowwise and columnwise copies, 4-bit with a scale byte per 16 elements each (``b_f8 = 9/8``,
+    :func:`nvfp4_weight_bytes`), beside the bf16 weight or, with ``fp4_param_gather``, instead
+    of it.  Textbook conventions: ZeRO fp16 gradients, seed 000 fp32 sharded, Megatron-LM fp32.
 
     Parameters
     ----------
@@ -239,9 +238,8 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
     grad_dtype : {"fp32", "bf16", "fp16"}, optional
         Gradient-buffer dtype (framework only); default the framework's (see above).
     fp8_param_gather : bool
-        Megatron ``--fp8-param-gather``: FP8 weights only, gathered in FP8 (framework, fp8;
-        under ``fsdp``, Megatron-FSDP's FP8 parameters: ``b_hp = 4`` the fp32 main-weight
-        shard, ``b_f8 = 1`` the FP8 model-weight shard).
+        Megatron ``--fp8-param-gather``: FP8 weights only, gathered in FP8 (framework, fp8; under
+        ``fsdp`` Megatron-FSDP's: ``b_hp = 4`` fp32 main-weight, ``b_f8 = 1`` FP8 weight shards).
     precision_aware : bool
         Megatron ``--use-precision-aware-optimizer`` (distributed-optimizer, Adam).
     fp8_recipe, non_tn_fp8_gemm : {None, "delayed", "tensorwise", "mxfp8"}, bool
@@ -293,7 +291,8 @@ def byte_widths(scheme: str = "distributed-optimizer", precision: str = "bf16",
                                    precision_aware, main_params_dtype, exp_avg_dtype,
                                    exp_avg_sq_dtype, store_param_remainders)
         if precision == "fp8":
-            widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather, non_tn_fp8_gemm)
+            widths[b_f8] = fp8_weight_bytes(fp8_recipe, fp8_param_gather, non_tn_fp8_gemm,
+                                            sharded_params=scheme == "fsdp")
         if precision == "fp4":   # NVFP4 rowwise + columnwise, beside or instead of the bf16 weight
             widths[b_f8] = nvfp4_weight_bytes(fp4_param_gather)
         return widths
@@ -323,37 +322,40 @@ def _convention_widths(scheme, precision, optimizer, convention) -> dict:
 
 
 def fp8_weight_bytes(fp8_recipe: str | None = None, fp8_param_gather: bool = False,
-                     non_tn_fp8_gemm: bool = False) -> sp.Expr:
+                     non_tn_fp8_gemm: bool = False, sharded_params: bool = False) -> sp.Expr:
     r"""Bytes of Transformer Engine's FP8 copies per linear-layer weight [bytes/parameter].
 
     They are kept beside (or, with ``fp8_param_gather``, instead of) the 16-bit weight.
-    Per-tensor scaling (delayed, tensorwise): the rowwise FP8 copy and its transpose, 1 + 1,
-    or the 1-byte FP8 weight under ``fp8_param_gather``; where FP8 GEMMs take non-TN layouts
-    (``non_tn_fp8_gemm``: compute capability 10.x, 11.x, >= 13) TE allocates no transpose, the
-    rowwise data serves both usages: 1.  MXFP8 cannot transpose a quantized tensor (its scales
-    run along one dimension): rowwise and columnwise data, each with one E8M0 scale byte per 32
-    elements (``MXFP8Quantizer.inner_tensor_specs``; ``linear.py`` asks columnwise usage
-    whenever the input needs a gradient), with or without ``fp8_param_gather``, on any GPU:
+    Per-tensor scaling (delayed, tensorwise): the rowwise FP8 copy and its transpose, 1 + 1;
+    FP8 parameters (``fp8_param_gather``) too: each parameter all-gather ends in TE's
+    ``post_all_gather_processing``, which makes the transpose on TN-only GPUs, and nothing
+    drops it (Megatron-FSDP's FP8 shards, ``sharded_params``: 1).  Non-TN FP8 GEMMs
+    (``non_tn_fp8_gemm``: compute capability 10.x, 11.x, >= 13): no transpose, 1.  MXFP8:
+    rowwise and columnwise data, each with an E8M0 scale byte per 32 elements (``linear.py``
+    asks columnwise usage whenever the input needs a gradient), on any GPU:
 
     .. math:: b_{f8} = 2\ \text{(TN-only)},\quad 1\ \text{(non-TN)},\quad
               2\,(1 + 1/32) = 33/16\ \text{(MXFP8)}
 
     Examples
     --------
-    >>> [fp8_weight_bytes(*a) for a in ((), (None, True), ("tensorwise", False, True), ("mxfp8", True, True))]
-    [2, 1, 1, 33/16]
+    >>> [fp8_weight_bytes(*a) for a in ((), (None, True), ("tensorwise", True, True), (None, True, False, True), ("mxfp8", True, True))]
+    [2, 2, 1, 1, 33/16]
 
     References
     ----------
     transformer-engine at d0067d0da6: pytorch/tensor/mxfp8_tensor.py (MXFP8Quantizer.get_scale_shape),
     module/linear.py:467-475 (weight_quantizer.set_usage), module/base.py:757-767, 792-885
     (quantize_weight), csrc/quantizer.cpp:363, 375, 679, 689 (``_transpose`` only when
-    ``columnwise_usage && !is_non_tn_fp8_gemm_supported``), float8_tensor_storage.py:292-297.
+    ``columnwise_usage && !is_non_tn_fp8_gemm_supported``), float8_tensor_storage.py:267-277
+    (``_create_transpose``, ``out=self._transpose``), 292-317 (dropped only for columnwise usage
+    False, never asked of a weight: linear.py:490, 1051), tensor/utils.py:1423-1427 (TN-only
+    transpose after the gather); megatron-core d98e8a64dd param_and_grad_buffer.py:301-343.
     """
     recipe = None if fp8_recipe is None else choose("FP8 recipe", fp8_recipe, FP8_RECIPES)
     if recipe == "mxfp8":
         return 2 * (1 + sp.Rational(1, MXFP8_BLOCK))
-    return sp.Integer(1 if fp8_param_gather or non_tn_fp8_gemm else 2)
+    return sp.Integer(1 if (fp8_param_gather and sharded_params) or non_tn_fp8_gemm else 2)
 
 
 def nvfp4_element_bytes() -> sp.Expr:
