@@ -26,22 +26,32 @@ match (a changed byte, a truncated write, another memsym) is never compiled or e
 removed and the function is built again and written anew.  The directory is created 0700; one
 owned by someone else, or that the group or others may write, is not used at all (no disk
 cache, no error).
+
+An entry may have a companion (``<key>.code``, :func:`store_companion`): what its source
+compiles to, in ``marshal``'s form (as ``__pycache__`` keeps a module's byte code): the
+search's table of templates keeps its functions' byte code there, since compiling hundreds of
+kilobytes of source costs a tenth of a second or more in every new process.  A companion is
+sealed to its entry: a SHA-256 of the entry's own first line (so of every byte of its
+source), the Python that wrote it and the companion's bytes; it is read only from the same
+private directory, only after its entry verified and only where its seal matches.
 """
 
 from __future__ import annotations
 
 import functools
+import marshal
 import os
 import pathlib
 import stat
 import hashlib
+import sys
 import tempfile
 
 import sympy as sp
 
 from .version import __version__
 
-__all__ = ["cache_dir", "load", "store", "key", "input_key", "package_stamp", "MAX_FILES",
+__all__ = ["cache_dir", "load", "store", "load_companion", "store_companion", "key", "input_key", "package_stamp", "MAX_FILES",
            "MAX_BYTES"]
 
 #: The most entries the directory may hold; beyond it nothing more is written.
@@ -242,6 +252,83 @@ def load(digest: str, namespace: dict):
     return fn if callable(fn) else None
 
 
+#: The first line of a companion file: this format's name; the SHA-256 of what it belongs to
+#: (its entry's own first line, the Python that wrote it) and of its bytes follows.
+_COMPANION_MAGIC = "# memsym compiled companion 1"
+
+
+def _companion_seal(entry_header: bytes, body: bytes) -> bytes:
+    """The first line of the companion of the entry whose first line is ``entry_header``
+    (:func:`_seal`'s, which covers every byte of the entry's source): the hash covers that
+    line, this Python (``sys.version``: ``marshal``'s format is its own) and ``body``."""
+    h = hashlib.sha256(entry_header + f"\n{sys.version}\n".encode() + body)
+    return f"{_COMPANION_MAGIC}; sha256 {h.hexdigest()}".encode()
+
+
+def _entry_header(root, digest: str) -> bytes | None:
+    # the first line of entry ``digest`` where the entry verifies (else None)
+    raw = _open_private(root / f"{digest}.py")
+    if raw is None or _verified(digest, raw) is None:
+        return None
+    return raw.partition(b"\n")[0]
+
+
+def _checked_root(digest: str):
+    # the cache directory where it is on, private and ``digest`` is a key (else None)
+    root = cache_dir()
+    if root is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        return None
+    try:
+        return root if _private(root.stat()) else None
+    except OSError:
+        return None
+
+
+def load_companion(digest: str):
+    """The object kept beside entry ``digest`` (:func:`store_companion`), or None.
+
+    Read only where the entry itself verifies (:func:`load`'s checks) and the companion's
+    seal matches that very entry and this Python: a companion of another source, another
+    Python or with a changed byte is never loaded (:func:`marshal.loads`)."""
+    root = _checked_root(digest)
+    if root is None:
+        return None
+    try:
+        header = _entry_header(root, digest)
+        raw = None if header is None else _open_private(root / f"{digest}.code")
+    except OSError:
+        return None
+    if raw is None:
+        return None
+    first, newline, body = raw.partition(b"\n")
+    if not newline or first != _companion_seal(header, body):
+        return None
+    try:
+        return marshal.loads(body)
+    except (EOFError, ValueError, TypeError):
+        return None
+
+
+def store_companion(digest: str, value) -> bool:
+    """Keep ``value`` (``marshal``'s types: code objects, tuples, dicts, strings, numbers)
+    beside entry ``digest``, sealed to that entry's source (``<digest>.code``), so that a new
+    process reads what the entry's source would compile to without compiling it (a search's
+    table of templates: hundreds of kilobytes of source, a tenth of a second or more to
+    compile, a millisecond to read); False when skipped (no verified entry, too large, a
+    value ``marshal`` cannot write)."""
+    root = _checked_root(digest)
+    if root is None:
+        return False
+    try:
+        header = _entry_header(root, digest)
+        body = marshal.dumps(value)
+    except (OSError, ValueError):
+        return False
+    if header is None or len(body) > MAX_BYTES:
+        return False
+    return _write(root, root / f"{digest}.code", _companion_seal(header, body) + b"\n" + body)
+
+
 def store(digest: str, source: str) -> bool:
     """Write the generated ``source`` under key ``digest`` (atomically); False when skipped.
 
@@ -261,6 +348,16 @@ def store(digest: str, source: str) -> bool:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(root.stat()):
             return False
+    except OSError:
+        return False
+    # checked by load before it runs
+    return _write(root, root / f"{digest}.py", (_seal(digest, source) + source).encode("utf-8"))
+
+
+def _write(root, path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` in the cache directory ``root`` atomically (a temporary file
+    renamed), unless the directory holds :data:`MAX_FILES` entries; False when skipped."""
+    try:
         with os.scandir(root) as entries:
             if sum(1 for _ in zip(range(MAX_FILES), entries)) >= MAX_FILES:
                 return False
@@ -268,9 +365,9 @@ def store(digest: str, source: str) -> bool:
     except OSError:
         return False
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(_seal(digest, source) + source)   # checked by load before it runs
-        os.replace(tmp, root / f"{digest}.py")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
     except OSError:
         try:
             os.unlink(tmp)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 from collections import Counter
 from dataclasses import replace
 
@@ -256,17 +257,26 @@ class StageTable:
         self.codes, self.names, self.funcs, self.entries, self.counts = [], [], [], {}, {}
         self.index: dict = {}
         self.dirty = False
-        loaded = None if self.digest is None else compile_cache.load(self.digest,
-                                                                      function_namespace())
-        try:
-            funcs, codes, names, entries, counts = loaded() if loaded is not None else ((),) * 5
-        except (TypeError, ValueError):   # another layout of the file: rebuilt
-            funcs, codes, names, entries, counts = ((),) * 5
+        # the functions' byte code kept beside the file (compile_cache.store_companion), else
+        # the file's source compiled (a tenth of a second or more: then kept beside it)
+        table = _companion_table(self.digest)
+        compiled = table is None
+        if compiled:
+            loaded = None if self.digest is None else compile_cache.load(self.digest,
+                                                                          function_namespace())
+            try:
+                table = tuple(loaded()) if loaded is not None else ((),) * 5
+                funcs, codes, names, entries, counts = table
+            except (TypeError, ValueError):   # another layout of the file: rebuilt
+                table = ((),) * 5
+        funcs, codes, names, entries, counts = table
         if len(funcs) == len(codes) == len(names) and isinstance(entries, dict) \
                 and isinstance(counts, dict):
             self.funcs, self.codes, self.names = list(funcs), list(codes), list(names)
             self.entries, self.counts = dict(entries), dict(counts)
             self.index = {code: i for i, code in enumerate(self.codes)}
+            if compiled and self.funcs:
+                self._keep_companion()
 
     def add(self, key: str, exprs: tuple, state_keys: tuple, phases: int) -> tuple:
         """The entry of a template just built: its pieces' function indices."""
@@ -299,10 +309,34 @@ class StageTable:
     def save(self) -> None:
         if self.dirty and self.digest is not None and compile_cache.cache_dir() is not None:
             try:
-                compile_cache.store(self.digest, self.source())
+                if compile_cache.store(self.digest, self.source()):
+                    self._keep_companion()
             except (OSError, TypeError, ValueError):   # nothing kept: the functions still work
                 pass
         self.dirty = False
+
+    def _keep_companion(self) -> None:
+        # the table as the file's _lambdifygenerated() returns it, its functions as byte code
+        # (the functions of the file's source, or compiled from the same code in this process)
+        try:
+            value = (tuple(fn.__code__ for fn in self.funcs), tuple(self.codes),
+                     tuple(self.names), dict(self.entries), dict(self.counts))
+        except AttributeError:
+            return
+        compile_cache.store_companion(self.digest, value)
+
+
+def _companion_table(digest):
+    """The table kept beside the file of key ``digest`` (:meth:`StageTable._keep_companion`)
+    with its functions made from their byte code in the generated code's namespace, or None."""
+    value = None if digest is None else compile_cache.load_companion(digest)
+    try:
+        codes, *rest = value
+        namespace = function_namespace()
+        funcs = tuple(types.FunctionType(code, namespace, f"_f{i}") for i, code in enumerate(codes))
+    except (TypeError, ValueError):
+        return None
+    return (funcs, *rest) if len(rest) == 4 else None
 
 
 #: Stage tables by root space (the search's space without a stage split).

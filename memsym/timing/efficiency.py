@@ -25,7 +25,7 @@ from ..hardware import GPU, gpu as _gpu
 
 __all__ = ["GEMM_CEILING", "SHARED_CEILING", "GEMM_PRECISIONS", "GEMM_INPUT_BYTES", "TILES",
            "LAUNCH_OVERHEAD", "EXP_RATE", "gemm_time", "gemm_efficiency", "gemm_precision",
-           "peak_precision", "ceiling", "ceiling_key", "exp_time", "as_array"]
+           "peak_precision", "ceiling", "ceiling_key", "exp_time", "as_array", "ArrayMemo"]
 
 #: Large-GEMM ceiling as a fraction of the dense datasheet peak, per class and precision.
 #: Each was fixed on ONE published run (the calibration points of docs/time-accuracy.md):
@@ -336,6 +336,78 @@ def gemm_efficiency(M, N, K, device, precision: str = "bf16", *, eta_gemm=None):
     return 2.0 * np.asarray(M, float) * N * K / (dev.peak(peak_precision(precision)) * t)
 
 
+class ArrayMemo:
+    """Results of a pure function of numpy arrays, kept by the arrays' shape, type and bytes.
+
+    A search prices every (recompute, sequence-parallel, sharding) group of its layouts
+    apart (:mod:`memsym.search.evaluate`), and the groups share most GEMM shapes: each
+    distinct call is computed once and its result handed out again (a copy: the caller may
+    change it), the same numbers to the last bit.  ``key`` gives None (not kept) for an
+    array above ``largest`` elements or an argument that cannot be hashed; beyond ``limit``
+    entries the memo starts afresh.
+
+    Parameters
+    ----------
+    limit : int
+        The most results kept [1].
+    largest : int
+        The most elements of an array whose call is kept [1].
+
+    Examples
+    --------
+    >>> memo = ArrayMemo()
+    >>> key = memo.key(("h100",), (np.array([1.0, 2.0]),))
+    >>> memo.get(key) is None
+    True
+    >>> memo.put(key, np.array([3.0])).tolist(), memo.get(key).tolist()
+    ([3.0], [3.0])
+    """
+
+    def __init__(self, limit: int = 4096, largest: int = 1 << 16):
+        self.limit, self.largest, self.seen = limit, largest, {}
+
+    def key(self, args: tuple, arrays: tuple):
+        """The key of a call with hashable ``args`` and numpy ``arrays`` (None: not kept)."""
+        parts = [args]
+        for a in arrays:
+            if a.size > self.largest or a.dtype == object:
+                return None
+            parts.append((a.shape, a.dtype.str, a.tobytes()))
+        key = tuple(parts)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def get(self, key):
+        """The result kept under ``key`` (a copy), or None."""
+        got = None if key is None else self.seen.get(key)
+        return got.copy() if isinstance(got, np.ndarray) else got
+
+    def put(self, key, value):
+        """Keep ``value`` (a copy) under ``key`` and return ``value``."""
+        if key is not None:
+            if len(self.seen) >= self.limit:
+                self.seen.clear()
+            self.seen[key] = value.copy() if isinstance(value, np.ndarray) else value
+        return value
+
+
+#: :func:`gemm_time`'s results already computed (:class:`ArrayMemo`).
+_GEMM_SEEN = ArrayMemo()
+
+
+def _constants(dev, precision: str, eta_gemm) -> tuple | None:
+    # the module constants a GEMM's time reads (the ceiling: a calibration re-derives it);
+    # None where the GPU has no ceiling (the call then refuses it, in its own order)
+    try:
+        ceil = None if eta_gemm is not None else ceiling(dev, precision)
+    except InvalidValueError:
+        return None
+    return ceil, TILES, K0, LAUNCH_OVERHEAD, GEMM_INPUT_BYTES.get(precision, 2)
+
+
 def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=1):
     r"""Seconds for ``count`` GEMMs ``[M, K] x [K, N]`` on one GPU [s].
 
@@ -383,6 +455,14 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     dev = _dev(device)
     precision = choose("precision", precision, GEMM_PRECISIONS)
     M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
+    # a search prices the same GEMMs in each of its step-time groups: the result of these
+    # very inputs (and of every constant it reads, the ceiling included) is computed once
+    consts = _constants(dev, precision, eta_gemm)
+    key = None if consts is None else _GEMM_SEEN.key((dev, precision, eta_gemm, consts),
+                                                     (M, N, K, np.asarray(count)))
+    got = _GEMM_SEEN.get(key)
+    if got is not None:
+        return got
     if not (np.all(np.isfinite(M)) and np.all(np.isfinite(N)) and np.all(np.isfinite(K))) \
             or np.any(M <= 0) or np.any(N <= 0) or np.any(K <= 0):
         raise InvalidValueError("GEMM dimensions must be finite and > 0")
@@ -396,7 +476,7 @@ def gemm_time(M, N, K, device, precision: str = "bf16", *, eta_gemm=None, count=
     width = GEMM_INPUT_BYTES.get(precision, 2)
     t_math = flops / (dev.peak(peak_precision(precision)) * eff)
     t_mem = width * (M * K + K * N + M * N) / dev.hbm_bandwidth
-    return count * (np.maximum(t_math, t_mem) + LAUNCH_OVERHEAD)
+    return _GEMM_SEEN.put(key, count * (np.maximum(t_math, t_mem) + LAUNCH_OVERHEAD))
 
 
 def memory_time(nbytes, device):

@@ -51,8 +51,8 @@ import numpy as np
 from ..hardware import gpu as _gpu
 from .collectives import (LINK_LATENCY, collective_bytes, collective_time, group_bandwidth,
                           intra_bandwidth, nvlink_domain)
-from .efficiency import (GEMM_INPUT_BYTES, K0, LAUNCH_OVERHEAD, TILES, as_array, ceiling,
-                         gemm_time, memory_time, peak_precision)
+from .efficiency import (GEMM_INPUT_BYTES, K0, LAUNCH_OVERHEAD, TILES, ArrayMemo, as_array,
+                         ceiling, gemm_time, memory_time, peak_precision)
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
@@ -132,6 +132,13 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
     if eta_gemm is not None:
         # the override fixes the math-side efficiency: the grouping changes nothing then
         return gemm_time(M, N, K, dev, precision, eta_gemm=eta_gemm, count=count)
+    # each distinct call once (a search's step-time groups share their experts' GEMMs)
+    key = _GROUPED_SEEN.key((dev, precision, streams, ceiling(dev, precision), TILES, K0,
+                             LAUNCH_OVERHEAD, GEMM_INPUT_BYTES.get(precision, 2)),
+                            (M, N, K, count))
+    got = _GROUPED_SEEN.get(key)
+    if got is not None:
+        return got
     sms = dev.sm_count
     q = np.zeros(np.broadcast(M, N, S).shape)
     for tm, tn, rel in TILES:
@@ -142,7 +149,11 @@ def grouped_gemm_time(M, N, K, count, device, precision: str = "bf16", *, eta_ge
     width = GEMM_INPUT_BYTES.get(precision, 2)
     t_math = 2.0 * S * M * N * K / (dev.peak(peak_precision(precision)) * eff)
     t_mem = width * S * (M * K + K * N + M * N) / dev.hbm_bandwidth
-    return count / S * np.maximum(t_math, t_mem) + count * LAUNCH_OVERHEAD
+    return _GROUPED_SEEN.put(key, count / S * np.maximum(t_math, t_mem) + count * LAUNCH_OVERHEAD)
+
+
+#: :func:`grouped_gemm_time`'s results already computed (memsym.timing.efficiency.ArrayMemo).
+_GROUPED_SEEN = ArrayMemo()
 
 
 def gemm_seconds(q, which: str, device, precision: str, *, eta_gemm=None):
