@@ -34,6 +34,11 @@ kilobytes of source costs a tenth of a second or more in every new process.  A c
 sealed to its entry: a SHA-256 of the entry's own first line (so of every byte of its
 source), the Python that wrote it and the companion's bytes; it is read only from the same
 private directory, only after its entry verified and only where its seal matches.
+
+Data a new process would otherwise recompute is kept the same way (``<key>.data``,
+:func:`store_data`: the search's interleaved schedules, ordered pass by pass in Python),
+sealed by a SHA-256 of its key, the memsym version, the Python and its bytes, and loaded only
+where that seal matches.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ import sympy as sp
 
 from .version import __version__
 
-__all__ = ["cache_dir", "load", "store", "load_companion", "store_companion", "key", "input_key", "package_stamp", "MAX_FILES",
+__all__ = ["cache_dir", "load", "store", "load_companion", "store_companion",
+           "load_data", "store_data", "key", "input_key", "package_stamp", "MAX_FILES",
            "MAX_BYTES"]
 
 #: The most entries the directory may hold; beyond it nothing more is written.
@@ -327,6 +333,59 @@ def store_companion(digest: str, value) -> bool:
     if header is None or len(body) > MAX_BYTES:
         return False
     return _write(root, root / f"{digest}.code", _companion_seal(header, body) + b"\n" + body)
+
+
+#: The first line of a data file: this format's name; the SHA-256 of its key, the memsym version,
+#: the Python that wrote it and its bytes follows.
+_DATA_MAGIC = "# memsym data 1"
+
+
+def _data_seal(digest: str, body: bytes) -> bytes:
+    """The first line of data file ``digest`` holding ``body`` (this memsym, this Python:
+    ``marshal``'s format is its own)."""
+    h = hashlib.sha256(f"{digest}\n{__version__}\n{sys.version}\n".encode() + body)
+    return f"{_DATA_MAGIC}; sha256 {h.hexdigest()}".encode()
+
+
+def load_data(digest: str):
+    """The value kept under key ``digest`` by :func:`store_data`, or None.
+
+    Read only from the private directory, and loaded (:func:`marshal.loads`) only where its
+    seal matches the key, this memsym and this Python and every byte (:func:`_data_seal`)."""
+    root = _checked_root(digest)
+    if root is None:
+        return None
+    try:
+        raw = _open_private(root / f"{digest}.data")
+    except OSError:
+        return None
+    if raw is None:
+        return None
+    first, newline, body = raw.partition(b"\n")
+    if not newline or first != _data_seal(digest, body):
+        return None
+    try:
+        return marshal.loads(body)
+    except (EOFError, ValueError, TypeError):
+        return None
+
+
+def store_data(digest: str, value) -> bool:
+    """Keep ``value`` (``marshal``'s types: tuples, dicts, bytes, strings, numbers) under key
+    ``digest`` (``<digest>.data``, atomically), for what a new process would otherwise
+    recompute (the search's interleaved schedules, :mod:`memsym.timing.interleaved`); False
+    when skipped (the cache off or full, too large, a value ``marshal`` cannot write)."""
+    root = cache_dir()
+    if root is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        return False
+    try:
+        body = marshal.dumps(value)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(root.stat()) or len(body) > MAX_BYTES:
+            return False
+    except (OSError, ValueError):
+        return False
+    return _write(root, root / f"{digest}.data", _data_seal(digest, body) + b"\n" + body)
 
 
 def store(digest: str, source: str) -> bool:

@@ -31,6 +31,7 @@ import hashlib
 
 import numpy as np
 
+from .. import compile_cache
 from ..errors import InvalidValueError
 from ..numeric import unique_rows
 from ..terms.pipeline_order import rank_order, ready_passes
@@ -87,6 +88,23 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
     ----------
     .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
     """
+    shape = (p, m, v, group)
+    kept = _kept().setdefault("table", {})
+    if shape in kept:               # ordered by an earlier process (the compile cache)
+        _kept()["used"].add(shape)
+        try:
+            return _unpacked(kept[shape])
+        except (TypeError, ValueError):    # another layout of the entry: ordered again
+            pass
+    got = _ordered(p, m, v, group)
+    kept[shape] = _packed(got)
+    _kept()["used"].add(shape)
+    _kept()["dirty"] = True
+    return got
+
+
+def _ordered(p: int, m: int, v: int, group: int):
+    # schedule_levels of a shape no process kept: the schedule's passes in levels
     orders = [rank_order(r, p, m, v, group) for r in range(p)]
     index, level = {}, []
     prev = [-1] * p
@@ -112,6 +130,59 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
     levels = tuple((int(lo), int(hi), pos[arr[lo:hi, 1]], pos[arr[lo:hi, 2]], arr[lo:hi, 3])
                    for lo, hi in zip(bounds[:-1], bounds[1:]))
     return levels, pos[np.array(prev, dtype=np.intp)], n
+
+
+#: The schedules ordered so far and those the compile cache kept (memsym.compile_cache.
+#: store_data: ordering a search's schedules, tens of thousands of passes in Python, is a
+#: tenth of a second of a new process): ``digest`` (None: no cache), ``table`` (shape ->
+#: packed levels), ``used`` (the shapes this process asked for), ``dirty``.
+_KEPT: dict = {}
+
+
+def _kept() -> dict:
+    if not _KEPT:
+        digest = None if compile_cache.cache_dir() is None else \
+            compile_cache.input_key("interleaved schedule levels 1")
+        table = None if digest is None else compile_cache.load_data(digest)
+        _KEPT.update(digest=digest, table=table if isinstance(table, dict) else {}, used=set(),
+                     dirty=False)
+    return _KEPT
+
+
+def _packed(got):
+    # schedule_levels' value as marshal writes it: level bounds and index columns as bytes
+    if got is None:
+        return None
+    levels, ends, n = got
+    bounds = [lo for lo, *_ in levels] + [n]
+    cols = (np.concatenate([lv[i] for lv in levels]).astype(np.int32).tobytes()
+            for i in (2, 3, 4))
+    return (np.array(bounds, dtype=np.int32).tobytes(), *cols,
+            np.asarray(ends, dtype=np.int32).tobytes(), n)
+
+
+def _unpacked(kept):
+    # _packed's value back as schedule_levels returns it (the same index values and types)
+    if kept is None:
+        return None
+    bounds, prev, dep, which, ends, n = kept
+    b = np.frombuffer(bounds, dtype=np.int32).tolist()
+    prev, dep, which, ends = (np.frombuffer(x, dtype=np.int32).astype(np.intp)
+                              for x in (prev, dep, which, ends))
+    return tuple((lo, hi, prev[lo:hi], dep[lo:hi], which[lo:hi])
+                 for lo, hi in zip(b[:-1], b[1:])), ends, n
+
+
+def _save_levels() -> None:
+    # the schedules ordered in this process, kept in the compile cache for the next one: all
+    # those kept, or where they exceed its size bound the ones this process used
+    kept = _kept()
+    if not kept["dirty"] or kept["digest"] is None:
+        return
+    table = kept["table"]
+    if not compile_cache.store_data(kept["digest"], table):
+        compile_cache.store_data(kept["digest"], {k: table[k] for k in kept["used"]})
+    kept["dirty"] = False
 
 
 def interleaved_makespan(p: int, m: int, v: int, group: int, fwd: tuple, bwd: tuple):
@@ -256,6 +327,7 @@ def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
             continue         # deadlocks: the closed form stands (Megatron refuses it)
         sel = rows[inv.ravel() == j]
         flat[sel] = _remembered(pp_, mm_, vv_, N, [x[sel] for x in fwd], [x[sel] for x in bwd])
+    _save_levels()
     return out
 
 

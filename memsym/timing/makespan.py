@@ -125,7 +125,7 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
                                               (emb, out_f, out_b, emb_b), p2p_exposed, mtp_layers)
     pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
                                              exact_schedule, chunk_tau)
-    edges = ep_alone_passes(x, overlap, p, v, m, _groups(st, p, m, v), ep_alone)
+    edges = ep_alone_passes(x, overlap, p, v, m, _groups(st, p, m, v, overlap), ep_alone)
     # the output stage (the last; the first under the V placement) holds the MTP layers
     out_stage = stages[0] if st.output_first else stages[2]
     busiest = np.maximum(np.maximum(stages[0], stages[2]), stages[3])
@@ -144,10 +144,13 @@ def _bf16_ends(emb, out_f, out_b, bf16) -> tuple:
     return (emb + n_first * bf_f, n_first * bf_b, out_f + n_last * bf_f, out_b + n_last * bf_b)
 
 
-def _groups(st: Settings, p, m, v) -> np.ndarray:
+def _groups(st: Settings, p, m, v, overlap: Overlap) -> np.ndarray:
     """:func:`memsym.timing.pipeline.microbatch_group` of each layout (p, m, v) of a grid [1]:
     the group the simulated schedule runs (torch's rounds, a set size, p; never below p), so
-    that the EP edges count the warm-up that order has."""
+    that the EP edges count the warm-up that order has (0 without the EP overlap, where
+    :func:`ep_alone_passes` does not read it)."""
+    if not overlap.ep_a2a:
+        return 0
     P, M, V = np.broadcast_arrays(*(np.asarray(a).astype(np.int64) for a in (p, m, v)))
     # one integer code per (p, m, v), compacted after each column (so every code stays below
     # the grid's size and the products below its square): 1-D uniques cost far less than
