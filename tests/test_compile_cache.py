@@ -256,3 +256,61 @@ def test_a_search_in_a_new_process_builds_no_template_it_met(cache):
     search("mixtral-8x7b", "h100-80gb", 64, **dict(kw, seq_length=2048))
     assert templates.fast_template.cache_info().misses > 0
     _new_process()
+
+
+def test_the_table_byte_code_is_sealed_to_its_source(cache):
+    """The stage table's functions are read back as byte code (compile_cache.store_companion)
+    only where the companion verifies for that very source: a changed byte, or a source
+    rewritten under the same key, and it is not loaded; the table is then compiled from its
+    source, written anew, and every layout is priced the same to the last bit."""
+    from memsym.search import search
+
+    kw = dict(seq_length=4096, global_batch_size=512)
+    _new_process()
+    first = search("mixtral-8x7b", "h100-80gb", 64, **kw)
+    (code,) = cache.glob("*.code")
+    assert compile_cache.load_companion(code.stem) is not None
+    raw = code.read_bytes()
+    code.write_bytes(raw[:-1] + bytes([raw[-1] ^ 0x01]))
+    assert compile_cache.load_companion(code.stem) is None
+    _new_process()
+    second = search("mixtral-8x7b", "h100-80gb", 64, **kw)
+    assert compile_cache.load_companion(code.stem) is not None      # rewritten
+    for key, col in first.columns.items():
+        assert np.array_equal(col, second.columns[key],
+                              equal_nan=np.asarray(col).dtype.kind == "f"), key
+    # another source under the same key: the companion sealed to the old one is not read
+    entry = cache / f"{code.stem}.py"
+    source = entry.read_text().split("\n", 1)[1]
+    assert compile_cache.store(code.stem, source + "\n")
+    assert compile_cache.load_companion(code.stem) is None
+    _new_process()
+
+
+def test_data_is_read_back_only_under_its_seal(cache):
+    value = {(2, 4, 2, 2): (b"\x00\x01\x02", 17, None), "n": 1.5}
+    assert compile_cache.store_data("d" * 64, value)
+    assert compile_cache.load_data("d" * 64) == value
+    entry = cache / ("d" * 64 + ".data")
+    raw = entry.read_bytes()
+    entry.write_bytes(raw[:-1] + bytes([raw[-1] ^ 0x01]))        # a changed byte
+    assert compile_cache.load_data("d" * 64) is None
+    (cache / ("e" * 64 + ".data")).write_bytes(raw)                # under another key
+    assert compile_cache.load_data("e" * 64) is None
+    assert compile_cache.load_data("not a key") is None
+
+
+def test_kept_schedule_levels_are_the_ordered_ones(cache):
+    """The interleaved schedules a process keeps for the next (memsym.timing.interleaved)
+    read back as the same levels, index arrays, last passes and pass count."""
+    from memsym.timing import interleaved
+
+    for shape in ((2, 4, 2, 2), (4, 8, 3, 4), (3, 6, 2, 3)):
+        fresh = interleaved._ordered(*shape)
+        assert compile_cache.store_data("f" * 64, {shape: interleaved._packed(fresh)})
+        back = interleaved._unpacked(compile_cache.load_data("f" * 64)[shape])
+        (levels, ends, n), (levels2, ends2, n2) = fresh, back
+        assert n == n2 and np.array_equal(ends, ends2) and len(levels) == len(levels2)
+        for a, b in zip(levels, levels2):
+            assert a[:2] == b[:2] and all(np.array_equal(x, y) and x.dtype == y.dtype
+                                          for x, y in zip(a[2:], b[2:]))

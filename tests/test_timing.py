@@ -645,3 +645,22 @@ def test_a_jobs_recompute_modules_reach_the_step():
     with pytest.raises(UnknownNameError, match="did you mean mlp"):
         step_time_grid(preset("gpt-oss-120b"), "b200", e=8, d=8,
                        settings=Settings(recompute="selective", recompute_modules=("mpl",)))
+
+
+def test_a_remembered_gemm_time_is_a_copy_and_follows_the_ceiling(monkeypatch):
+    """gemm_time keeps its results by their inputs (a search's groups share GEMMs): what it
+    hands out is the caller's to change, and a changed ceiling (tools/time_accuracy.calibrate
+    re-derives it) prices anew.  By hand: an 8192-cube bf16 GEMM on an H100 is math-bound, so
+    halving the ceiling doubles its time less the launch overhead."""
+    from memsym.timing import efficiency
+
+    M = np.array([8192.0, 8192.0])
+    first = efficiency.gemm_time(M, 8192, 8192, "h100")
+    first[:] = 0.0
+    again = efficiency.gemm_time(M, 8192, 8192, "h100")
+    assert np.all(again > 0)
+    ceil = efficiency.GEMM_CEILING[("hopper", "bf16")]
+    monkeypatch.setitem(efficiency.GEMM_CEILING, ("hopper", "bf16"), ceil / 2)
+    halved = efficiency.gemm_time(M, 8192, 8192, "h100")
+    launch = efficiency.LAUNCH_OVERHEAD
+    assert halved - launch == pytest.approx(2 * (again - launch), rel=1e-12)

@@ -89,7 +89,9 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
     .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
     """
     shape = (p, m, v, group)
-    kept = _kept().setdefault("table", {})
+    if 2 * p * m * v > MAX_PASSES:       # not a search's: ordered, not kept
+        return _ordered(p, m, v, group)
+    kept = _kept()["table"]
     if shape in kept:               # ordered by an earlier process (the compile cache)
         _kept()["used"].add(shape)
         try:
