@@ -344,7 +344,7 @@ class ArrayMemo:
     distinct call is computed once and its result handed out again (a copy: the caller may
     change it), the same numbers to the last bit.  ``key`` gives None (not kept) for an
     array above ``largest`` elements or an argument that cannot be hashed; beyond ``limit``
-    entries the memo starts afresh.
+    entries or ``budget`` bytes the memo starts afresh.
 
     Parameters
     ----------
@@ -352,6 +352,8 @@ class ArrayMemo:
         The most results kept [1].
     largest : int
         The most elements of an array whose call is kept [1].
+    budget : int
+        The most bytes of inputs and results kept [bytes].
 
     Examples
     --------
@@ -363,8 +365,8 @@ class ArrayMemo:
     ([3.0], [3.0])
     """
 
-    def __init__(self, limit: int = 4096, largest: int = 1 << 16):
-        self.limit, self.largest, self.seen = limit, largest, {}
+    def __init__(self, limit: int = 4096, largest: int = 1 << 16, budget: int = 1 << 26):
+        self.limit, self.largest, self.budget, self.seen, self.held = limit, largest, budget, {}, 0
 
     def key(self, args: tuple, arrays: tuple):
         """The key of a call with hashable ``args`` and numpy ``arrays`` (None: not kept)."""
@@ -388,9 +390,12 @@ class ArrayMemo:
     def put(self, key, value):
         """Keep ``value`` (a copy) under ``key`` and return ``value``."""
         if key is not None:
-            if len(self.seen) >= self.limit:
+            size = sum(len(part[2]) for part in key[1:]) + np.asarray(value).nbytes
+            if len(self.seen) >= self.limit or self.held + size > self.budget:
                 self.seen.clear()
+                self.held = 0
             self.seen[key] = value.copy() if isinstance(value, np.ndarray) else value
+            self.held += size
         return value
 
 
