@@ -232,8 +232,14 @@ def interleaved_makespan(p: int, m: int, v: int, group: int, fwd: tuple, bwd: tu
     vals = np.broadcast_arrays(*(np.asarray(x, dtype=float) / v for x in (*fwd, *bwd)))
     dur = np.stack([x.ravel() for x in vals])
     end = np.zeros((n + 1, dur.shape[1]))
+    rows, dur_rows = list(end), list(dur)     # each pass's row (a view): one-pass steps
     maximum, add = np.maximum, np.add
     for dst, prev, dep, which in levels:
+        if type(dst) is int:                  # one pass (_level_plan): its rows as they are
+            step = rows[dst]
+            maximum(rows[prev], rows[dep], out=step)
+            add(step, dur_rows[which], out=step)
+            continue
         step = end[dst]
         maximum(end[prev], end[dep], out=step)
         add(step, dur[which], out=step)
@@ -245,10 +251,16 @@ def _level_plan(p: int, m: int, v: int, group: int):
     # schedule_levels with each level's rows as basic indices where they are evenly spaced
     # (views, no copy: a level's step is a few numpy calls, and a search runs tens of
     # thousands); the same rows, so the same arithmetic to the last bit
+    # (p = 2: a level holds one or two passes, each a step on its own rows, two numpy calls
+    # where indexing the level's rows takes as many again)
     got = schedule_levels(p, m, v, group)
     if got is None:
         return None
     levels, ends, n = got
+    if p == 2:
+        return tuple(step for lo, hi, prev, dep, which in levels
+                     for step in zip(range(lo, hi), prev.tolist(), dep.tolist(),
+                                     which.tolist())), ends, n
     return tuple((slice(lo, hi), _rows(prev), _rows(dep), _rows(which))
                  for lo, hi, prev, dep, which in levels), ends, n
 
