@@ -304,15 +304,7 @@ def load_companion(digest: str):
         raw = None if header is None else _open_private(root / f"{digest}.code")
     except OSError:
         return None
-    if raw is None:
-        return None
-    first, newline, body = raw.partition(b"\n")
-    if not newline or first != _companion_seal(header, body):
-        return None
-    try:
-        return marshal.loads(body)
-    except (EOFError, ValueError, TypeError):
-        return None
+    return _unsealed(raw, lambda body: _companion_seal(header, body))
 
 
 def store_companion(digest: str, value) -> bool:
@@ -359,10 +351,16 @@ def load_data(digest: str):
         raw = _open_private(root / f"{digest}.data")
     except OSError:
         return None
+    return _unsealed(raw, lambda body: _data_seal(digest, body))
+
+
+def _unsealed(raw, seal):
+    """The value marshalled in file bytes ``raw`` (None: no file) whose first line is
+    ``seal(body)`` of the rest, else None: the seal is compared before anything is loaded."""
     if raw is None:
         return None
     first, newline, body = raw.partition(b"\n")
-    if not newline or first != _data_seal(digest, body):
+    if not newline or first != seal(body):
         return None
     try:
         return marshal.loads(body)

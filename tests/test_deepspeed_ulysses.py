@@ -172,12 +172,11 @@ def test_estimate_reads_it_with_notes(capsys, tmp_path):
     assert "8 GPUs / sequence_parallel_size 4" in notes
 
 
-def test_a_trainer_launch_reads_it_with_accelerates_batch(capsys, tmp_path):
+def _trainer_launch(capsys, tmp_path, config: dict) -> dict:
+    """The JSON estimate of an 8-GPU Trainer launch (per-device batch 1, accumulation 2) with
+    DeepSpeed config ``config``, read as c = 4 Ulysses ranks, d = 2."""
     cfg = tmp_path / "ds.json"
-    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
-                               "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
-                               "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3},
-                               "sequence_parallel_size": 4}), encoding="utf-8")
+    cfg.write_text(json.dumps(config), encoding="utf-8")
     code, out, err = run(capsys, "estimate", "--json", "--", "deepspeed", "--num_gpus", 8,
                          "train.py", "--model_name_or_path", "llama3-8b", "--deepspeed", cfg,
                          "--bf16", "--per_device_train_batch_size", 1,
@@ -185,6 +184,14 @@ def test_a_trainer_launch_reads_it_with_accelerates_batch(capsys, tmp_path):
     assert code == 0, err
     rep = json.loads(out)
     assert (rep["layout"]["cp"], rep["layout"]["dp"]) == (4, 2)
+    return rep
+
+
+def test_a_trainer_launch_reads_it_with_accelerates_batch(capsys, tmp_path):
+    rep = _trainer_launch(capsys, tmp_path, {
+        "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+        "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 3}, "sequence_parallel_size": 4})
     # 1 x 2 x 8 / 4 = 4 sequences a step (Accelerate's train_batch_size)
     assert {x["option"]: x["value"] for x in rep["defaults"]}["train_batch_size"] == 4
     assert any("ParallelismConfig" in n and "sp_size=4" in n for n in rep["notes"])
@@ -194,16 +201,8 @@ def test_a_trainer_launchs_own_train_batch_is_replaced_as_accelerate_replaces_it
                                                                                    tmp_path):
     # the Trainer's fill_match wants 8 GPUs x 1 x 2 = 16 (trainer_config_process); Accelerate
     # then writes 1 x 2 x 8 / 4 = 4 under Ulysses (accelerator.py:2321-2328), DeepSpeed's rule
-    cfg = tmp_path / "ds.json"
-    cfg.write_text(json.dumps({**BASE, "train_batch_size": 16, "sequence_parallel_size": 4}),
-                   encoding="utf-8")
-    code, out, err = run(capsys, "estimate", "--json", "--", "deepspeed", "--num_gpus", 8,
-                         "train.py", "--model_name_or_path", "llama3-8b", "--deepspeed", cfg,
-                         "--bf16", "--per_device_train_batch_size", 1,
-                         "--gradient_accumulation_steps", 2, "--seq-length", 32768)
-    assert code == 0, err
-    rep = json.loads(out)
-    assert (rep["layout"]["cp"], rep["layout"]["dp"]) == (4, 2)
+    rep = _trainer_launch(capsys, tmp_path,
+                          {**BASE, "train_batch_size": 16, "sequence_parallel_size": 4})
     assert any("train_batch_size replaced" in n for n in rep["notes"])
 
 

@@ -417,8 +417,8 @@ def test_no_shell_or_pickle_in_memsym():
     # nothing in the library runs a shell or unpickles data it was given; the one marshal
     # reader is the compile cache's, of what memsym itself wrote into its private directory
     # (0700, owned by the user, the entries exec'd there already) and only after the file's
-    # SHA-256 seal over this memsym, this Python and every byte matches (load_companion,
-    # load_data): a file of another origin or with a changed byte is never unmarshalled
+    # SHA-256 seal over this memsym, this Python and every byte matches (_unsealed, for
+    # load_companion and load_data): a file of another origin or a changed byte is not read
     bad = re.compile(r"\bos\.system\(|\bshell=True|\bpickle\.loads?\(|\byaml\.load\(|"
                      r"\bmarshal\.loads?\(")
     hits = [(rel, line.strip()) for rel, n, line in
@@ -429,12 +429,9 @@ def test_no_shell_or_pickle_in_memsym():
     assert all(hit == ("memsym/compile_cache.py", "return marshal.loads(body)")
                for hit in hits), hits
     source = (ROOT / "memsym" / "compile_cache.py").read_text(encoding="utf-8")
-    readers = [name for name in ("load_companion", "load_data") if f"def {name}(" in source]
-    assert len(readers) == len(hits)
-    for name in readers:
-        body = source.split(f"def {name}(", 1)[1].split("\ndef ", 1)[0]
-        seal = body.index("first != _")          # the seal is compared ...
-        assert seal < body.index("marshal.loads(body)")   # ... before anything is loaded
+    assert len(hits) == 1
+    body = source.split("def _unsealed(", 1)[1].split("\ndef ", 1)[0]
+    assert body.index("first != seal(body)") < body.index("marshal.loads(body)")   # seal first
 
 
 # --- every file a reader opens is a bounded regular file ------------------------------------
