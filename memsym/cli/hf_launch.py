@@ -49,6 +49,12 @@ _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--glo
         "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding",
         "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce")
 
+#: memsym's LoRA options, said by TRL's --use_peft.
+_LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization")
+
+#: Whether memsym counts torch DDP's bucket copy of LoRA adapters' gradients (not yet).
+_DDP_ADAPTERS = False
+
 #: memsym's options the launch was written as -> the launch's own words (in the report).
 _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
             ("--num-microbatches", "--gradient_accumulation_steps"),
@@ -114,6 +120,12 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
         raise InvalidValueError("the launcher does not say how many processes: give "
                                 "--num_gpus / --nproc_per_node / --num_processes, or --world-size")
     out += ["--recompute-granularity", "full" if r.recompute else "none"]
+    if r.lora is not None:
+        said = sorted(given & set(_LORA))
+        if said:
+            raise InvalidValueError(f"{said[0]} beside TRL's --use_peft: its arguments say it "
+                                    "(--lora_r, --lora_target_modules, --load_in_4bit)")
+        out += _lora_words(r)
     if r.seq_length is not None:
         if "--seq-length" in given:
             raise InvalidValueError("--seq-length beside run_clm.py's --block_size: give one")
@@ -123,6 +135,44 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
                                 "memsym's --seq-length (a Trainer script's default is its "
                                 "tokenizer's, unknown here)")
     return out + own, r
+
+
+def _lora_words(r):
+    """TRL's ``--use_peft`` (:mod:`memsym.readers.trl_sft`) as memsym's LoRA words: the rank,
+    the targets (PEFT's default for the checkpoint's model type when not given) and the frozen
+    base's format (QLoRA's NF4, else the weights' dtype)."""
+    from ..readers.trl_sft import peft_default_targets
+
+    lora = r.lora
+    if r.deepspeed is not None:
+        raise InvalidValueError("TRL's --use_peft with --deepspeed: memsym's DeepSpeed config "
+                                "reader takes no adapters yet; not read")
+    if not _DDP_ADAPTERS:
+        raise InvalidValueError("TRL's --use_peft under plain DDP: torch DDP's bucket copy "
+                                "(memsym.terms.torch_ddp) is modelled for a fully trained model, "
+                                "not yet for the adapters' gradients; not read")
+    targets = lora["targets"]
+    if targets is None:
+        targets = peft_default_targets(_checkpoint(r.model).get("model_type"), r)
+    words = ["--finetune", lora["finetune"], "--lora-rank", str(lora["rank"])]
+    if targets != "all":
+        words += ["--lora-targets", ",".join(targets)]
+    base = lora["quantization"] or r.weights
+    return words + (["--lora-quantization", base] if base else [])
+
+
+def _checkpoint(model) -> dict:
+    """The model's config.json (a directory, a file or a Hub id), {} for a preset."""
+    from ..model.hf_fields import read_config_json
+    from ..model.hub import hub_config_path, is_hub_spelling, parse_hub_id
+
+    if model is None:
+        return {}
+    if model.lower().endswith(".json") or os.path.exists(model):
+        return read_config_json(model)[0]
+    if is_hub_spelling(model):
+        return read_config_json(hub_config_path(parse_hub_id(model)))[0]
+    return {}
 
 
 def _batch_words(r, searched):
@@ -277,20 +327,11 @@ def _weights_dtype(r):
     if r.model is None:
         raise InvalidValueError("plain DDP without --dtype or --model_name_or_path: the weights' "
                                 "dtype is unknown; give run_clm.py's --dtype")
-    from ..model.hf_fields import read_config_json
-    from ..model.hub import hub_config_path, is_hub_spelling, parse_hub_id
-
-    model = r.model
-    if model.lower().endswith(".json") or os.path.exists(model):
-        cfg = read_config_json(model)[0]
-    elif is_hub_spelling(model):
-        cfg = read_config_json(hub_config_path(parse_hub_id(model)))[0]
-    else:
-        cfg = {}                   # a preset: no checkpoint to read a dtype from
+    cfg = _checkpoint(r.model)     # a preset: {}, no checkpoint to read a dtype from
     dtype = cfg.get("dtype") if cfg.get("dtype") is not None else cfg.get("torch_dtype")
     if not isinstance(dtype, str):
         raise InvalidValueError(
-            f"plain DDP without --dtype: from_pretrained loads {model[:60]}'s own dtype "
+            f"plain DDP without --dtype: from_pretrained loads {r.model[:60]}'s own dtype "
             '(dtype "auto", transformers 5.25.0 modeling_utils.py:830-845), which memsym reads '
             "only from a config.json's dtype or torch_dtype (none here); give run_clm.py's "
             "--dtype (float32, bfloat16 or float16)")

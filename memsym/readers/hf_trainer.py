@@ -54,6 +54,7 @@ from ._values import MAX_BATCH, MAX_GPUS, MAX_SEQ, whole
 from .hf_trainer_args import (ADAMW, BOOL_WORDS, FIELDS, IGNORED, REFUSED, REFUSED_DEFAULTS,
                               RUN_CLM, SCRIPT, TRAINING_ARGS, arity, field_name)
 from .megatron_arguments import megatron_arity
+from .trl_sft import TRL_FIELDS, read_trl, trl_defaults, trl_field, trl_script
 
 __all__ = ["HfTrainerLaunch", "read_hf_trainer_launch", "is_hf_trainer_launch", "LAUNCHERS",
            "refused_optim", "load_dtype"]
@@ -82,23 +83,9 @@ LAUNCHERS = {
 _ACCELERATE_REFUSED = ("--use_deepspeed", "--use_fsdp", "--deepspeed_config_file",
                        "--mixed_precision", "--fsdp_sharding_strategy", "--zero_stage")
 _SOURCE = f"{TRAINING_ARGS}, TrainingArguments"
-#: Why a TRL launch is refused: its configs change the Trainer's defaults (huggingface/trl
-#: trl/trainer/base_config.py at 13e421be78, _BaseConfig: gradient_checkpointing True, bf16 =
-#: not fp16 when unset; trl/trainer/sft_config.py at 016013e88a: max_length 1024, loss_type
-#: chunked_nll) and its ModelConfig adds PEFT and quantized loading, none of which this reader
-#: reads yet.
-TRL = ("TRL's SFTConfig changes the Trainer's defaults (gradient_checkpointing on, bf16 unless "
-       "--fp16, max_length 1024: trl/trainer/base_config.py, sft_config.py) and adds PEFT / "
-       "quantized loading; not read yet: give the job as memsym's options")
-#: TRL's own argument names (SFTConfig, ModelConfig, ScriptArguments): refused with :data:`TRL`.
-_TRL_NAMES = frozenset({
-    "max_length", "max_seq_length", "packing", "packing_strategy", "padding_free",
-    "dataset_text_field", "completion_only_loss", "assistant_only_loss", "loss_type",
-    "activation_offloading", "use_peft", "lora_r", "lora_alpha", "lora_dropout",
-    "lora_target_modules", "lora_modules_to_save", "lora_task_type", "use_rslora", "use_dora",
-    "load_in_8bit", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant",
-    "dataset_config", "dataset_train_split", "dataset_test_split", "attn_implementation",
-    "model_init_kwargs", "eval_packing", "chat_template_path", "dataset_kwargs"})
+#: TRL's argument names outside a TRL launch: said in one line.
+TRL = ("TRL's argument: memsym reads it in TRL's SFT launch (trl sft ..., "
+       "trl/scripts/sft.py: memsym.readers.trl_sft)")
 
 
 @dataclass
@@ -144,6 +131,11 @@ class HfTrainerLaunch:
     config : dict or None
         The DeepSpeed config, parsed once where the launch is checked against it
         (:mod:`memsym.cli.hf_launch`) and read from here by the job's reader.
+    trl : bool
+        TRL's SFT (``trl sft``, ``trl/scripts/sft.py``: :mod:`memsym.readers.trl_sft`).
+    lora : dict or None
+        TRL's ``--use_peft``: ``finetune`` (lora, qlora), ``rank``, ``targets`` (``"all"`` or
+        memsym's names), ``quantization`` (None, nf4, nf4-dq).
     """
 
     world_size: int | None = None
@@ -164,6 +156,8 @@ class HfTrainerLaunch:
     notes: list = field(default_factory=list)
     defaults: list = field(default_factory=list)
     config: dict | None = None
+    trl: bool = False
+    lora: dict | None = None
 
 
 def is_hf_trainer_launch(words) -> bool:
@@ -185,6 +179,8 @@ def is_hf_trainer_launch(words) -> bool:
     >>> is_hf_trainer_launch(["deepspeed", "pretrain_gpt.py", "--deepspeed", "--zero-stage", "1"])
     False
     """
+    if any(w == "trl" or isinstance(w, str) and w.endswith("trl/scripts/sft.py") for w in words):
+        return True
     if any(isinstance(w, str) and w.rsplit("/", 1)[-1].startswith("pretrain_")
            and w.endswith(".py") for w in words):
         return False
@@ -247,7 +243,7 @@ def _walk(words, own_arities, out):
                 if module in ("torch.distributed.run", "torch.distributed.launch"):
                     launcher = "torchrun"
                 else:
-                    script, out.script = True, _script(module)
+                    script, out.script, out.trl = True, module, trl_script(module)
             continue
         if not looks_like_option(w):
             if not script and launcher is None and w in LAUNCHERS:
@@ -260,9 +256,13 @@ def _walk(words, own_arities, out):
             elif not script and w.rsplit("/", 1)[-1].startswith("python"):
                 launcher = launcher or "python"
             elif not script and w.endswith(".py"):
-                script, out.script = True, _script(w)
+                script, out.script, out.trl = True, w, trl_script(w)
             elif w == "trl" and not script:
-                raise InvalidValueError(f"`trl ...`: {TRL}")
+                if launcher is not None or i >= n or words[i] != "sft":
+                    raise InvalidValueError("trl: memsym reads `trl sft ...` (it starts accelerate "
+                                            "launch itself: trl/cli/commands/training.py:50-68)")
+                script, out.script, out.trl, launcher = True, "trl sft", True, "accelerate"
+                i += 1
             elif "=" in w and launcher is None and not out.own:
                 out.ignored.append(w.partition("=")[0] + " (environment)")
             elif script:
@@ -272,13 +272,17 @@ def _walk(words, own_arities, out):
             else:
                 out.own.append(w)          # the MODEL (memsym's positional)
             continue
-        if launcher is not None and not script:
+        if launcher is not None and (not script or out.script == "trl sft"):
             got, i = _launcher_option(words, i, launcher, name, inline if eq else None, counts)
             if got:
                 continue
-        hf = field_name(name)
+        hf = trl_field(name) if out.trl else None
+        hf = hf or field_name(name)
+        if out.trl and hf in SCRIPT and hf not in TRL_FIELDS:
+            hf = None                  # run_clm.py's, not TRL's
         if hf is not None:
-            got, i = _values(words, i, name, arity(hf), inline if eq else None)
+            n_args = TRL_FIELDS[hf][0] if out.trl and hf in TRL_FIELDS else arity(hf)
+            got, i = _values(words, i, name, n_args, inline if eq else None)
             out.values[hf] = got         # argparse: a later spelling wins
             continue
         if name in own_arities:
@@ -292,13 +296,6 @@ def _walk(words, own_arities, out):
     if launcher is None:      # the Trainer's arguments alone: the GPUs are --world-size
         out.script = "a Trainer script"
     return launcher, counts
-
-
-def _script(name: str) -> str:
-    """The script's name, or :class:`InvalidValueError` for one of TRL's (:data:`TRL`)."""
-    if name.startswith("trl.") or "trl/scripts/" in name or "trl/cli" in name:
-        raise InvalidValueError(f"{name[:60]}: {TRL}")
-    return name
 
 
 def _launcher_option(words, i, launcher, name, inline, counts):
@@ -385,8 +382,8 @@ def _own_values(words, i, name, n, inline):
 
 
 def _unknown(name):
-    if name[2:].replace("-", "_") in _TRL_NAMES:
-        return InvalidValueError(f"{name[:40]} is TRL's argument: {TRL}")
+    if trl_field(name) is not None:
+        return InvalidValueError(f"{name[:40]}: {TRL}")
     accepted = sorted(f"--{k}" for k in (*FIELDS, *SCRIPT))
     # no field is 60 characters long: a longer word is compared with none (difflib is slow on
     # a 100 000-character word)
@@ -413,6 +410,8 @@ def _line(name) -> str:
 def _read_values(out):
     """The job's settings from the fields read (defaults filled, each with its source)."""
     v = out.values
+    if out.trl:
+        trl_defaults(out)
     kept = set()
     for name in v:
         if name in REFUSED and v[name] and v[name][0] in REFUSED_DEFAULTS.get(name, ()):
@@ -421,9 +420,10 @@ def _read_values(out):
             raise InvalidValueError(f"--{name}: {REFUSED[name]}")
         elif name in REFUSED:
             kept.add(name)          # a switch turned off
-    out.ignored += sorted(n for n in v if n in IGNORED or n in kept or n.startswith("no_")
+    out.ignored += sorted(n for n in v if (n in IGNORED or n in kept or n.startswith("no_")
                           or (n in SCRIPT and n not in ("model_name_or_path", "block_size",
                                                         "dtype", "torch_dtype")))
+                          and not (out.trl and n in TRL_FIELDS))
     _read_batch(out)
     bf16 = any(_flag(v[k], k) for k in ("bf16", "bf16_full_eval") if k in v)
     fp16 = any(_flag(v[k], k) for k in ("fp16", "fp16_full_eval") if k in v)
@@ -465,6 +465,8 @@ def _read_values(out):
                                                        MAX_SEQ), "--block_size")
         out.notes.append(f"sequence length {out.seq_length} from run_clm.py's --block_size "
                          f"({RUN_CLM})")
+    if out.trl:
+        read_trl(out)
 
 
 def refused_optim(optim: str) -> str:

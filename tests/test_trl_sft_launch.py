@@ -1,0 +1,172 @@
+"""TRL's SFT launch (``trl sft ...``, ``trl/scripts/sft.py``) read as the job it runs
+(memsym.readers.trl_sft, memsym.readers.hf_trainer, memsym.cli.hf_launch).
+
+The expectations are TRL's and PEFT's sources (huggingface/trl f2cd57710a, huggingface/peft
+5d602fdbff; cited where asserted) and by-hand counts of the two-layer Llama written out below.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memsym.cli import main
+from memsym.cli.hf_launch import hf_trainer_words
+from memsym.readers.hf_trainer import read_hf_trainer_launch
+
+#: The two-layer Llama of tiny (h 256, 4 heads and 4 KV heads of 64, FFN 512, V 1000, untied):
+#: word embedding and output layer V h each; per layer q, k, v, o h^2 each, the SwiGLU's three
+#: h x f matrices and two RMSNorm weights h; the final norm h.
+V, H, F, LAYERS = 1000, 256, 512, 2
+TINY = 2 * V * H + LAYERS * (4 * H * H + 3 * H * F + 2 * H) + H
+assert TINY == 1_824_000
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": H, "num_hidden_layers": LAYERS,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": F,
+        "vocab_size": V, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+        "dtype": "bfloat16"}), encoding="utf-8")
+    return str(folder)
+
+
+def _args(model, *extra):
+    return ["--model_name_or_path", model, "--dataset_name", "trl-lib/Capybara",
+            "--per_device_train_batch_size", "2", "--loss_type", "nll", *extra]
+
+
+def _json(capsys, argv):
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code in (0, 1), err
+    return json.loads(out)
+
+
+def _refused(capsys, argv) -> str:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.count("\n") == 1, (code, out, err)
+    return err
+
+
+def test_sftconfigs_defaults_are_read_with_their_sources(capsys, tiny):
+    """SFTConfig's defaults: gradient checkpointing on (base_config.py:61-66), bf16 = not fp16
+    (:67-75, 104-105), max_length 1024 (sft_config.py:205); bf16 weights (--dtype bfloat16)
+    under plain DDP: weights, param.grad, the buckets 2 B each and AdamW's two bf16 moments
+    4 B over every parameter."""
+    rep = _json(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+                         *_args(tiny, "--dtype", "bfloat16")])
+    got = rep["bytes"]
+    assert (got["weights"], got["gradients"], got["ddp_buckets"], got["optimizer"]) == (
+        2 * TINY, 2 * TINY, 2 * TINY, 4 * TINY)
+    assert rep["training"]["recompute"] == "full" and rep["training"]["precision"] == "bf16"
+    assert rep["layout"]["dp"] == 2
+    text = json.dumps(rep)
+    assert "trl/trainer/sft_config.py:205" in text and "base_config.py:61-66" in text
+    assert "base_config.py:67-75, 104-105" in text
+
+
+def test_trl_sft_and_the_script_read_the_same_job(tiny):
+    """``trl sft`` starts trl/scripts/sft.py under accelerate launch, handing it
+    --num_processes (trl/cli/commands/training.py:50-68): the three spellings are one job."""
+    arities = {"--world-size": 1}
+    cli, _ = hf_trainer_words(arities, ["trl", "sft", "--num_processes", "4",
+                                        *_args(tiny, "--dtype", "bfloat16")])
+    script, _ = hf_trainer_words(arities, ["accelerate", "launch", "--num_processes", "4",
+                                           "trl/scripts/sft.py",
+                                           *_args(tiny, "--dtype", "bfloat16")])
+    one, _ = hf_trainer_words(arities, ["trl", "sft", "--num_processes", "1",
+                                        *_args(tiny, "--dtype", "bfloat16")])
+    module, _ = hf_trainer_words(arities, ["python", "-m", "trl.scripts.sft", *_args(
+        tiny, "--dtype", "bfloat16")])        # python starts one process
+    assert cli == script and module == one
+    assert cli[cli.index("--world-size") + 1] == "4" and one[one.index("--world-size") + 1] == "1"
+    assert "--seq-length" in cli and cli[cli.index("--seq-length") + 1] == "1024"
+
+
+def test_the_batch_and_sequence_are_read():
+    r = read_hf_trainer_launch(["trl", "sft", "--model_name_or_path", "m", "--max_length",
+                                "4096", "--per_device_train_batch_size", "3",
+                                "--gradient_accumulation_steps", "5", "--loss_type", "nll",
+                                "--fp16", "--gradient_checkpointing", "false"])
+    assert (r.seq_length, r.micro_batch_size, r.gradient_accumulation_steps) == (4096, 3, 5)
+    # bf16 = not fp16 (base_config.py:105); checkpointing turned off is read as given
+    assert (r.precision, r.recompute) == ("fp16", False)
+
+
+def test_use_peft_is_memsyms_lora():
+    """get_peft_config (trl/trainer/utils.py:254-279): LoraConfig(r=lora_r,
+    target_modules=lora_target_modules); lora_r default 16 (model_config.py:107)."""
+    base = ["trl", "sft", "--model_name_or_path", "m", "--loss_type", "nll", "--use_peft"]
+    r = read_hf_trainer_launch([*base, "--lora_r", "8", "--lora_target_modules", "q_proj",
+                                "k_proj", "v_proj", "o_proj"])
+    assert r.lora == {"finetune": "lora", "rank": 8, "targets": ("q", "k", "v", "o"),
+                      "quantization": None}
+    r = read_hf_trainer_launch([*base, "--lora_target_modules", "all-linear"])
+    assert (r.lora["rank"], r.lora["targets"]) == (16, "all")
+    r = read_hf_trainer_launch([*base, "--load_in_4bit"])
+    # bnb_4bit_quant_type nf4, use_bnb_nested_quant False (model_config.py:160, 164)
+    assert (r.lora["finetune"], r.lora["quantization"], r.lora["targets"]) == ("qlora", "nf4",
+                                                                              None)
+    r = read_hf_trainer_launch([*base, "--load_in_4bit", "--use_bnb_nested_quant"])
+    assert r.lora["quantization"] == "nf4-dq"
+
+
+def test_peft_default_targets_count_r_in_plus_out(capsys, tiny):
+    """lora_target_modules None: PEFT's default for llama is q_proj, v_proj (constants.py:85).
+    The adapters of the mapped targets: r (in + out) per matrix, q and v both h -> 4 x 64, so
+    2 layers x 16 x ((256 + 256) + (256 + 256)) = 32 768 parameters, fp32 (PEFT's
+    autocast_adapter_dtype) 4 B each."""
+    from memsym.readers.trl_sft import peft_default_targets
+
+    r = read_hf_trainer_launch(["trl", "sft", *_args(tiny, "--use_peft")])
+    assert r.lora["targets"] is None and peft_default_targets("llama", r) == ("q", "v")
+    rep = _json(capsys, ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp",
+                         "--precision", "bf16", "--world-size", "2", "--seq-length", "1024",
+                         "--micro-batch-size", "2", "--finetune", "lora", "--lora-rank",
+                         str(r.lora["rank"]), "--lora-targets", ",".join(("q", "v"))])
+    assert rep["bytes"]["adapter_weights"] == 4 * LAYERS * 16 * ((H + 4 * 64) + (H + 4 * 64))
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--use_dora"], "DoRA"),
+    (["--packing"], "packing"),
+    (["--padding_free", "true"], "padding_free"),
+    (["--activation_offloading"], "activation_offloading"),
+    (["--load_in_8bit"], "8-bit bitsandbytes"),
+    (["--lora_modules_to_save", "lm_head"], "full copies"),
+    (["--loss_type", "chunked_nll"], "chunked_nll keeps one chunk's logits"),
+    (["--loss_type", "dft"], "loss_type dft"),
+    (["--load_in_4bit", "--bnb_4bit_quant_type", "fp4"], "NF4"),
+    (["--attn_implementation", "eager"], "eager"),
+    (["--lora_target_modules", "lm_head"], "memsym adapts"),
+    (["--block_size", "128"], "unknown Hugging Face Trainer argument"),
+    ([], "not yet for the adapters' gradients"),
+])
+def test_what_memsym_does_not_model_is_refused_in_one_line(capsys, tiny, extra, said):
+    err = _refused(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+                            *_args(tiny, "--use_peft", "--dtype", "bfloat16"), *extra])
+    assert said in err
+
+
+def test_the_default_loss_and_dtype_are_refused_in_one_line(capsys, tiny):
+    """loss_type None is chunked_nll (sft_config.py:334-336); dtype float32 (model_config.py:89)
+    under bf16 autocast is refused by the plain-DDP reading."""
+    words = ["estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path", tiny]
+    assert "the default" in _refused(capsys, words)
+    assert "autocast" in _refused(capsys, [*words, "--loss_type", "nll"]).lower()
+
+
+def test_trl_arguments_outside_trl_and_other_trainers_are_refused(capsys, tiny):
+    assert "memsym reads `trl sft" in _refused(capsys, ["estimate", "trl", "dpo",
+                                                        *_args(tiny)])
+    assert "other TRL trainers" in _refused(capsys, ["estimate", "python",
+                                                     "trl/scripts/grpo.py", *_args(tiny)])
+    assert "TRL's argument" in _refused(capsys, ["estimate", "torchrun", "--nproc_per_node",
+                                                 "2", "run_clm.py", "--model_name_or_path",
+                                                 tiny, "--use_peft"])
