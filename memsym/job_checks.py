@@ -210,8 +210,9 @@ def _check_torch_ddp(training: Training) -> None:
     """torch DDP's bucket copy (``torch_ddp_buckets``, :mod:`memsym.terms.torch_ddp`) is counted
     for the whole model trained with torch.optim.AdamW under plain DDP, as the Hugging Face
     Trainer runs the transformers model (framework deepspeed: the model code; Megatron's DDP
-    keeps its own gradient buffer), without adapters or offload; the parameters fp32, bf16 or
-    fp16, and the gradients in the parameters' dtype (autograd's ``param.grad``)."""
+    keeps its own gradient buffer), without offload; the parameters fp32, bf16 or
+    fp16, and the gradients in the parameters' dtype (autograd's ``param.grad``); with PEFT's
+    LoRA / QLoRA adapters (not Megatron's) the buckets hold the adapters' gradients alone."""
     st = training.states
     if not st.torch_ddp_buckets:
         return
@@ -221,7 +222,9 @@ def _check_torch_ddp(training: Training) -> None:
             f"precision {st.precision}" if st.precision not in TORCH_DDP_PRECISIONS else
             f"optimizer {st.optimizer}" if st.optimizer != "adam" else
             f"convention {st.convention}" if st.convention != "framework" else
-            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
+            f"finetune {training.adapters.finetune} under {training.framework}"
+            if training.adapters.finetune != "full"
+            and framework_record(training.framework).megatron_options else
             f"offload {st.offload}" if st.offload != "none" else
             f"grad_dtype {st.grad_dtype} beside precision {st.precision}"
             if st.grad_dtype not in (None, st.precision) else None)
@@ -229,8 +232,8 @@ def _check_torch_ddp(training: Training) -> None:
         raise InvalidValueError(f"torch_ddp_buckets (torch DDP's bucket copy of the gradients) is "
                                 "counted for an fp32, bf16 or fp16 model under sharding ddp with "
                                 "AdamW (param.grad in the parameters' dtype), framework "
-                                "deepspeed (the transformers model code), no adapters, no "
-                                f"offload; not {said}")
+                                "deepspeed (the transformers model code; PEFT's adapters "
+                                f"bucketed alone), no offload; not {said}")
 
 
 def _named_choices() -> dict:

@@ -133,6 +133,41 @@ def test_peft_default_targets_count_r_in_plus_out(capsys, tiny):
     assert rep["bytes"]["adapter_weights"] == 4 * LAYERS * 16 * ((H + 4 * 64) + (H + 4 * 64))
 
 
+#: The adapters of PEFT's default llama targets q_proj, v_proj (constants.py:85) at TRL's
+#: lora_r 16 (model_config.py:107): r (in + out) per matrix, q and v both h -> 4 x 64.
+N_A = LAYERS * 16 * ((H + 4 * 64) + (H + 4 * 64))
+#: The frozen linear weights (q, k, v, o, gate, up, down) and the rest (embeddings, norms).
+N_Q = LAYERS * (4 * H * H + 3 * H * F)
+N_U = TINY - N_Q
+
+
+def test_lora_under_plain_ddp_is_estimated(capsys, tiny):
+    """Only the adapters require a gradient: param.grad, DDP's buckets (reducer.cpp
+    Reducer::initialize_buckets) and AdamW's two moments are the adapters', fp32
+    (get_peft_model's autocast_adapter_dtype, sft_trainer.py:1077-1096): 4 + 4 + 4 + 8 B per
+    adapter parameter; the bf16 base frozen, 2 B per weight."""
+    rep = _json(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+                         *_args(tiny, "--use_peft", "--dtype", "bfloat16")])
+    got = rep["bytes"]
+    assert N_A == 32_768 and N_Q + N_U == TINY
+    assert (got["adapter_weights"], got["gradients"], got["ddp_buckets"], got["optimizer"]) == (
+        4 * N_A, 4 * N_A, 4 * N_A, 8 * N_A)
+    assert (got["weights"], got["weights_unquantized"]) == (2 * N_Q, 2 * N_U)
+    assert rep["training"]["recompute"] == "full"
+    assert "constants.py:67-108" in json.dumps(rep)
+
+
+def test_load_in_4bit_is_qlora(capsys, tiny):
+    """--load_in_4bit: bitsandbytes NF4 (bnb_4bit_quant_type nf4, no nested quantization:
+    model_config.py:160, 164), 4 bits and one fp32 absmax per block of 64 (QLoRA §3): 4.5 bits
+    per frozen linear weight; the rest of the model stays bf16."""
+    rep = _json(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+                         *_args(tiny, "--use_peft", "--dtype", "bfloat16", "--load_in_4bit")])
+    got = rep["bytes"]
+    assert (got["weights"], got["weights_unquantized"], got["ddp_buckets"]) == (
+        N_Q * 9 // 16, 2 * N_U, 4 * N_A)
+
+
 @pytest.mark.parametrize("extra, said", [
     (["--use_dora"], "DoRA"),
     (["--packing"], "packing"),
@@ -146,7 +181,7 @@ def test_peft_default_targets_count_r_in_plus_out(capsys, tiny):
     (["--attn_implementation", "eager"], "eager"),
     (["--lora_target_modules", "lm_head"], "memsym adapts"),
     (["--block_size", "128"], "unknown Hugging Face Trainer argument"),
-    ([], "not yet for the adapters' gradients"),
+    (["--deepspeed", "ds.json"], "takes no adapters yet"),
 ])
 def test_what_memsym_does_not_model_is_refused_in_one_line(capsys, tiny, extra, said):
     err = _refused(capsys, ["estimate", "trl", "sft", "--num_processes", "2",

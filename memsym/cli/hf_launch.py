@@ -52,9 +52,6 @@ _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--glo
 #: memsym's LoRA options, said by TRL's --use_peft.
 _LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization")
 
-#: Whether memsym counts torch DDP's bucket copy of LoRA adapters' gradients (not yet).
-_DDP_ADAPTERS = False
-
 #: memsym's options the launch was written as -> the launch's own words (in the report).
 _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
             ("--num-microbatches", "--gradient_accumulation_steps"),
@@ -106,6 +103,9 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
         raise InvalidValueError("name the model: --model_name_or_path (a config.json directory "
                                 "or a Hub id) or a MODEL beside the launch")
     out = [] if model is None else [model]
+    if r.lora is not None and r.deepspeed is not None:
+        raise InvalidValueError("TRL's --use_peft with --deepspeed: memsym's DeepSpeed config "
+                                "reader takes no adapters yet; not read")
     if r.deepspeed is None:
         out += _ddp_words(r)
     else:
@@ -144,13 +144,10 @@ def _lora_words(r):
     from ..readers.trl_sft import peft_default_targets
 
     lora = r.lora
-    if r.deepspeed is not None:
-        raise InvalidValueError("TRL's --use_peft with --deepspeed: memsym's DeepSpeed config "
-                                "reader takes no adapters yet; not read")
-    if not _DDP_ADAPTERS:
-        raise InvalidValueError("TRL's --use_peft under plain DDP: torch DDP's bucket copy "
-                                "(memsym.terms.torch_ddp) is modelled for a fully trained model, "
-                                "not yet for the adapters' gradients; not read")
+    r.notes.append("--use_peft under plain DDP: only PEFT's adapters require a gradient, so "
+                   "param.grad, DDP's buckets and AdamW's two moments are the adapters', in "
+                   "fp32 (get_peft_model's autocast_adapter_dtype True: TRL sft_trainer.py:"
+                   "1077-1096), beside the frozen base")
     targets = lora["targets"]
     if targets is None:
         targets = peft_default_targets(_checkpoint(r.model).get("model_type"), r)
@@ -280,6 +277,7 @@ def _ddp_words(r):
     # --bf16 / --fp16 are autocast here: their default is no autocast, not the precision
     r.defaults = [("autocast", "none", src) if name == "precision" else (name, value, src)
                   for name, value, src in r.defaults]
+    moments = "float32 (the adapters': below)" if r.lora else _NAMES[weights]
     r.notes.append(
         f"plain DDP (no --deepspeed, no --fsdp) of {_NAMES[weights]} weights ({said}): the "
         "Trainer wraps the model in torch DistributedDataParallel through Accelerate "
@@ -288,7 +286,7 @@ def _ddp_words(r):
         "its buckets (--torch-ddp-buckets: torch distributed.py:828, reducer.cpp "
         "Reducer::initialize_buckets); torch.optim.AdamW (--optim adamw_torch_fused, the "
         "default: training_args.py:806-814, trainer_optimizer.py:201-208) updates the "
-        f"parameters in place, its two moments {_NAMES[weights]} (torch/optim/adam.py:178-184 "
+        f"parameters in place, its two moments {moments} (torch/optim/adam.py:178-184 "
         "zeros_like(p)), no fp32 master copy")
     if r.autocast is not None:
         r.notes.append(

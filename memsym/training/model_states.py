@@ -20,7 +20,7 @@ from ..model.muon_matrices import scalar_adam_parameters
 from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, N_xq, b_g, b_m,
                        b_mg, b_o, c, d, e, t, t_e)
 from ..terms import muon
-from ..terms.torch_ddp import torch_adamw_widths, torch_ddp_states
+from ..terms.torch_ddp import ddp_bucket_copy, torch_adamw_widths, torch_ddp_states
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
 from ..terms.adapters import LORA_TARGETS, adapter_state, lora, megatron_adapter_widths
@@ -304,7 +304,8 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
                 "NVFP4 " if training.states.precision == "fp4" else "FP8 "
             tot = Total(tot.name, tot.terms + (te_weight_cache(
                 N_lin, fmt, frozen=True, transpose=not non_tn_fp8_gemm),))
-        return tuple(tot.subs(widths).terms)
+        terms = tuple(tot.subs(widths).terms)
+        return _adapter_buckets(terms) if training.states.torch_ddp_buckets else terms
     conv = choose("convention", training.states.convention, CONVENTIONS)
     if training.states.megatron_fsdp and training.states.precision not in ("fp8", "fp4") \
             and conv == "framework":
@@ -351,6 +352,16 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     if training.states.torch_ddp_buckets:      # torch DDP: the reducer's bucket copy
         return torch_ddp_states(terms, N_tp / t + N_rep)
     return tuple(terms)
+
+
+def _adapter_buckets(terms: tuple) -> tuple:
+    """``terms`` of a PEFT LoRA job under torch DDP with the reducer's bucket copy added: DDP
+    buckets only the parameters that require a gradient (reducer.cpp
+    ``Reducer::initialize_buckets``), the adapters, the base frozen."""
+    grads = next(term for term in terms if term.key == "gradients")
+    return terms + (replace(ddp_bucket_copy(N_a), expr=grads.expr,
+                            description="the reducer's bucket copy of the adapters' gradients "
+                                        "(only they require a gradient)"),)
 
 
 def _expert_adapters(tot: Total, training: Training, dtype: str) -> Total:
