@@ -197,6 +197,10 @@ def read_trl(out):
         "max_length", "loss_type", "dtype", "model_name_or_path", "use_peft", "lora_r",
         "lora_target_modules", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant"))
     if "use_peft" in v and _on(v["use_peft"], "use_peft"):
+        if "chat_template_path" in v:
+            raise InvalidValueError("--chat_template_path with --use_peft: tokens the template "
+                                    "adds make lm_head trainable (modules_to_save, "
+                                    "sft_trainer.py:1056-1076), which memsym does not count")
         out.lora = _lora(v, out)
     elif any(n in v for n in ("load_in_4bit", "lora_r", "lora_target_modules")) and \
             ("load_in_4bit" not in v or _on(v["load_in_4bit"], "load_in_4bit")):
