@@ -2,7 +2,7 @@
 runs, and a launch's reading said alike by estimate, search, solve and plot
 (memsym.cli.hf_launch, memsym.terms.torch_ddp).
 
-The expectations are by-hand counts of a two-layer Llama written out below, transformers 5.25.0
+The expectations are by-hand counts of the two-layer Llama of tests/tiny_llama.py, transformers 5.25.0
 and Accelerate 1.16's sources (cited where asserted); tests/test_engine_ddp.py measures torch's
 reducer itself.
 """
@@ -13,16 +13,11 @@ import json
 
 import pytest
 
+from in_process import json_report, refused_line
+from tiny_llama import F, H, LAYERS, TINY, tiny_llama
 from memsym.cli import main
 from memsym.errors import InvalidValueError
 from memsym.job import job
-
-#: The two-layer Llama of tiny_llama (h 256, 4 heads and 4 KV heads of 64, FFN 512, V 1000,
-#: untied): word embedding and output layer V h each; per layer q, k, v, o h^2 each, the
-#: SwiGLU's three h x f matrices and two RMSNorm weights h; the final norm h.
-V, H, F, LAYERS = 1000, 256, 512, 2
-TINY = 2 * V * H + LAYERS * (4 * H * H + 3 * H * F + 2 * H) + H
-assert TINY == 1_824_000
 
 #: A ZeRO-2 DeepSpeed config whose batch and precision the launch fills ("auto").
 ZERO2_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -32,14 +27,7 @@ ZERO2_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_s
 
 @pytest.fixture
 def tiny(tmp_path):
-    folder = tmp_path / "tiny-llama"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": H, "num_hidden_layers": LAYERS,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": F,
-        "vocab_size": V, "max_position_embeddings": 4096, "tie_word_embeddings": False}),
-        encoding="utf-8")
-    return str(folder)
+    return tiny_llama(tmp_path)
 
 
 @pytest.fixture
@@ -62,25 +50,11 @@ def _ds(model, config, *extra):
             "--per_device_train_batch_size", "2", "--output_dir", "o", *extra]
 
 
-def _json(capsys, argv, codes=(0, 1)):
-    code = main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    assert code in codes, err
-    return json.loads(out)
-
-
-def _refused(capsys, argv) -> str:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert (code, out) == (2, "") and err.count("\n") == 1, (code, out, err)
-    return err
-
-
 def test_plain_ddp_holds_fp32_states_and_the_buckets_copy(capsys, tiny):
     """fp32 weights (4 B), param.grad (4 B), AdamW's two fp32 moments (8 B, no master copy: the
     parameters are fp32) and the reducer's buckets (4 B), each over every parameter on every
     GPU: 20 B x 1 824 000; the batch is per-device 2 x accumulation 3 x 2 GPUs = 12."""
-    rep = _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
+    rep = json_report(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
     got = rep["bytes"]
     assert (got["weights"], got["gradients"], got["ddp_buckets"], got["optimizer"]) == (
         4 * TINY, 4 * TINY, 4 * TINY, 8 * TINY)
@@ -112,13 +86,13 @@ def test_plain_ddp_holds_fp32_states_and_the_buckets_copy(capsys, tiny):
 def test_plain_ddp_is_the_same_job_as_memsyms_options(capsys, tiny):
     """The launch is written as memsym's options (the module's docstring); without
     --torch-ddp-buckets the same job lacks exactly the buckets' row."""
-    hf = _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
+    hf = json_report(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
     own = ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp", "--precision",
            "fp32", "--optimizer", "adam", "--world-size", "2", "--micro-batch-size", "2",
            "--num-microbatches", "3", "--recompute-granularity", "full", "--seq-length", "128",
            "--gpu", "h100-80gb"]
-    assert _json(capsys, [*own, "--torch-ddp-buckets"])["bytes"] == hf["bytes"]
-    bare = _json(capsys, own)["bytes"]
+    assert json_report(capsys, [*own, "--torch-ddp-buckets"])["bytes"] == hf["bytes"]
+    bare = json_report(capsys, own)["bytes"]
     assert "ddp_buckets" not in bare
     assert {k: bare[k] for k in ("weights", "gradients", "optimizer", "activations")} == {
         k: hf["bytes"][k] for k in ("weights", "gradients", "optimizer", "activations")}
@@ -128,7 +102,7 @@ def test_no_checkpointing_is_the_trainers_default(capsys, tiny):
     """Without --gradient_checkpointing / --activation_checkpointing (both default None:
     training_args.py:908, 926) nothing is recomputed, the default cited to the Trainer."""
     words = [w for w in _ddp(tiny) if w != "--gradient_checkpointing"]
-    rep = _json(capsys, ["estimate", *words, "--gpu", "h100-80gb"])
+    rep = json_report(capsys, ["estimate", *words, "--gpu", "h100-80gb"])
     assert rep["training"]["recompute"] == "none"
     rows = [r for r in rep["defaults"] if r["option"] == "recompute"]
     assert len(rows) == 1 and "(line 908)" in rows[0]["source"]
@@ -137,9 +111,9 @@ def test_no_checkpointing_is_the_trainers_default(capsys, tiny):
 def test_ddp_bucket_cap_changes_no_byte(capsys, tiny):
     """--ddp_bucket_cap_mb (training_args.py:1404) only groups the gradients: the same bytes,
     and a note says why."""
-    rep = _json(capsys, ["estimate", *_ddp(tiny, "--ddp_bucket_cap_mb", "50"), "--gpu",
+    rep = json_report(capsys, ["estimate", *_ddp(tiny, "--ddp_bucket_cap_mb", "50"), "--gpu",
                          "h100-80gb"])
-    assert rep["bytes"] == _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])["bytes"]
+    assert rep["bytes"] == json_report(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])["bytes"]
     assert any("--ddp_bucket_cap_mb" in n for n in rep["notes"])
 
 
@@ -162,7 +136,7 @@ def test_a_plain_ddp_launch_memsym_does_not_count_is_refused(capsys, tiny, extra
     16-bit weights of the other dtype), --fp16 over fp16 weights (torch's GradScaler refuses
     fp16 gradients), another optimizer and memsym's own spelling of what the launch says:
     one line each, exit 2."""
-    assert said in _refused(capsys, ["estimate", *_ddp(tiny, *extra, dtype=dtype)])
+    assert said in refused_line(capsys, ["estimate", *_ddp(tiny, *extra, dtype=dtype)])
 
 
 @pytest.mark.parametrize("opts, said", [
@@ -182,7 +156,7 @@ def test_the_bucket_copy_is_refused_where_it_is_not_counted(tiny, opts, said):
 def test_search_refuses_a_plain_ddp_launch_in_one_line(capsys, tiny):
     """The search's space does not carry the bucket copy (memsym.search.job_fields): refused,
     not priced without it."""
-    err = _refused(capsys, ["search", *_ddp(tiny), "--gpu", "h100-80gb", "--gpus", "2"])
+    err = refused_line(capsys, ["search", *_ddp(tiny), "--gpu", "h100-80gb", "--gpus", "2"])
     assert "torch_ddp_buckets" in err
 
 
@@ -195,12 +169,12 @@ def test_every_job_command_says_the_launchs_reading(capsys, tiny, ds_config, tmp
     """estimate, solve, plot and search read a DeepSpeed launch alike and say so: the launch
     read (its DeepSpeed config named), the arguments ignored, the launch's notes and the
     Trainer's defaults; search no longer says "read as a DeepSpeed config"."""
-    est = _json(capsys, ["estimate", *_ds(tiny, ds_config), "--gpu", "h100-80gb"])
+    est = json_report(capsys, ["estimate", *_ds(tiny, ds_config), "--gpu", "h100-80gb"])
     assert est["read_as"].startswith("a Hugging Face Trainer launch (run_clm.py with the "
                                      f"DeepSpeed config {ds_config};")
     launch_defaults = [row for row in est["defaults"] if "training_args.py" in row["source"]]
     assert launch_defaults and launch_defaults[0]["option"] == "gradient_accumulation_steps"
-    solve = _json(capsys, ["solve", "micro-batch-size", *_ds(tiny, ds_config), "--gpu",
+    solve = json_report(capsys, ["solve", "micro-batch-size", *_ds(tiny, ds_config), "--gpu",
                            "h100-80gb"])["reading"]
     assert _reading_of(solve) == _reading_of(est)
     assert set(solve["notes"]) <= set(est["notes"])
@@ -223,15 +197,15 @@ def test_every_job_command_says_the_launchs_reading(capsys, tiny, ds_config, tmp
     assert "ignored (no effect on memory or time): " + " ".join(est["ignored"]) in out
     row = launch_defaults[0]
     assert f"default: {row['option']} = {row['value']} ({row['source']})" in out
-    rep = _json(capsys, ["search", *_ds(tiny, ds_config), "--gpu", "h100-80gb", "--gpus", "2",
+    rep = json_report(capsys, ["search", *_ds(tiny, ds_config), "--gpu", "h100-80gb", "--gpus", "2",
                          "--top", "1"])
     assert rep[0]["job"]["read_as"] == est["read_as"]      # one row per layout, each its job
     assert launch_defaults[0] in rep[0]["job"]["defaults"]
 
 
 def test_solve_and_plot_say_a_plain_ddp_launchs_reading(capsys, tiny, tmp_path):
-    est = _json(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
-    solve = _json(capsys, ["solve", "micro-batch-size", *_ddp(tiny), "--gpu", "h100-80gb"])
+    est = json_report(capsys, ["estimate", *_ddp(tiny), "--gpu", "h100-80gb"])
+    solve = json_report(capsys, ["solve", "micro-batch-size", *_ddp(tiny), "--gpu", "h100-80gb"])
     assert _reading_of(solve["reading"]) == _reading_of(est)
     code = main(["solve", "micro-batch-size", *_ddp(tiny), "--gpu", "h100-80gb"])
     out, err = capsys.readouterr()
@@ -256,7 +230,7 @@ def test_the_deepspeed_config_is_parsed_once(capsys, tiny, ds_config, monkeypatc
 
     monkeypatch.setattr(_values, "read_bounded", counted)
     monkeypatch.setattr(deepspeed, "read_bounded", counted)
-    _json(capsys, [*head, *_ds(tiny, ds_config), "--gpu", "h100-80gb", *tail])
+    json_report(capsys, [*head, *_ds(tiny, ds_config), "--gpu", "h100-80gb", *tail])
     assert reads == [ds_config]
 
 
@@ -278,7 +252,7 @@ def test_a_deepspeed_launch_reads_back_from_the_emitted_config(capsys, tiny, ds_
     for row in rows:
         words = shlex.split(row["emit"]["read_back"])
         assert ds_config not in words
-        back = _json(capsys, [w for w in words[1:] if w != "--json"])
+        back = json_report(capsys, [w for w in words[1:] if w != "--json"])
         assert back["bytes"]["total"] == row["bytes"]["total"]
         assert back["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
 
@@ -286,14 +260,7 @@ def test_a_deepspeed_launch_reads_back_from_the_emitted_config(capsys, tiny, ds_
 def _checkpoint(tmp_path, name, **dtype):
     """tiny's config.json with a dtype field as a checkpoint names it (``torch_dtype`` in most
     Hub configs, ``dtype`` since transformers 5)."""
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": H, "num_hidden_layers": LAYERS,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": F,
-        "vocab_size": V, "max_position_embeddings": 4096, "tie_word_embeddings": False,
-        **dtype}), encoding="utf-8")
-    return str(folder)
+    return tiny_llama(tmp_path, name, **dtype)
 
 
 def _states(rep):
@@ -308,7 +275,7 @@ def test_a_bf16_checkpoint_with_bf16_autocast_holds_bf16_states(capsys, tmp_path
     parameters in place: weights 2 B, param.grad 2 B, the buckets 2 B, exp_avg and exp_avg_sq
     2 + 2 B (zeros_like(p)), no fp32 master copy: 10 B x 1 824 000, against 20 B for fp32."""
     model = _checkpoint(tmp_path, "llama-bf16", torch_dtype="bfloat16")
-    rep = _json(capsys, ["estimate", *_ddp(model, "--bf16", dtype=()), "--gpu", "h100-80gb"])
+    rep = json_report(capsys, ["estimate", *_ddp(model, "--bf16", dtype=()), "--gpu", "h100-80gb"])
     assert _states(rep) == (2 * TINY, 2 * TINY, 2 * TINY, 4 * TINY)
     assert rep["training"]["precision"] == "bf16" and rep["training"]["torch_ddp_buckets"]
     notes = " ".join(rep["notes"])
@@ -325,7 +292,7 @@ def test_run_clms_16_bit_dtype_holds_16_bit_states(capsys, tiny, dtype, precisio
     """run_clm.py's --dtype bfloat16 / float16 (ModelArguments.dtype, passed to
     from_pretrained) without autocast: the same 2 + 2 + 2 + 4 bytes per parameter, and no
     fp32 gradient copy under fp16 either (Megatron's ddp scheme would make one)."""
-    rep = _json(capsys, ["estimate", *_ddp(tiny, dtype=("--dtype", dtype)), "--gpu", "h100-80gb"])
+    rep = json_report(capsys, ["estimate", *_ddp(tiny, dtype=("--dtype", dtype)), "--gpu", "h100-80gb"])
     assert _states(rep) == (2 * TINY, 2 * TINY, 2 * TINY, 4 * TINY)
     assert rep["training"]["precision"] == precision
     assert not any("autocast" in n for n in rep["notes"])
@@ -344,7 +311,7 @@ def test_which_dtype_the_weights_are_loaded_in(capsys, tmp_path, fields, dtype):
     configuration_utils.py:440-442); run_clm.py's --dtype before the checkpoint's; --dtype
     auto is the checkpoint's (modeling_utils.py:830-832)."""
     model = _checkpoint(tmp_path, "llama", **fields)
-    rep = _json(capsys, ["estimate", *_ddp(model, dtype=dtype), "--gpu", "h100-80gb"])
+    rep = json_report(capsys, ["estimate", *_ddp(model, dtype=dtype), "--gpu", "h100-80gb"])
     fp32 = fields.get("dtype") == "float32" or "float32" in dtype
     width = 4 if fp32 else 2
     assert _states(rep) == (width * TINY, width * TINY, width * TINY, 2 * width * TINY)
@@ -354,17 +321,17 @@ def test_a_bf16_launch_is_the_same_job_as_memsyms_options(capsys, tmp_path):
     """The 16-bit launch is memsym's --precision bf16 --torch-ddp-buckets, the rest as the
     fp32 one's (the module's docstring)."""
     model = _checkpoint(tmp_path, "llama-bf16", torch_dtype="bfloat16")
-    hf = _json(capsys, ["estimate", *_ddp(model, "--bf16", dtype=()), "--gpu", "h100-80gb"])
+    hf = json_report(capsys, ["estimate", *_ddp(model, "--bf16", dtype=()), "--gpu", "h100-80gb"])
     own = ["estimate", model, "--framework", "deepspeed", "--sharding", "ddp", "--precision",
            "bf16", "--optimizer", "adam", "--torch-ddp-buckets", "--overlap-grad-reduce",
            "--world-size", "2", "--micro-batch-size", "2", "--num-microbatches", "3",
            "--recompute-granularity", "full", "--seq-length", "128", "--gpu", "h100-80gb"]
-    assert _json(capsys, own)["bytes"] == hf["bytes"]
+    assert json_report(capsys, own)["bytes"] == hf["bytes"]
 
 
 def test_a_preset_without_dtype_is_refused(capsys):
     """A preset names no checkpoint whose dtype "auto" would read: give --dtype."""
-    err = _refused(capsys, ["estimate", *_ddp("llama3-8b", dtype=())])
+    err = refused_line(capsys, ["estimate", *_ddp("llama3-8b", dtype=())])
     assert 'dtype "auto"' in err and "--dtype" in err
 
 
@@ -374,9 +341,9 @@ def test_full_eval_is_no_training_autocast_under_plain_ddp(capsys, tiny):
     with --bf16_full_eval are the fp32 job, where --bf16 over them is refused (its cached
     16-bit weight copies are not counted)."""
     fp32 = ("--dtype", "float32")
-    rep = _json(capsys, ["estimate", *_ddp(tiny, "--bf16_full_eval", dtype=fp32),
+    rep = json_report(capsys, ["estimate", *_ddp(tiny, "--bf16_full_eval", dtype=fp32),
                          "--gpu", "h100-80gb"])
     got = rep["bytes"]
     assert (got["weights"], got["optimizer"]) == (4 * TINY, 8 * TINY)
     assert not any("torch.autocast" in n for n in rep["notes"])
-    assert "torch.autocast" in _refused(capsys, ["estimate", *_ddp(tiny, "--bf16", dtype=fp32)])
+    assert "torch.autocast" in refused_line(capsys, ["estimate", *_ddp(tiny, "--bf16", dtype=fp32)])

@@ -2,7 +2,7 @@
 (memsym.readers.trl_sft, memsym.readers.hf_trainer, memsym.cli.hf_launch).
 
 The expectations are TRL's and PEFT's sources (huggingface/trl f2cd57710a, huggingface/peft
-5d602fdbff; cited where asserted) and by-hand counts of the two-layer Llama written out below.
+5d602fdbff; cited where asserted) and by-hand counts of the two-layer Llama of tests/tiny_llama.py.
 """
 
 from __future__ import annotations
@@ -11,28 +11,14 @@ import json
 
 import pytest
 
-from memsym.cli import main
+from in_process import json_report, refused_line
+from tiny_llama import F, H, LAYERS, TINY, tiny_llama
 from memsym.cli.hf_launch import hf_trainer_words
 from memsym.readers.hf_trainer import read_hf_trainer_launch
 
-#: The two-layer Llama of tiny (h 256, 4 heads and 4 KV heads of 64, FFN 512, V 1000, untied):
-#: word embedding and output layer V h each; per layer q, k, v, o h^2 each, the SwiGLU's three
-#: h x f matrices and two RMSNorm weights h; the final norm h.
-V, H, F, LAYERS = 1000, 256, 512, 2
-TINY = 2 * V * H + LAYERS * (4 * H * H + 3 * H * F + 2 * H) + H
-assert TINY == 1_824_000
-
-
 @pytest.fixture
 def tiny(tmp_path):
-    folder = tmp_path / "tiny-llama"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": H, "num_hidden_layers": LAYERS,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": F,
-        "vocab_size": V, "max_position_embeddings": 4096, "tie_word_embeddings": False,
-        "dtype": "bfloat16"}), encoding="utf-8")
-    return str(folder)
+    return tiny_llama(tmp_path, dtype="bfloat16")
 
 
 def _args(model, *extra):
@@ -40,26 +26,12 @@ def _args(model, *extra):
             "--per_device_train_batch_size", "2", "--loss_type", "nll", *extra]
 
 
-def _json(capsys, argv):
-    code = main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    assert code in (0, 1), err
-    return json.loads(out)
-
-
-def _refused(capsys, argv) -> str:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert (code, out) == (2, "") and err.count("\n") == 1, (code, out, err)
-    return err
-
-
 def test_sftconfigs_defaults_are_read_with_their_sources(capsys, tiny):
     """SFTConfig's defaults: gradient checkpointing on (base_config.py:61-66), bf16 = not fp16
     (:67-75, 104-105), max_length 1024 (sft_config.py:205); bf16 weights (--dtype bfloat16)
     under plain DDP: weights, param.grad, the buckets 2 B each and AdamW's two bf16 moments
     4 B over every parameter."""
-    rep = _json(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+    rep = json_report(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
                          *_args(tiny, "--dtype", "bfloat16")])
     got = rep["bytes"]
     assert (got["weights"], got["gradients"], got["ddp_buckets"], got["optimizer"]) == (
@@ -126,7 +98,7 @@ def test_peft_default_targets_count_r_in_plus_out(capsys, tiny):
 
     r = read_hf_trainer_launch(["trl", "sft", *_args(tiny, "--use_peft")])
     assert r.lora["targets"] is None and peft_default_targets("llama", r) == ("q", "v")
-    rep = _json(capsys, ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp",
+    rep = json_report(capsys, ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp",
                          "--precision", "bf16", "--world-size", "2", "--seq-length", "1024",
                          "--micro-batch-size", "2", "--finetune", "lora", "--lora-rank",
                          str(r.lora["rank"]), "--lora-targets", ",".join(("q", "v"))])
@@ -146,7 +118,7 @@ def test_lora_under_plain_ddp_is_estimated(capsys, tiny):
     Reducer::initialize_buckets) and AdamW's two moments are the adapters', fp32
     (get_peft_model's autocast_adapter_dtype, sft_trainer.py:1077-1096): 4 + 4 + 4 + 8 B per
     adapter parameter; the bf16 base frozen, 2 B per weight."""
-    rep = _json(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+    rep = json_report(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
                          *_args(tiny, "--use_peft", "--dtype", "bfloat16")])
     got = rep["bytes"]
     assert N_A == 32_768 and N_Q + N_U == TINY
@@ -161,7 +133,7 @@ def test_load_in_4bit_is_qlora(capsys, tiny):
     """--load_in_4bit: bitsandbytes NF4 (bnb_4bit_quant_type nf4, no nested quantization:
     model_config.py:160, 164), 4 bits and one fp32 absmax per block of 64 (QLoRA §3): 4.5 bits
     per frozen linear weight; the rest of the model stays bf16."""
-    rep = _json(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+    rep = json_report(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
                          *_args(tiny, "--use_peft", "--dtype", "bfloat16", "--load_in_4bit")])
     got = rep["bytes"]
     assert (got["weights"], got["weights_unquantized"], got["ddp_buckets"]) == (
@@ -185,7 +157,7 @@ def test_load_in_4bit_is_qlora(capsys, tiny):
     (["--chat_template_path", "t.jinja"], "lm_head trainable"),
 ])
 def test_what_memsym_does_not_model_is_refused_in_one_line(capsys, tiny, extra, said):
-    err = _refused(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+    err = refused_line(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
                             *_args(tiny, "--use_peft", "--dtype", "bfloat16"), *extra])
     assert said in err
 
@@ -194,15 +166,15 @@ def test_the_default_loss_and_dtype_are_refused_in_one_line(capsys, tiny):
     """loss_type None is chunked_nll (sft_config.py:334-336); dtype float32 (model_config.py:89)
     under bf16 autocast is refused by the plain-DDP reading."""
     words = ["estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path", tiny]
-    assert "the default" in _refused(capsys, words)
-    assert "autocast" in _refused(capsys, [*words, "--loss_type", "nll"]).lower()
+    assert "the default" in refused_line(capsys, words)
+    assert "autocast" in refused_line(capsys, [*words, "--loss_type", "nll"]).lower()
 
 
 def test_trl_arguments_outside_trl_and_other_trainers_are_refused(capsys, tiny):
-    assert "memsym reads `trl sft" in _refused(capsys, ["estimate", "trl", "dpo",
+    assert "memsym reads `trl sft" in refused_line(capsys, ["estimate", "trl", "dpo",
                                                         *_args(tiny)])
-    assert "other TRL trainers" in _refused(capsys, ["estimate", "python",
+    assert "other TRL trainers" in refused_line(capsys, ["estimate", "python",
                                                      "trl/scripts/grpo.py", *_args(tiny)])
-    assert "TRL's argument" in _refused(capsys, ["estimate", "torchrun", "--nproc_per_node",
+    assert "TRL's argument" in refused_line(capsys, ["estimate", "torchrun", "--nproc_per_node",
                                                  "2", "run_clm.py", "--model_name_or_path",
                                                  tiny, "--use_peft"])

@@ -52,7 +52,7 @@ from ..limits import check_limit
 from ..text import looks_like_option, option_values
 from ._values import MAX_BATCH, MAX_GPUS, MAX_SEQ, whole
 from .hf_trainer_args import (ADAMW, BOOL_WORDS, FIELDS, IGNORED, REFUSED, REFUSED_DEFAULTS,
-                              RUN_CLM, SCRIPT, TRAINING_ARGS, arity, field_name)
+                              RUN_CLM, SCRIPT, TRAINING_ARGS, arity, field_name, flag_value)
 from .megatron_arguments import megatron_arity
 from .trl_sft import TRL_FIELDS, read_trl, trl_defaults, trl_field, trl_script
 
@@ -394,15 +394,6 @@ def _unknown(name):
     return InvalidValueError(f"unknown Hugging Face Trainer argument {name[:80]!r}{hint}")
 
 
-def _flag(values, name) -> bool:
-    if not values:
-        return True
-    word = values[0].lower()
-    if word not in BOOL_WORDS:
-        raise InvalidValueError(f"--{name} takes true or false, got {values[0][:40]!r}")
-    return BOOL_WORDS[word]
-
-
 def _line(name) -> str:
     return f"{_SOURCE}.{name} (line {FIELDS[name][1]})"
 
@@ -416,7 +407,7 @@ def _read_values(out):
     for name in v:
         if name in REFUSED and v[name] and v[name][0] in REFUSED_DEFAULTS.get(name, ()):
             kept.add(name)          # its default spelled out: no effect
-        elif name in REFUSED and (FIELDS[name][0] != "?" or _flag(v[name], name)):
+        elif name in REFUSED and (FIELDS[name][0] != "?" or flag_value(v[name], name)):
             raise InvalidValueError(f"--{name}: {REFUSED[name]}")
         elif name in REFUSED:
             kept.add(name)          # a switch turned off
@@ -425,22 +416,22 @@ def _read_values(out):
                                                         "dtype", "torch_dtype")))
                           and not (out.trl and n in TRL_FIELDS))
     _read_batch(out)
-    bf16 = any(_flag(v[k], k) for k in ("bf16", "bf16_full_eval") if k in v)
-    fp16 = any(_flag(v[k], k) for k in ("fp16", "fp16_full_eval") if k in v)
+    bf16 = any(flag_value(v[k], k) for k in ("bf16", "bf16_full_eval") if k in v)
+    fp16 = any(flag_value(v[k], k) for k in ("fp16", "fp16_full_eval") if k in v)
     # Accelerate's training autocast reads --bf16 / --fp16 alone (training_args.py:1614-1618);
     # the *_full_eval switches count only where DeepSpeed's config takes them (above)
-    out.autocast = ("bf16" if "bf16" in v and _flag(v["bf16"], "bf16") else
-                    "fp16" if "fp16" in v and _flag(v["fp16"], "fp16") else None)
+    out.autocast = ("bf16" if "bf16" in v and flag_value(v["bf16"], "bf16") else
+                    "fp16" if "fp16" in v and flag_value(v["fp16"], "fp16") else None)
     if bf16 and fp16:
         raise InvalidValueError("--bf16 and --fp16 both given: the Trainer takes one")
     out.precision = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     if not bf16 and not fp16:
         out.defaults.append(("precision", "fp32", f"{_line('bf16')} and .fp16 default False"))
     if "tf32" in v:
-        _flag(v["tf32"], "tf32")
+        flag_value(v["tf32"], "tf32")
         out.ignored.append("tf32")          # the matmuls' math mode: no memory
     on = [k for k in ("gradient_checkpointing", "activation_checkpointing") if k in v]
-    out.recompute = any(_flag(v[k], k) for k in on)
+    out.recompute = any(flag_value(v[k], k) for k in on)
     if not on:
         out.defaults.append(("recompute", "none", f"{_line('activation_checkpointing')} and "
                              ".gradient_checkpointing (line 926): default None, no checkpointing"))

@@ -18,9 +18,11 @@ at 00d481d18f, ``ModelArguments`` and ``DataTrainingArguments``) adds its own fi
 
 from __future__ import annotations
 
+from ..errors import InvalidValueError
+
 __all__ = ["TRAINING_ARGS", "RUN_CLM", "FIELDS", "READ", "REFUSED", "REFUSED_DEFAULTS",
            "IGNORED", "SCRIPT",
-           "NO_FLAGS", "ADAMW", "arity", "field_name", "BOOL_WORDS"]
+           "NO_FLAGS", "ADAMW", "arity", "field_name", "BOOL_WORDS", "flag_value"]
 
 #: Where the fields are defined.
 TRAINING_ARGS = "transformers 5.25.0 src/transformers/training_args.py"
@@ -144,6 +146,23 @@ SCRIPT = {
 #: string_to_bool's words (hf_argparser.py:36-45).
 BOOL_WORDS = {"yes": True, "true": True, "t": True, "y": True, "1": True,
               "no": False, "false": False, "f": False, "n": False, "0": False}
+
+
+def flag_value(values, name) -> bool:
+    """A boolean argument's value: given bare, True; else its one word, as HfArgumentParser's
+    ``string_to_bool`` reads it (:data:`BOOL_WORDS`), or InvalidValueError.
+
+    Examples
+    --------
+    >>> flag_value([], "bf16"), flag_value(["False"], "bf16")
+    (True, False)
+    """
+    if not values:
+        return True
+    word = values[0].lower()
+    if word not in BOOL_WORDS:
+        raise InvalidValueError(f"--{name} takes true or false, got {values[0][:40]!r}")
+    return BOOL_WORDS[word]
 
 
 def field_name(option: str) -> str | None:

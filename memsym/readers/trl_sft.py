@@ -31,7 +31,7 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ..limits import check_limit
 from ._values import MAX_SEQ, whole
-from .hf_trainer_args import BOOL_WORDS
+from .hf_trainer_args import flag_value
 
 __all__ = ["TRL_FIELDS", "REFUSED", "PEFT_TARGETS", "trl_field", "trl_script", "trl_defaults",
            "read_trl", "peft_default_targets", "TRL", "PEFT"]
@@ -138,15 +138,6 @@ def trl_script(name: str) -> bool:
     return False
 
 
-def _on(values, name) -> bool:
-    if not values:
-        return True
-    word = values[0].lower()
-    if word not in BOOL_WORDS:
-        raise InvalidValueError(f"--{name} takes true or false, got {values[0][:40]!r}")
-    return BOOL_WORDS[word]
-
-
 def trl_defaults(out):
     """SFTConfig's own defaults of TrainingArguments' fields, put in ``out.values`` before the
     Trainer's reading (each said as a default): gradient checkpointing on, bf16 unless fp16."""
@@ -156,7 +147,7 @@ def trl_defaults(out):
         out.defaults.append(("gradient_checkpointing", True, f"{_BASE}:61-66, _BaseConfig: "
                              "default True (full recompute)"))
     if "bf16" not in v:
-        bf16 = not ("fp16" in v and _on(v["fp16"], "fp16"))
+        bf16 = not ("fp16" in v and flag_value(v["fp16"], "fp16"))
         v["bf16"] = ["true" if bf16 else "false"]
         out.defaults.append(("bf16", bf16, f"{_BASE}:67-75, 104-105: bf16 = not fp16"))
 
@@ -167,7 +158,7 @@ def read_trl(out):
     :func:`peft_default_targets`); refusals in one line."""
     v = out.values
     for name, why in {**REFUSED, **_REFUSED_LISTS}.items():
-        if name in v and (name in _REFUSED_LISTS or _on(v[name], name)):
+        if name in v and (name in _REFUSED_LISTS or flag_value(v[name], name)):
             raise InvalidValueError(f"--{name}: {why}")
     loss = v.get("loss_type", [None])[0]
     if loss != "nll":
@@ -196,14 +187,14 @@ def read_trl(out):
     out.ignored += sorted(n for n in v if n in TRL_FIELDS and n not in (
         "max_length", "loss_type", "dtype", "model_name_or_path", "use_peft", "lora_r",
         "lora_target_modules", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant"))
-    if "use_peft" in v and _on(v["use_peft"], "use_peft"):
+    if "use_peft" in v and flag_value(v["use_peft"], "use_peft"):
         if "chat_template_path" in v:
             raise InvalidValueError("--chat_template_path with --use_peft: tokens the template "
                                     "adds make lm_head trainable (modules_to_save, "
                                     "sft_trainer.py:1056-1076), which memsym does not count")
         out.lora = _lora(v, out)
     elif any(n in v for n in ("load_in_4bit", "lora_r", "lora_target_modules")) and \
-            ("load_in_4bit" not in v or _on(v["load_in_4bit"], "load_in_4bit")):
+            ("load_in_4bit" not in v or flag_value(v["load_in_4bit"], "load_in_4bit")):
         raise InvalidValueError("LoRA's arguments without --use_peft: TRL builds no adapter "
                                 "(utils.py:254-256); give --use_peft")
 
@@ -220,12 +211,12 @@ def _lora(v, out) -> dict:
                          "PEFT's nn.Dropout keeps a dropped copy of each adapted matrix's input "
                          "for lora_A's backward; memsym does not count it")
     lora = {"finetune": "lora", "rank": rank, "targets": targets, "quantization": None}
-    if "load_in_4bit" in v and _on(v["load_in_4bit"], "load_in_4bit"):
+    if "load_in_4bit" in v and flag_value(v["load_in_4bit"], "load_in_4bit"):
         kind = v.get("bnb_4bit_quant_type", ["nf4"])[0]
         if kind != "nf4":
             raise InvalidValueError(f"--bnb_4bit_quant_type {kind[:12]}: memsym counts "
                                     "bitsandbytes' NF4 (its fp4's block constants are not read)")
-        nested = "use_bnb_nested_quant" in v and _on(v["use_bnb_nested_quant"],
+        nested = "use_bnb_nested_quant" in v and flag_value(v["use_bnb_nested_quant"],
                                                      "use_bnb_nested_quant")
         lora.update(finetune="qlora", quantization="nf4-dq" if nested else "nf4")
         out.notes.append("--load_in_4bit: QLoRA's NF4 base (utils.py:235-244), "
