@@ -61,6 +61,15 @@ def test_trl_sft_and_the_script_read_the_same_job(tiny):
     assert "--seq-length" in cli and cli[cli.index("--seq-length") + 1] == "1024"
 
 
+def test_the_command_pasted_as_a_user_pastes_it(capsys, tiny):
+    """Through the command line, as typed: `memsym estimate trl sft ...` and, with the shell's
+    end-of-options `--` before the pasted command, the same job (`--` used to stop at `trl`)."""
+    words = ["trl", "sft", "--num_processes", "2", *_args(tiny, "--dtype", "bfloat16")]
+    plain = json_report(capsys, ["estimate", *words])
+    assert json_report(capsys, ["estimate", "--", *words]) == plain
+    assert plain["layout"]["dp"] == 2 and plain["training"]["recompute"] == "full"
+
+
 def test_the_batch_and_sequence_are_read():
     r = read_hf_trainer_launch(["trl", "sft", "--model_name_or_path", "m", "--max_length",
                                 "4096", "--per_device_train_batch_size", "3",

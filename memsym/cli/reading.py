@@ -442,10 +442,10 @@ def prepare_argv(parser, raw, *, searched: bool = False):
 
 def _starts_command(word) -> bool:
     """Whether ``word`` opens a pasted launch command: a launcher (:data:`LAUNCHER_WORDS`,
-    Accelerate's, an interpreter or torchrun by path), a training script or an environment
-    assignment before them."""
+    Accelerate's and TRL's command-line tools, an interpreter or torchrun by path), a training
+    script or an environment assignment before them."""
     base = str(word).rsplit("/", 1)[-1]
-    return (word in LAUNCHER_WORDS or word == "accelerate" or base.endswith(".py")
+    return (word in LAUNCHER_WORDS or word in ("accelerate", "trl") or base.endswith(".py")
             or base.startswith(("python", "torchrun")) or bool(_ASSIGNMENT.match(str(word))))
 
 
