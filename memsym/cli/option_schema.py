@@ -139,9 +139,11 @@ GROUPS = {
     "training": "training",
     "finetune": "fine-tuning (LoRA / QLoRA adapters on a frozen base)",
     "allowances": "allowances (set 0 to drop one)",
-    "framework": "a framework's job (pretrain_gpt.py or pretrain_hybrid.py arguments pasted "
-                 "whole, with Megatron's defaults: docs/howto-paste-launch-command.md; or a "
-                 "config file)",
+    "framework": "a framework's job: a launch command pasted whole, after `--` or not "
+                 "(Megatron-LM's pretrain_gpt.py / pretrain_hybrid.py with Megatron's "
+                 "defaults; a Hugging Face "
+                 "Trainer script, `trl sft` or a deepspeed launch with theirs: "
+                 "docs/howto-paste-launch-command.md), or a config file",
     "cluster": "cluster (communication, bubble, FLOPs, step time, MFU)",
     "search": "search (values to try)",
     "time": "training time",
