@@ -63,3 +63,18 @@ def test_a_hybrids_mixer_in_fp32_is_refused_not_undercounted():
     att = hybrid_layer_activations(("attention", None), gated=False, flash=True, width=4)
     assert att.expr != hybrid_layer_activations(("attention", None), gated=False,
                                                 flash=True).expr
+
+
+def test_the_layer_models_add_ons_at_the_fp32_width():
+    """Each add-on's tensors in fp32, by hand at s = 4096, b = 1, t = 1 (Llama 3 8B sizes):
+    Megatron's eager glu keeps two f-wide tensors (8 bytes a token and feature), the
+    checkpointed QKV storage (a + g) d_h elements at 4 bytes, and an FP8-stored SwiGLU input
+    (2f wide) saves 3 bytes an element where 16-bit saves 1."""
+    from memsym.terms.activations import fp8_glu_input, unfused_glu_products
+    from memsym.terms.qkv_storage import checkpointed_qkv_storage
+
+    one = dict(s=TAU, b=1, c=1, t=1, f=F, a=A, g=G, d_h=DH)
+    assert unfused_glu_products(False, width=4).evaluate(**one) == 2 * 4 * TAU * F
+    assert checkpointed_qkv_storage(width=4).evaluate(**one) == 4 * TAU * (A + G) * DH
+    assert fp8_glu_input(width=4).evaluate(**one) == -3 * TAU * 2 * F
+    assert fp8_glu_input().evaluate(**one) == -1 * TAU * 2 * F

@@ -291,7 +291,7 @@ def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layer
 
 
 def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
-                         regather: bool = False) -> Term:
+                         regather: bool = False, width: int = 2) -> Term:
     r"""The gathered norm output each column-parallel LoRA-A keeps under sequence parallelism [bytes].
 
     Per micro-batch, layer and eligible adapter (Megatron-Bridge: LoRA-A of ``linear_qkv`` and of
@@ -316,6 +316,8 @@ def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
     regather : bool
         Bridge's ``LoRA(sequence_parallel_input_regather=True)``.
 
+    width : {2, 4}
+        Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
     Examples
     --------
     Qwen3-8B (h = 4096, 36 layers), s = 8192, b = 1: the saving of the regather is
@@ -334,7 +336,7 @@ def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
     """
     tok, _ = token_split(False)
     on = sequence_parallel and not regather
-    expr = as_expr(eligible) * 2 * tok * h if on else sp.Integer(0)
+    expr = as_expr(eligible) * width * tok * h if on else sp.Integer(0)
     return Term("lora_gathered_inputs", expr, "gathered 16-bit norm output kept by each "
                 "column-parallel LoRA-A until backward (no sequence_parallel_input_regather)",
                 Source("megatron-bridge-peft", "src/megatron/bridge/peft/lora.py, LoRA "
@@ -342,7 +344,7 @@ def lora_gathered_inputs(eligible=1, *, sequence_parallel: bool = True,
                 label="LoRA-A gathered inputs")
 
 
-def unfused_glu_products(fused: bool = True, *, moe: bool = False) -> Term:
+def unfused_glu_products(fused: bool = True, *, moe: bool = False, width: int = 2) -> Term:
     r"""What an unfused SwiGLU keeps beyond its input [bytes per layer].
 
     Per micro-batch and layer, with :math:`\tau = sb/c` and the routed token copies
@@ -366,6 +368,8 @@ def unfused_glu_products(fused: bool = True, *, moe: bool = False) -> Term:
     moe : bool
         An MoE layer's grouped experts (``TEGroupedMLP``) instead of a dense MLP [1].
 
+    width : {2, 4}
+        Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
     Examples
     --------
     Qwen3-8B (f = 12288, 36 layers) at t = 2, s = 8192, b = 1: 36 x 2 x 2 x 8192 x 6144 bytes,
@@ -393,9 +397,9 @@ def unfused_glu_products(fused: bool = True, *, moe: bool = False) -> Term:
     if fused:
         expr = sp.Integer(0)
     elif moe:
-        expr = 3 * 2 * (c_f * k * tok * t_e / t) * f_e / t_e
+        expr = 3 * width * (c_f * k * tok * t_e / t) * f_e / t_e
     else:
-        expr = 2 * 2 * tok * f / t
+        expr = 2 * width * tok * f / t
     return Term("unfused_glu_products", expr, "16-bit silu(gate) and gate-offset up product "
                 "operands kept by an unfused SwiGLU (bias_activation_fusion False)"
                 + (", and its output the probability weighting keeps" if moe else ""),
@@ -405,7 +409,7 @@ def unfused_glu_products(fused: bool = True, *, moe: bool = False) -> Term:
                 label="unfused SwiGLU")
 
 
-def clamped_glu_copy(clamped: bool = True) -> Term:
+def clamped_glu_copy(clamped: bool = True, *, width: int = 2) -> Term:
     r"""The clamped copy of the experts' fc1 output that a clamped quick-GeGLU keeps [bytes].
 
     Per micro-batch and MoE layer, with :math:`\tau = sb/c` and the routed token copies
@@ -436,6 +440,8 @@ def clamped_glu_copy(clamped: bool = True) -> Term:
         The routed experts' GLU input is clamped under Megatron-core (GPT-OSS's
         ``swiglu_limit``; :attr:`memsym.frameworks.Framework.moe_glu_clamp_copy`) [1].
 
+    width : {2, 4}
+        Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
     Examples
     --------
     GPT-OSS-120B (f_e = 2880, top-4) at s = 2048, b = 1, TP 2, ETP 1: R = 4 x 2048 / 2 = 4096
@@ -460,7 +466,7 @@ def clamped_glu_copy(clamped: bool = True) -> Term:
        2.13.0: the nodes' ``_saved_*`` attributes; ``tests/test_clamped_glu.py``).
     """
     tok, _ = token_split(False)
-    expr = 2 * 2 * (c_f * k * tok * t_e / t) * f_e / t_e if clamped else sp.Integer(0)
+    expr = 2 * width * (c_f * k * tok * t_e / t) * f_e / t_e if clamped else sp.Integer(0)
     return Term("clamped_glu_copy", expr, "16-bit clamped copy of the expert fc1 output "
                 "(torch.cat of the clamped halves) saved by the fused quick-GeGLU",
                 Source("megatron-core", "core/fusions/fused_bias_geglu.py:424-440, :326-327; "
@@ -468,7 +474,8 @@ def clamped_glu_copy(clamped: bool = True) -> Term:
                 label="clamped GLU copy")
 
 
-def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = False) -> Term:
+def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = False,
+                  width: int = 2) -> Term:
     r"""What storing the SwiGLU's input in FP8 saves [bytes per layer], a negative term.
 
     Per micro-batch and layer, with :math:`\tau = sb/c` and the routed token copies
@@ -495,6 +502,9 @@ def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = Fals
     shared : bool
         The MoE layer's shared experts keep their activation (not recomputed) [1].
 
+    width : {2, 4}
+        Bytes of an element in the compute dtype: the FP8 copy saves width - 1 on each of the
+        2f-wide input's elements (1 at 16 bits, 3 in fp32) [bytes/element].
     Examples
     --------
     Qwen3-30B-A3B's experts (f_e = 768, top-8) at s = 4096, b = 1, TP 1, ETP 1: R = 8 x 4096 =
@@ -519,9 +529,10 @@ def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = Fals
     if not stored:
         expr = sp.Integer(0)
     elif moe:
-        expr = -2 * (c_f * k * tok * t_e / t) * f_e / t_e - (2 * tok * f_sh / t if shared else 0)
+        expr = -2 * (width - 1) * (c_f * k * tok * t_e / t) * f_e / t_e - (
+            2 * (width - 1) * tok * f_sh / t if shared else 0)
     else:
-        expr = -2 * tok * f / t
+        expr = -2 * (width - 1) * tok * f / t
     return Term("fp8_glu_input", expr, "one byte per element saved on the SwiGLU input kept "
                 "in FP8 (activation_func_fp8_input_store)",
                 Source("megatron-core", "core/fusions/fused_bias_swiglu.py:180-184, :232-235, "

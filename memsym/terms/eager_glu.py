@@ -20,7 +20,7 @@ from .transformer_layer import token_split
 __all__ = ["eager_clamped_glu_input", "eager_silu_output"]
 
 
-def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False) -> Term:
+def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False, width: int = 2) -> Term:
     r"""The clamped gate half an eager clamped GLU keeps [bytes per layer].
 
     Per micro-batch and layer, with :math:`\tau = sb/c` and the routed token copies
@@ -51,6 +51,8 @@ def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False) -> Term:
     moe : bool
         An MoE layer's grouped experts (``TEGroupedMLP``) instead of a dense MLP [1].
 
+    width : {2, 4}
+        Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
     Examples
     --------
     GPT-OSS's example shape (f_e = 2048, top-2) at s = 8192, b = 1, t = t_e = 1: R = 2 x 8192
@@ -76,9 +78,9 @@ def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False) -> Term:
     if not clamped:
         expr = sp.Integer(0)
     elif moe:
-        expr = 2 * (c_f * k * tok * t_e / t) * f_e / t_e
+        expr = width * (c_f * k * tok * t_e / t) * f_e / t_e
     else:
-        expr = 2 * tok * f / t
+        expr = width * tok * f / t
     return Term("eager_clamped_glu_input", expr, "16-bit clamped gate half kept by the "
                 "activation of an eager clamped GLU (bias_activation_fusion False)",
                 Source("megatron-core", "moe/experts.py:995-1016, transformer/mlp.py:320-334, "

@@ -16,7 +16,7 @@ from .transformer_layer import token_split
 __all__ = ["checkpointed_qkv_storage"]
 
 
-def checkpointed_qkv_storage(kept: bool = True) -> Term:
+def checkpointed_qkv_storage(kept: bool = True, width: int = 2) -> Term:
     r"""The fused QKV output a checkpointed core attention keeps beyond V [bytes per layer].
 
     Per micro-batch and layer, with :math:`\tau = sb/c`:
@@ -42,6 +42,8 @@ def checkpointed_qkv_storage(kept: bool = True) -> Term:
     kept : bool
         Megatron-core's layer with ``core_attn`` checkpointed (selective recompute) [1].
 
+    width : {2, 4}
+        Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
     Examples
     --------
     Llama 3 70B (a = 64, g = 8, d_h = 128) at t = 4, s = 4096, b = 1: 2 x 4096 x 72 x 128 / 4
@@ -64,7 +66,7 @@ def checkpointed_qkv_storage(kept: bool = True) -> Term:
        q,k,v to be contiguous").
     """
     tok, _ = token_split(False)
-    expr = 2 * tok * (a + g) * d_h / t if kept else sp.Integer(0)
+    expr = width * tok * (a + g) * d_h / t if kept else sp.Integer(0)
     return Term("checkpointed_qkv_storage", expr, "the QKV projection's output, whose V view "
                 "the checkpointed core attention saves (Q and K widths beyond the v term)",
                 Source("megatron-core", "transformer/attention.py:1824-1930, :446-494, "

@@ -87,7 +87,7 @@ def gathered_logits(terms, autotp: bool = False) -> tuple:
                  if term.expr.has(V) else term for term in terms)
 
 
-def dtensor_gathered_inputs(moe: bool) -> sp.Expr:
+def dtensor_gathered_inputs(moe: bool, width: int = 2) -> sp.Expr:
     r"""What torch's DTensor TP saves beyond Megatron's sequence parallelism, per layer [bytes].
 
     Torch's ColwiseParallel after ``PrepareModuleInput(Replicate())``, per layer and
@@ -99,6 +99,13 @@ def dtensor_gathered_inputs(moe: bool) -> sp.Expr:
     where Megatron keeps :math:`2\tau h/t` and gathers again in backward); an MoE layer's
     feed-forward input is left at Megatron's count (not measured).
 
+    Parameters
+    ----------
+    moe : bool
+        An MoE layer (only the attention's input counted) [1].
+    width : {2, 4}
+        Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
+
     References
     ----------
     torchtitan ``apply_tp`` (``PrepareModuleInput`` to ``Replicate()`` before ``attention``
@@ -109,7 +116,7 @@ def dtensor_gathered_inputs(moe: bool) -> sp.Expr:
     >>> dtensor_gathered_inputs(False).subs({s: 8, b: 1, c: 1, h: 4, t: 2})
     64
     """
-    return (1 if moe else 2) * 2 * s * b * h / c * (1 - 1 / t)
+    return (1 if moe else 2) * width * s * b * h / c * (1 - 1 / t)
 
 
 def first_block_gathered(unsharded: Term, group_params=None) -> Term:

@@ -273,9 +273,8 @@ def _lora_terms(layers: _StageLayers, layout: Layout, training: Training, stage:
         eligible, held = sp.Integer(1), sum(
             n * sum((qkv + fc1 * (1 - int(pattern[i]))) for i in ids)
             for n, ids in zip(live, layout.pipeline_layout.layer_ids(stage)))
-    gathered = lora_gathered_inputs(eligible, sequence_parallel=True)
-    # the gathered norm output is in the compute dtype: 4 bytes an element in fp32
-    held = held * sp.Rational(activation_width(training), 2)
+    gathered = lora_gathered_inputs(eligible, sequence_parallel=True,
+                                    width=activation_width(training))
     return [replace(gathered, expr=held * gathered.expr)] if gathered.expr != 0 else []
 
 

@@ -138,42 +138,38 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     limit = bool(megatron_clamp and extra.get("swiglu_limit") is not None)   # 0 clamps too
     eager_limit = bool(megatron_clamp and (extra.get("swiglu_limit") is not None
                                            or extra.get("swiglu_clamp") is not None))
-    # those add-ons are written for 16-bit compute: in fp32 each tensor they count is 4 bytes
-    # (wide), and an FP8-stored GLU input saves 3 bytes an element, not 1 (narrow)
-    wide = sp.Rational(activation_width(training), 2)
-    narrow = activation_width(training) - 1
-    clamp = {moe: wide * (clamped_glu_copy(limit and moe) if fused
-                          else eager_clamped_glu_input(eager_limit, moe=moe)).expr
+    w = activation_width(training)       # the add-ons' bytes an element (4 in fp32)
+    clamp = {moe: (clamped_glu_copy(limit and moe, width=w) if fused
+                   else eager_clamped_glu_input(eager_limit, moe=moe, width=w)).expr
              for moe in (False, True)}
     # activation_func_fp8_input_store: the fused SwiGLU saves its input in FP8 (Megatron-core
     # refuses it for another activation, which memsym.job_checks mirrors)
     fp8_glu = bool(fused and x.swiglu and training.memory.activation_func_fp8_input_store)
     shared_kept = shared and not (recompute == "selective"
                                   and {"shared_experts", "moe"} & set(mods or ()))
-    glu_kept = {moe: wide * unfused_glu_products(fused, moe=moe).expr + clamp[moe]
-                + narrow * fp8_glu_input(fp8_glu, moe=moe).expr for moe in (False, True)}
+    glu_kept = {moe: unfused_glu_products(fused, moe=moe, width=w).expr + clamp[moe]
+                + fp8_glu_input(fp8_glu, moe=moe, width=w).expr for moe in (False, True)}
     # the kept shared expert's own FP8 saving: moe_act does not reach the shared experts
     # (d98e8a64dd moe_layer.py:252-255 and :517-529 checkpoint them on "shared_experts" only;
     # moe_act is read by the routed experts, experts.py:271), so it stays outside kept[True]
-    shared_fp8 = narrow * (fp8_glu_input(fp8_glu, moe=True, shared=True).expr
-                           - fp8_glu_input(fp8_glu, moe=True).expr) if shared_kept else 0
+    shared_fp8 = (fp8_glu_input(fp8_glu, moe=True, shared=True, width=w).expr
+                  - fp8_glu_input(fp8_glu, moe=True, width=w).expr) if shared_kept else 0
     # torchtitan's and transformers' eager SwiGLU keeps SiLU's output (compiled_model is read
     # only under per-op SAC, which counts what it saves itself: memsym.terms.op_sac)
     eager = bool(x.swiglu and framework_record(training.framework).eager_swiglu)
     glu_kept = {moe: glu_kept[moe] + eager_silu_output(
-        eager, moe=moe, shared=moe and shared_kept, width=activation_width(training)).expr
+        eager, moe=moe, shared=moe and shared_kept, width=w).expr
         for moe in (False, True)}
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
     # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
     # output (not MLA's, nor a gated one's, which split otherwise) stays saved
-    qkv_view = wide * checkpointed_qkv_storage(bool(
+    qkv_view = checkpointed_qkv_storage(bool(
         framework_record(training.framework).megatron_options and "core_attn" in (mods or ())
-        and not common.get("mla") and not common.get("output_gate"))).expr
+        and not common.get("mla") and not common.get("output_gate")), w).expr
 
     # an a2a CP attention keeps its kernel's output beside the output projection's copy
     # (memsym.terms.context_parallel.a2a_attention_output), unless core_attn is recomputed
-    a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"),
-                                   width=activation_width(training)).expr
+    a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"), width=w).expr
     if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
         a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
 
@@ -191,6 +187,6 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
             + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
             + (qkv_view if mode == "selective" else 0) + (a2a_out if mode == "none" or (
                 mode == "selective" and "core_attn" not in (mods or ())) else 0) \
-            + (wide * tm.dtensor_gathered_inputs(moe) if mode == "none" and gathered_in else 0)
+            + (tm.dtensor_gathered_inputs(moe, w) if mode == "none" and gathered_in else 0)
 
     return per_layer, MappingProxyType(common), mods, shared
