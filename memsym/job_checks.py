@@ -27,6 +27,7 @@ from .terms.cuda_graphs import check_cuda_graphs
 from .terms.recipe_buffers import check_recipe_fields
 from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
+from .terms.autocast import AUTOCAST_MODEL_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
@@ -236,6 +237,37 @@ def _check_torch_ddp(training: Training) -> None:
                                 f"bucketed alone), no offload; not {said}")
 
 
+def _check_autocast(x, layout: Layout, training: Training) -> None:
+    """``torch.autocast`` over fp32 weights (:mod:`memsym.terms.autocast`) is counted as the
+    Hugging Face Trainer runs it: plain DDP of transformers' model code (framework deepspeed,
+    sharding ddp), fp32 weights, full training, one GPU per replica, SDPA, no recompute or
+    full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`)."""
+    dtype = training.states.autocast
+    if dtype is None:
+        return
+    choose("autocast dtype", dtype, ("bf16", "fp16"))
+    kind = (x.extra or {}).get("hf_model_type")
+    said = (f"precision {training.states.precision} (autocast here is over fp32 weights)"
+            if training.states.precision != "fp32" else
+            f"framework {training.framework}" if not framework_record(
+                training.framework).hf_model_code else
+            f"sharding {training.states.sharding}" if training.states.sharding != "ddp" else
+            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
+            f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
+            f"recompute {training.memory.recompute}"
+            if training.memory.recompute not in ("none", "full") else
+            "eager attention (flash_attention off)" if not training.memory.flash_attention else
+            f"a {str(kind)[:40]} model (a config.json of type "
+            + ", ".join(AUTOCAST_MODEL_TYPES) + ")"
+            if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else None)
+    if said is not None:
+        raise InvalidValueError(
+            f"autocast {dtype} over fp32 weights is counted for transformers' "
+            f"{'/'.join(AUTOCAST_MODEL_TYPES)} decoder layers under plain DDP (framework "
+            "deepspeed, sharding ddp, precision fp32, full training, SDPA, recompute none or "
+            f"full), as measured; not {said}")
+
+
 def _named_choices() -> dict:
     """Training field -> (its name in messages, the accepted names): the one table
     :func:`canonical` spells and :func:`validate` checks."""
@@ -335,6 +367,7 @@ def validate(x, layout: Layout, training: Training):
                                 f"(framework megatron), not {training.framework}'s")
     _check_megatron_fsdp(training)
     _check_torch_ddp(training)
+    _check_autocast(x, layout, training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules

@@ -162,8 +162,9 @@ class ModelStates:
         :data:`memsym.vocabulary.MUON_TP_MODES`), ``--muon-num-ns-steps`` (5 [iterations]) and
         ``--muon-nesterov`` (off): arguments.py:2648-2655, 2633 at d98e8a64dd
         (:mod:`memsym.timing.muon`).
-    torch_ddp_buckets : bool
-        torch DDP's gradient buckets beside param.grad (:mod:`memsym.terms.torch_ddp`).
+    torch_ddp_buckets, autocast : bool, str
+        torch DDP's gradient buckets beside param.grad (:mod:`memsym.terms.torch_ddp`);
+        ``torch.autocast``'s dtype over fp32 weights (None, bf16, fp16: :mod:`memsym.terms.autocast`).
     """
 
     precision: str = "bf16"
@@ -187,6 +188,7 @@ class ModelStates:
     muon_num_ns_steps: int = 5
     muon_nesterov: bool = False
     torch_ddp_buckets: bool = False
+    autocast: str | None = None
 
 
 @dataclass(frozen=True)
@@ -380,7 +382,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
         "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
-                              "torch_ddp_buckets")))}
+                              "torch_ddp_buckets", "autocast")))}
 
 
 @dataclass(frozen=True, init=False)
@@ -388,10 +390,8 @@ class Training:
     """What one training step does: six typed sub-records and the framework.
 
     Build it with flat keywords (Megatron-LM argument names where they exist), each routed to
-    the sub-record that owns it (:data:`FIELD_PARTS`), or with the sub-records themselves::
-
-        Training(seq_length=8192, recompute="full")
-        Training(batch=Batch(seq_length=8192), memory=Memory(recompute="full"))
+    the sub-record that owns it (:data:`FIELD_PARTS`), or with the sub-records themselves
+    (the examples).
 
     The defaults are :data:`DEFAULTS` (one table for every command and API).  Reading a flat name
     (``training.recompute``) is a convenience for users and notebooks; memsym's own code reads the sub-record

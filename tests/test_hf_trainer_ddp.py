@@ -120,8 +120,6 @@ def test_ddp_bucket_cap_changes_no_byte(capsys, tiny):
 @pytest.mark.parametrize("extra, dtype, said", [
     ([], (), 'dtype "auto"'),                  # tiny's config.json names no dtype
     ([], ("--dtype", "int8"), "--dtype int8"),
-    (["--bf16"], ("--dtype", "float32"), "torch.autocast"),
-    (["--fp16"], ("--dtype", "float32"), "torch.autocast"),
     (["--fp16"], ("--dtype", "bfloat16"), "at every use"),
     (["--bf16"], ("--torch_dtype", "float16"), "at every use"),
     (["--fp16"], ("--dtype", "float16"), "grad_scaler.py:275"),
@@ -132,8 +130,8 @@ def test_ddp_bucket_cap_changes_no_byte(capsys, tiny):
 ])
 def test_a_plain_ddp_launch_memsym_does_not_count_is_refused(capsys, tiny, extra, dtype, said):
     """A dtype memsym cannot know (no --dtype, and a config.json that names none: transformers
-    5.25 would read the weights' own), autocast over weights it casts (fp32 weights, or
-    16-bit weights of the other dtype), --fp16 over fp16 weights (torch's GradScaler refuses
+    5.25 would read the weights' own), autocast over 16-bit weights of the other dtype (over
+    fp32 ones it is --autocast: tests/test_autocast.py), --fp16 over fp16 weights (torch's GradScaler refuses
     fp16 gradients), another optimizer and memsym's own spelling of what the launch says:
     one line each, exit 2."""
     assert said in refused_line(capsys, ["estimate", *_ddp(tiny, *extra, dtype=dtype)])
@@ -338,12 +336,15 @@ def test_a_preset_without_dtype_is_refused(capsys):
 def test_full_eval_is_no_training_autocast_under_plain_ddp(capsys, tiny):
     """--bf16_full_eval casts the model for evaluation only: Accelerate's training autocast is
     --bf16 / --fp16 alone (transformers 5.25.0 training_args.py:1614-1618), so fp32 weights
-    with --bf16_full_eval are the fp32 job, where --bf16 over them is refused (its cached
-    16-bit weight copies are not counted)."""
+    with --bf16_full_eval are the fp32 job, where --bf16 over them is autocast
+    (tests/test_autocast.py)."""
     fp32 = ("--dtype", "float32")
     rep = json_report(capsys, ["estimate", *_ddp(tiny, "--bf16_full_eval", dtype=fp32),
                          "--gpu", "h100-80gb"])
     got = rep["bytes"]
     assert (got["weights"], got["optimizer"]) == (4 * TINY, 8 * TINY)
     assert not any("torch.autocast" in n for n in rep["notes"])
-    assert "torch.autocast" in refused_line(capsys, ["estimate", *_ddp(tiny, "--bf16", dtype=fp32)])
+    assert rep["training"]["autocast"] is None
+    auto = json_report(capsys, ["estimate", *_ddp(tiny, "--bf16", dtype=fp32), "--gpu",
+                                "h100-80gb"])
+    assert auto["training"]["autocast"] == "bf16"

@@ -171,12 +171,15 @@ def test_what_memsym_does_not_model_is_refused_in_one_line(capsys, tiny, extra, 
     assert said in err
 
 
-def test_the_default_loss_and_dtype_are_refused_in_one_line(capsys, tiny):
-    """loss_type None is chunked_nll (sft_config.py:334-336); dtype float32 (model_config.py:89)
-    under bf16 autocast is refused by the plain-DDP reading."""
+def test_the_default_loss_is_refused_and_the_default_dtype_is_autocast(capsys, tiny):
+    """loss_type None is chunked_nll (sft_config.py:334-336), refused in one line; dtype
+    float32 (model_config.py:89) under bf16 autocast (bf16 = not fp16) is read as memsym's
+    --precision fp32 --autocast bf16 (its bytes: tests/test_autocast.py)."""
     words = ["estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path", tiny]
     assert "the default" in refused_line(capsys, words)
-    assert "autocast" in refused_line(capsys, [*words, "--loss_type", "nll"]).lower()
+    rep = json_report(capsys, [*words, "--loss_type", "nll"])
+    assert (rep["training"]["precision"], rep["training"]["autocast"]) == ("fp32", "bf16")
+    assert rep["training"]["recompute"] == "full"     # gradient_checkpointing True
 
 
 def test_trl_arguments_outside_trl_and_other_trainers_are_refused(capsys, tiny):

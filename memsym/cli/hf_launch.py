@@ -20,10 +20,10 @@ Accelerate, whose reducer keeps a second copy of every gradient in its buckets, 
 master copy: :mod:`memsym.terms.torch_ddp`), ``P`` the weights' dtype: run_clm.py's ``--dtype``
 or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
 ``dtype="auto"``).  ``--bf16`` over bf16 weights is read (autocast casts no weight; the notes
-say what it adds that memsym does not count); autocast over fp32 weights (a 16-bit cast of
-every linear weight kept through the forward, mixed activation widths), over 16-bit weights of
-the other dtype, and ``--fp16`` over fp16 weights (the GradScaler refuses their gradients) are
-refused in one line.
+say what it adds that memsym does not count); over fp32 weights it is ``--precision fp32
+--autocast bf16`` (a 16-bit cast of every linear weight kept for the backward, an fp32 residual
+stream: :mod:`memsym.terms.autocast`); over 16-bit weights of the other dtype, and ``--fp16``
+over fp16 weights (the GradScaler refuses their gradients), it is refused in one line.
 
 ``search``, ``solve`` and ``plot`` read the same words and say the same reading
 (:func:`hf_reading`, :func:`reading_lines`); the DeepSpeed config is parsed once, where the
@@ -47,7 +47,7 @@ __all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read
 #: memsym's options a launch sets (a second spelling of them beside the launch is refused).
 _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--global-batch-size",
         "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding",
-        "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce")
+        "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce", "--autocast")
 
 #: memsym's LoRA options, said by TRL's --use_peft.
 _LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization")
@@ -265,7 +265,8 @@ def _ddp_words(r):
     (``--framework deepspeed``: the model code the Trainer runs; no DeepSpeed engine) under
     ``--sharding ddp`` with torch DDP's bucket copy (``--torch-ddp-buckets``: torch.optim.AdamW
     on the module's parameters, every state in their dtype), at the weights' dtype
-    (:func:`_weights_dtype`); autocast over weights of another dtype is refused in one line."""
+    (:func:`_weights_dtype`), with ``--autocast`` over fp32 weights; autocast over 16-bit
+    weights of another dtype is refused in one line."""
     dtype, said = _weights_dtype(r)
     weights = _DTYPES.get(dtype)
     if weights is None:
@@ -288,7 +289,15 @@ def _ddp_words(r):
         "default: training_args.py:806-814, trainer_optimizer.py:201-208) updates the "
         f"parameters in place, its two moments {moments} (torch/optim/adam.py:178-184 "
         "zeros_like(p)), no fp32 master copy")
-    if r.autocast is not None:
+    if r.autocast is not None and weights == "fp32":
+        r.notes.append(
+            f"--{r.autocast} runs the forward under torch.autocast({_NAMES[r.autocast]}) "
+            "(Accelerate 1.16 accelerator.py:1791-1801, utils/modeling.py:2066-2069) over the "
+            "float32 weights (--autocast: memsym.terms.autocast): a cached 16-bit copy of every "
+            "linear weight kept for the backward, an fp32 residual stream, the matmuls in "
+            f"{_NAMES[r.autocast]}; not counted: Accelerate's fp32 copy of the model's outputs "
+            "(convert_outputs_to_fp32, accelerator.py:1796-1801, utils/operations.py:896-914)")
+    elif r.autocast is not None:
         r.notes.append(
             f"--{r.autocast} runs the forward under torch.autocast({_NAMES[weights]}) (Accelerate "
             "1.16 accelerator.py:1791-1801, utils/modeling.py:2066-2069), which casts no "
@@ -304,7 +313,8 @@ def _ddp_words(r):
     # the reducer all-reduces each bucket from its autograd hooks as the backward fills it
     # (reducer.cpp, Reducer::autograd_hook -> mark_variable_ready): the reduce overlaps it
     return ["--framework", "deepspeed", "--sharding", "ddp", "--torch-ddp-buckets",
-            "--optimizer", "adam", "--overlap-grad-reduce"]
+            "--optimizer", "adam", "--overlap-grad-reduce"] + (
+        ["--autocast", r.autocast] if r.autocast is not None and weights == "fp32" else [])
 
 
 def _weights_dtype(r):
@@ -337,22 +347,16 @@ def _weights_dtype(r):
 
 
 def _check_autocast(autocast, weights, said):
-    """Refuse ``--bf16`` / ``--fp16`` (Accelerate's torch.autocast) over weights it casts: fp32
-    ones (a cached 16-bit copy of every linear weight through the forward and mixed widths),
-    16-bit ones of the other dtype (cast at every use), and fp16 weights under ``--fp16``
-    (the GradScaler refuses fp16 gradients)."""
+    """Refuse ``--bf16`` / ``--fp16`` (Accelerate's torch.autocast) over 16-bit weights of the
+    other dtype (cast at every use) and fp16 weights under ``--fp16`` (the GradScaler refuses
+    fp16 gradients); over fp32 weights it is memsym's ``--autocast`` (whose job check says
+    which models it counts)."""
     if weights == autocast == "fp16":
         raise InvalidValueError(
             f"plain DDP with --fp16 over float16 weights ({said}): the Trainer's GradScaler "
             "refuses to unscale fp16 gradients at the first step (torch 2.13 "
             "torch/amp/grad_scaler.py:275: 'Attempting to unscale FP16 gradients.'); drop --fp16")
-    if weights == "fp32":
-        raise InvalidValueError(
-            f"plain DDP with --{autocast} over float32 weights ({said}): torch.autocast "
-            f"(Accelerate 1.16 accelerator.py:1791-1801) keeps a {autocast} cast of every linear "
-            "weight through the forward and mixes fp32 and 16-bit activations, which memsym "
-            f"does not model: drop --{autocast}, give --dtype bfloat16, or --deepspeed ds.json")
-    if weights != autocast:
+    if weights != autocast and weights != "fp32":   # fp32 weights: --autocast
         raise InvalidValueError(
             f"plain DDP with --{autocast} over {_NAMES[weights]} weights ({said}): autocast "
             f"casts each weight to {_NAMES[autocast]} at every use (it caches casts of fp32 "

@@ -148,6 +148,7 @@ def _training_fields(j) -> dict:
             "megatron_fsdp": training.states.megatron_fsdp,
             "fsdp_double_buffer": training.states.fsdp_double_buffer,
             "torch_ddp_buckets": training.states.torch_ddp_buckets,
+            "autocast": training.states.autocast,
             "compiled_loss": training.memory.compiled_loss,
             "compiled_model": training.memory.compiled_model,
             "sac_saves_attention": training.memory.sac_saves_attention,
@@ -321,6 +322,8 @@ def communication_report(args, j) -> dict:
     m_ = j.m or 1       # the job's m, computed once when it was built
     if training.states.grad_dtype in ("bf16", "fp16"):   # --grad-reduce-in-bf16: 2-byte gradients
         values["b_g"] = 2                           # reduced, as the step time prices them
+    elif training.states.autocast:      # matmuls at the autocast dtype, fp32 gradients reduced
+        values["b_g"] = 4
     values.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size, "m": m_,
                    "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,
                    "v": layout.v or 1})
@@ -328,7 +331,8 @@ def communication_report(args, j) -> dict:
         values["L_m"] = sum(moe_layer_pattern(arch))
     gb = 10**9
     return step_report(
-        values, gpu=args.gpu or "h100-80gb", precision=training.states.precision,
+        values, gpu=args.gpu or "h100-80gb",
+        precision=training.states.autocast or training.states.precision,
         sharding=training.states.sharding, recompute=training.memory.recompute,
         sequence_parallel=layout.sequence_parallel, interleaved=(layout.v or 1) > 1,
         efficiency=args.efficiency, gpus_per_node=node_size(args),

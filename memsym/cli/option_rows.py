@@ -111,6 +111,14 @@ def _state_rows():
            source=JOB_DEFAULTS + " (bf16 mixed precision, as the recipes); a Megatron-LM "
            "command without MODEL: fp32 unless --bf16/--fp16",
            help="weight precision: " + ", ".join(PRECISIONS)),
+        option("--autocast", group="states", type=T.choice("autocast dtype", ("bf16", "fp16")),
+           field="autocast", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
+           source="memsym.job.DEFAULTS: no autocast (a Hugging Face Trainer launch: --bf16 / "
+           "--fp16 over fp32 weights)",
+           help="torch.autocast over --precision fp32 weights, as the Hugging Face Trainer's "
+           "--bf16 / --fp16 runs a float32 checkpoint (plain DDP, --framework deepspeed "
+           "--sharding ddp; transformers' Llama, Mistral, Qwen2, Qwen3 layers): a cached 16-bit "
+           "copy of every linear weight, an fp32 residual stream, matmuls at that dtype"),
         option("--fp8-recipe", group="states", type=T.choice("FP8 recipe", FP8_RECIPES),
            field="fp8_recipe", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
            source="memsym.job.DEFAULTS: per-tensor scaling (delayed and tensorwise counted alike)",

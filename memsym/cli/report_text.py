@@ -133,6 +133,7 @@ def _states_text(trn: dict) -> str:
     if "precision" not in trn:
         return ""
     prec = trn["precision"] + (f" ({trn['fp8_recipe']})" if trn.get("fp8_recipe") else "") \
+        + (f" weights under {trn['autocast']} autocast" if trn.get("autocast") else "") \
         + (" (NVFP4 parameters, fp4_param_gather)" if trn.get("fp4_param_gather") else "") \
         + (" (first {} / last {} layers in BF16)".format(*trn["bf16_layers"])
            if any(trn.get("bf16_layers") or ()) else "")

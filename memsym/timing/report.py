@@ -276,7 +276,7 @@ def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_fl
     st = predicted_step(arch, layout, training, clu.gpu.name, clu, eta_gemm=eta_gemm, m=m)
     batch, gpus_total = ctx["batch"], ctx["gpus_total"]
     s_ = training.batch.seq_length
-    peak = float(clu.gpu.peak(training.states.precision)) * gpus_total
+    peak = float(clu.gpu.peak(training.states.autocast or training.states.precision)) * gpus_total
     six_n = float(ctx["model"])
     gemm = 3.0 * forward_flops_per_token(shape_of(arch), s_, causal=True) * batch * s_
     model = gemm if kind == "gemm" else six_n
@@ -308,8 +308,10 @@ def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_fl
         "gpus": gpus_total,
         "warnings": layout_warnings(ctx["vals"], clu.domain),
         "assumptions": {
-            "cluster": clu.name, "gpu": clu.gpu.name, "precision": training.states.precision,
-            "peak_flops_per_gpu": float(clu.gpu.peak(training.states.precision)),
+            "cluster": clu.name, "gpu": clu.gpu.name,
+            # the matmuls' precision (autocast's over fp32 weights)
+            "precision": training.states.autocast or training.states.precision,
+            "peak_flops_per_gpu": peak / gpus_total,
             "efficiency": None if eta_gemm is None else eta_gemm,
             "step_model": "memsym.timing.step.step_time: GEMM shapes on the efficiency curve, "
                           "collectives with overlap, exact pipeline schedule",

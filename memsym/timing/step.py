@@ -365,7 +365,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     if flops_per_token is not None:
         tokens = mm * training.batch.micro_batch_size * layout.d * training.batch.seq_length
         mfu = 3 * flops_per_token * tokens / (layout.world_size * total * _gpu(gpu_name).peak(
-            training.states.precision))
+            training.states.autocast or training.states.precision))
     return StepTime(total, parts, parts["bubble"], mfu,
                     {"overlap": overlap, "eta_gemm": eta_gemm, "microbatches": mm,
                      "sources": SOURCES, "settings": st,
@@ -380,7 +380,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     recompute=mem.recompute,
                     sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
                     flash_attention=mem.flash_attention, dropout=dropout_kept(training),
-                    precision=states.precision, fp8_recipe=states.fp8_recipe,
+                    # autocast over fp32 weights runs its matmuls at the autocast dtype
+                    precision=states.autocast or states.precision, fp8_recipe=states.fp8_recipe,
                     fp8_param_gather=bool(states.fp8_param_gather),
                     fp4_param_gather=bool(states.fp4_param_gather),
                     bf16_layers=tuple(states.bf16_layers)

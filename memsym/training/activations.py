@@ -23,6 +23,7 @@ from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments a
 from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered_inputs,
                                  mtp_input_activations, output_activations)
 from ..terms.adapters import LORA_TARGETS
+from ..terms.autocast import autocast_output
 from ..terms.hf_norms import final_norm_excess
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
@@ -112,6 +113,9 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
         out = Total(out.name, (*out.terms, *final_norm_excess(
             *token_split(sp_on), scale=getattr(x, "norm_fp32_scale", False),
             product=getattr(x, "norm_fp32_product", False), width=activation_width(training))))
+    if training.states.autocast:   # the final norm's fp32 input (memsym.terms.autocast)
+        out = Total(out.name, (*out.terms, autocast_output(
+            tied=not x.untie_embeddings_and_output_weights)))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
     return Total(out.name, tm.gathered_logits(out.terms, autotp_logits(training))) \
@@ -248,7 +252,10 @@ def _layers_term(held_layers, layers: _StageLayers, schedule: str, interleaved: 
                 + (f", {method} {n_rec}: " + _RECOMPUTE_METHOD_SOURCES[method]
                    if recompute == "full" and method else "") + ")",
                 Source("korthikanti", "§4.2.3, Eq. 5 (first stage holds L layers' worth)" + (
-                    "; hybrid layers: memsym/terms/mamba.py" if layers.hybrid else "")),
+                    "; hybrid layers: memsym/terms/mamba.py" if layers.hybrid else "") + (
+                    "; autocast over fp32 weights: memsym/terms/autocast.py (transformers "
+                    "5.25.0 modeling_llama.py:62-67, 163-164, 244-246; torch autocast_mode.cpp "
+                    "cached_cast)" if training.states.autocast else "")),
                 label="layers")
 
 
@@ -305,7 +312,9 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
     terms = [Term("output_activations", n_out * out,
                   "final norm, output-layer input and the logits kept for the loss",
                   out_total["logits"].source if loss_kind(layout, training) in ("compiled", "te")
-                  else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)"),
+                  else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)" + (
+                      "; autocast over fp32 weights: memsym/terms/autocast.py, autocast_output"
+                      if training.states.autocast else "")),
                   label="output layer")]
     if x.mtp_num_layers:
         checkpointed = _mtp_checkpointed(training, recompute)

@@ -22,6 +22,7 @@ from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
 from ..terms.adapters import frozen_linear_inputs
+from ..terms.autocast import autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output
 from ..terms.op_sac import sac_attention_recomputed
@@ -172,6 +173,11 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"), width=w).expr
     if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
         a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
+    # torch.autocast over fp32 weights: the fp32 residual stream's norms and each projection's
+    # own 16-bit cast of it (memsym.terms.autocast; job_checks admits transformers' Llama
+    # family, whose separate q, k, v and gate, up projections are the defaults)
+    autocast = {mode: autocast_layer_excess(mode).expr if training.states.autocast else 0
+                for mode in ("none", "full")}
 
     @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
@@ -187,6 +193,7 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
             + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
             + (qkv_view if mode == "selective" else 0) + (a2a_out if mode == "none" or (
                 mode == "selective" and "core_attn" not in (mods or ())) else 0) \
-            + (tm.dtensor_gathered_inputs(moe, w) if mode == "none" and gathered_in else 0)
+            + (tm.dtensor_gathered_inputs(moe, w) if mode == "none" and gathered_in else 0) \
+            + autocast.get(mode, 0)
 
     return per_layer, MappingProxyType(common), mods, shared

@@ -58,14 +58,18 @@ def stage_role(i: int, pp: int) -> str:
 
 
 def activation_width(training: Training) -> int:
-    """Bytes per element of the 16-bit activations and buffers (4 when training in fp32).
+    """Bytes per element of the 16-bit activations and buffers (4 when training in fp32; 2
+    under torch.autocast over fp32 weights, whose fp32 residual stream
+    :mod:`memsym.terms.autocast` adds).
 
     Examples
     --------
     >>> activation_width(Training()), activation_width(Training(precision="fp32"))
     (2, 4)
+    >>> activation_width(Training(precision="fp32", autocast="bf16"))
+    2
     """
-    return 4 if training.states.precision == "fp32" else 2
+    return 4 if training.states.precision == "fp32" and training.states.autocast is None else 2
 
 
 def cp_a2a_on(layout: Layout, training: Training, symbolic: bool = False) -> bool | None:

@@ -22,6 +22,7 @@ from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments
                      transients as tr)
 from ..model.muon_matrices import muon_matrices
 from ..terms import muon
+from ..terms.autocast import autocast_cached_casts
 from ..terms.pipelining_buffers import pipelining_recv_buffers
 from ..terms.sharding_transients import fsdp2_stream_pools
 from ..terms.widths import STATE_DTYPES, default_grad_dtype
@@ -257,8 +258,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
     x, layout, training = j.model, j.layout, j.training
     out = {ph: [] for ph in PHASES}
     acts = (resolved_stage_activations(j, stage) if activations is None else activations).terms
-    for ph in ("forward", "loss-backward"):    # only the blocks' backward rematerialises
-        out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
+    _add_recompute_absences(out, acts, x, training)
     if stage == output_stage(layout, training):
         _add_loss_transients(out, x, layout, training)
     if framework_record(training.framework).torch_pipelining and layout.p > 1 and j.m is not None:
@@ -276,6 +276,17 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
                          training.comm.cp_comm_type, activation_width(training))
     widths = _width_items(training)
     return {ph: tuple(_widened(term, widths) for term in terms) for ph, terms in out.items()}
+
+
+def _add_recompute_absences(out: dict, acts, x, training: Training) -> None:
+    """Add to ``out`` (phase -> Terms) full recompute's phases: only the blocks' backward
+    rematerialises a layer (``working_set_absent`` in forward and loss-backward), and under
+    autocast its cache holds every layer's weight casts until the forward ends (p = 1:
+    :func:`memsym.terms.autocast.autocast_cached_casts`)."""
+    for ph in ("forward", "loss-backward"):
+        out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
+    if training.states.autocast and training.memory.recompute == "full":
+        out["forward"].append(autocast_cached_casts(x.num_layers))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,175 @@
+"""torch.autocast over fp32 weights (the Hugging Face Trainer's ``--bf16`` on a float32
+checkpoint) against transformers' own layers and by-hand sums (memsym.terms.autocast).
+
+The oracle: transformers' ``LlamaDecoderLayer``, ``Qwen2DecoderLayer`` and
+``Qwen3DecoderLayer`` built in float32 and run under ``torch.autocast("cpu", torch.bfloat16)``
+(as Accelerate runs the model's forward) under saved-tensor hooks (``memsym.measure``); the
+exact per-layer polynomial, verified on held-back shapes, is
+
+    measured = memsym's 16-bit transformers layer + its named differences (at autocast's
+               widths) + memsym.terms.autocast.autocast_layer_excess
+
+with every difference derived below from what transformers' code and autocast keep.  The
+job sums are the two-layer Llama of tests/tiny_llama.py, written out by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+
+from in_process import json_report, refused_line
+from tiny_llama import F, H, LAYERS, TINY, V, tiny_llama
+from memsym.symbols import a, b, c, d_h, f, g, h, s, t
+from memsym.terms.activations import layer_activations
+from memsym.terms.autocast import autocast_layer_excess
+
+HH = a * d_h
+#: The layer's polynomial: per token, the widths memsym's layer and the excess have (h, the
+#: heads' logsumexp a, K and V g d_h, RoPE's tables d_h, the MLP f, Q/K norms' statistics g,
+#: the norms' statistics 1), and the weight casts (q, o: h x a d_h; k, v: h x g d_h; the MLP
+#: 3 h f, with h = a d_h).  Any monomial outside it fails the held-back shapes.
+BASIS = [s * b * HH, s * b * a, s * b * g * d_h, s * b * d_h, s * b * f, s * b * g, s * b,
+         s**2 * b * a, HH**2, HH * g * d_h, HH * f, HH, g * d_h]
+FIT = dict(basis=BASIS, ranges=dict(s=(1, 6), b=(1, 3), a=(2, 8), g=(2, 4), d_h=(2, 6), f=(1, 6)),
+           valid=lambda x: x["a"] % x["g"] == 0 and x["d_h"] % 2 == 0, extra=2, holdout=3)
+
+# transformers' unfused SwiGLU keeps SiLU's output (2 bytes: the gate projection's output is
+# bf16), as in 16 bits; RoPE's cos and sin are built from the fp32 hidden state
+# (``LlamaRotaryEmbedding.forward``: ``cos.to(x.dtype)``), so the tables autograd keeps for
+# q * cos and rotate_half(q) * sin are fp32: 2 x 4 s b d_h, one storage per model, which
+# memsym leaves to the model (tests/test_hf_activations.py)
+SILU_OUTPUT = 2 * s * b * f
+ROPE_TABLES_FP32 = 2 * 4 * s * b * d_h
+
+
+def _sixteen_bit_layer(qk_norm: bool) -> sp.Expr:
+    """memsym's transformers layer in 16 bits (SDPA's flash kernel, LlamaRMSNorm's copies)."""
+    expr = layer_activations(gated=True, norm="rmsnorm", dropout=False, sequence_parallel=False,
+                             flash=True, hf_norms=True, qk_norm=qk_norm).expr
+    return expr.xreplace({t: sp.Integer(1), c: sp.Integer(1), h: HH})
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_decoder_layer_under_autocast_is_memsym_plus_the_autocast_excess(family):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from memsym.measure import derive_saved_bytes
+    from memsym.reference_layers import hf_layer
+
+    make_layer, inputs = hf_layer(family, attention="sdpa", dtype="float32")
+
+    class UnderAutocast(torch.nn.Module):
+        """The layer's forward under torch.autocast, as Accelerate wraps the model's."""
+
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return self.layer(x)
+
+    fit = derive_saved_bytes(lambda **k: UnderAutocast(make_layer(**k)), inputs,
+                             ("s", "b", "a", "g", "d_h", "f"), **FIT)
+    excess = autocast_layer_excess().expr.xreplace({c: sp.Integer(1), h: HH})
+    ours = _sixteen_bit_layer(family == "qwen3") + excess
+    assert sp.expand(fit.expr - ours - SILU_OUTPUT - ROPE_TABLES_FP32) == 0, sp.factor_terms(
+        sp.expand(fit.expr - ours - SILU_OUTPUT - ROPE_TABLES_FP32))
+    # by hand, the excess: the norms' fp32 normalised tensors (+2sbh each, two norms), q, k, v
+    # each casting the fp32 norm output (+2 x 2sbh), gate and up (+2sbh), and the bf16 copies
+    # of q, k, v, o, gate, up, down (Qwen2's q, k, v biases are cast too, but no backward keeps
+    # them)
+    weights = 2 * (2 * HH * HH + 2 * HH * g * d_h + 3 * HH * f)
+    assert sp.expand(excess - (2 * 2 + 2 * 2 + 2) * s * b * HH - weights) == 0
+
+
+# --- the job, by hand: the two-layer Llama under plain DDP on 2 GPUs --------------------------
+TAU = 128 * 2                                   # s = --block_size, b = per-device batch
+W_LAYER = 4 * H * H + 3 * H * F                 # q, k, v, o (4 heads of 64: g d_h = h) + MLP
+ALLOCATED = ("--metric", "allocated")           # no allowance: phases are allocations alone
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return tiny_llama(tmp_path)
+
+
+def _launch(model, *extra, dtype="float32"):
+    return ["estimate", "torchrun", "--nproc_per_node", "2", "run_clm.py", "--model_name_or_path",
+            model, "--dtype", dtype, "--bf16", "--block_size", "128",
+            "--per_device_train_batch_size", "2", "--output_dir", "o", *extra, "--gpu",
+            "h100-80gb", *ALLOCATED]
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_float32_checkpoint_under_bf16_is_the_bf16_job_plus_autocasts_bytes(
+        capsys, tiny, checkpointing):
+    """``--dtype float32 --bf16`` against ``--dtype bfloat16 --bf16`` (both read, same
+    layers): the states double (fp32 weights, param.grad, buckets, AdamW moments: 2 + 2 + 2 + 4
+    bytes more a parameter), and each phase keeps autocast's bytes, by hand."""
+    extra = ["--gradient_checkpointing"] if checkpointing else []
+    fp32 = json_report(capsys, _launch(tiny, *extra))
+    bf16 = json_report(capsys, _launch(tiny, *extra, dtype="bfloat16"))
+    assert fp32["training"]["precision"] == "fp32" and fp32["training"]["autocast"] == "bf16"
+    assert bf16["training"]["autocast"] is None
+    states = (2 + 2 + 2 + 4) * TINY
+    layer = (2 * 2 + 2 * 2 + 2) * TAU * H + 2 * W_LAYER     # autocast_layer_excess, by hand
+    output = 2 * TAU * H + 2 * V * H        # the final norm's fp32 tensor, lm_head's bf16 weight
+    # in the blocks' backward the output layer's and final norm's are freed (output_freed)
+    if not checkpointing:
+        # every layer keeps its excess until its backward
+        want = dict.fromkeys(("forward", "loss-backward"), states + LAYERS * layer + output)
+        want["backward"] = states + LAYERS * layer
+    else:
+        checkpoints = LAYERS * 2 * TAU * H  # each layer's input is the fp32 residual
+        want = {"forward": states + checkpoints + output + LAYERS * 2 * W_LAYER,   # the cache
+                "loss-backward": states + checkpoints + output,   # autocast exited: no cast
+                "backward": states + checkpoints + layer}         # one layer rebuilt
+    want["optimizer"] = states
+    got = {ph: fp32["phases"][ph] - bf16["phases"][ph] for ph in want}
+    assert got == want
+
+
+def test_the_launch_says_autocast_and_is_memsyms_own_options(capsys, tiny):
+    hf = json_report(capsys, _launch(tiny))
+    assert any("torch.autocast(bfloat16)" in n and "--autocast" in n for n in hf["notes"])
+    own = ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp", "--precision",
+           "fp32", "--autocast", "bf16", "--optimizer", "adam", "--world-size", "2",
+           "--micro-batch-size", "2", "--seq-length", "128", "--torch-ddp-buckets",
+           "--overlap-grad-reduce", "--gpu", "h100-80gb", *ALLOCATED]
+    assert json_report(capsys, own)["bytes"] == hf["bytes"]
+
+
+def test_autocast_runs_the_matmuls_at_its_dtype(capsys, tiny):
+    """The step's GEMMs at bf16's peak, not fp32's: the MFU's peak is the bf16 one."""
+    fp32 = json_report(capsys, _launch(tiny))
+    assert fp32["assumptions"]["precision"] == "bf16"
+    bf16 = json_report(capsys, _launch(tiny, dtype="bfloat16"))
+    assert fp32["assumptions"]["peak_flops_per_gpu"] == bf16["assumptions"]["peak_flops_per_gpu"]
+
+
+def test_autocast_on_a_model_it_was_not_measured_on_is_refused(capsys, tmp_path):
+    """GPT-2 (LayerNorm, Conv1D, gelu_new's pow: an fp32 op under CUDA's autocast, not the
+    CPU's) is refused in one line naming what is counted."""
+    import json
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000,
+        "n_positions": 1024}), encoding="utf-8")
+    line = refused_line(capsys, _launch(str(folder)))
+    assert "not a gpt2 model" in line and "llama/mistral/qwen2/qwen3" in line
+
+
+@pytest.mark.parametrize("opts, said", [
+    (["--precision", "bf16"], "not precision bf16"),
+    (["--precision", "fp32", "--sharding", "zero2"], "not sharding zero2"),
+    (["--precision", "fp32", "--finetune", "lora"], "not finetune lora"),
+    (["--precision", "fp32", "--framework", "megatron"], "not framework megatron"),
+    (["--precision", "fp32", "--no-flash-attention"], "eager attention"),
+])
+def test_autocast_options_memsym_does_not_count_are_refused(capsys, tiny, opts, said):
+    args = ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp", "--autocast",
+            "bf16", "--optimizer", "adam", "--seq-length", "128", *opts]
+    assert said in refused_line(capsys, args)
