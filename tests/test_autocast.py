@@ -173,3 +173,56 @@ def test_autocast_options_memsym_does_not_count_are_refused(capsys, tiny, opts, 
     args = ["estimate", tiny, "--framework", "deepspeed", "--sharding", "ddp", "--autocast",
             "bf16", "--optimizer", "adam", "--seq-length", "128", *opts]
     assert said in refused_line(capsys, args)
+
+
+# --- a real engine: torch's MemTracker on transformers' own LlamaForCausalLM on the CPU --------
+def _tracked(dtype: str, checkpointing: bool) -> dict:
+    """Activation bytes (torch's MemTracker: ACT + TEMP) of the two-layer Llama's training
+    forward at the forward's end and as the loss's backward starts, the model in ``dtype``
+    (float32 under CPU bf16 autocast, as Accelerate runs the Trainer's --bf16; bfloat16
+    without), use_cache off as the Trainer sets it (transformers 5.25.0 trainer.py:645-646,
+    TrainingArguments.use_cache False: no KV cache kept in training), gradient checkpointing
+    as --gradient_checkpointing sets it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=4,
+                                   num_key_value_heads=4, intermediate_size=F, vocab_size=V,
+                                   tie_word_embeddings=False, use_cache=False,
+                                   attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(cfg).to(getattr(torch, dtype)).train()
+    if checkpointing:
+        model.activation_checkpointing_enable()    # --gradient_checkpointing's call
+    ids = torch.randint(0, V, (2, 128))
+    mt = tracker.MemTracker()
+    mt.track_external(model)
+    with mt:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "float32"):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == "LlamaForCausalLM")
+
+    def kept(state) -> int:
+        (snap,) = root.snapshots[state][0].values()
+        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
+                                                       tracker._MemRefType.TEMP))
+    return {"forward": kept(tracker._ModState.POST_FW),
+            "loss-backward": kept(tracker._ModState.PRE_BW)}
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_torchs_memory_tracker_sees_autocasts_bytes_where_memsym_counts_them(
+        capsys, tiny, checkpointing):
+    """autocast - bf16 as torch's MemTracker measures the real model = memsym's phase
+    difference less the states' (2 + 2 + 2 + 4 bytes a parameter), plus RoPE's cos and sin
+    tables in fp32 instead of bf16 (one [1, s, d_h] storage each for the model, which memsym
+    leaves out: 2 x 128 x 64 x 2 bytes more)."""
+    extra = ["--gradient_checkpointing"] if checkpointing else []
+    memsym = {dtype: json_report(capsys, _launch(tiny, *extra, dtype=dtype))["phases"]
+              for dtype in ("float32", "bfloat16")}
+    measured = {dtype: _tracked(dtype, checkpointing) for dtype in ("float32", "bfloat16")}
+    rope = 2 * 128 * 64 * 2
+    for phase in ("forward", "loss-backward"):
+        ours = memsym["float32"][phase] - memsym["bfloat16"][phase] - (2 + 2 + 2 + 4) * TINY
+        assert measured["float32"][phase] - measured["bfloat16"][phase] == ours + rope, phase

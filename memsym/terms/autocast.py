@@ -39,7 +39,9 @@ them back), SiLU and the product, the logits.  Per layer of transformers' Llama,
 
 measured on transformers' own ``LlamaDecoderLayer``, ``Qwen2DecoderLayer`` and
 ``Qwen3DecoderLayer`` built in float32 and run under ``torch.autocast("cpu", torch.bfloat16)``
-in ``tests/test_autocast.py``.  Which ops autocast runs in 16 bits differs between CUDA and the
+in ``tests/test_autocast.py``, where torch's own ``MemTracker`` on the whole
+``LlamaForCausalLM`` (float32 under autocast against bfloat16) sees these bytes at the forward's
+end and as the loss's backward starts, with and without gradient checkpointing.  Which ops autocast runs in 16 bits differs between CUDA and the
 CPU for some ops (``pow``, ``layer_norm``, ``softmax`` are fp32 ops on CUDA only); the Llama
 layer's path meets none of them in a 16-bit input, so its CPU measurement is the CUDA count.
 
