@@ -821,7 +821,10 @@ def accuracy_markdown() -> str:
               "HybridEP's `tokens_per_expert.sum()`), so an MoE layer's forward takes at least",
               "that long; the backward reuses the forward's split sizes (`_AllToAll.backward`, "
               "`HybridEPDispatch.backward`),", "waits on nothing and has no floor, nor have "
-              "dense layers.  With a floor each way as well (the",
+              "dense layers, except under the EP overlap, whose",
+              "combined 1F1B issues one micro-batch's backward between another's forward "
+              "syncs: there a forward-backward", "pair takes at least twice the constant "
+              "(`paired_host_exposed`).  With a floor each way as well (the",
               "backward's too) the same run fixes 4.31 ms and the MoE validation runs' mean "
               "absolute error is 20.2 %", "(-19.4 % signed; this page at aeeac79), against the forward-only floor's "
               "figures in the tables below.",

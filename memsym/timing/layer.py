@@ -26,7 +26,7 @@ from .linear_attention import gdn_copy_bytes, gdn_kernels, projection_widths
 from .ssm import layout_copy_bytes, ssd_kernels, ssd_rate
 from .moe import gemm_seconds, moe_layer_extras
 from .moe_eager import eager_seconds
-from .moe_host import host_exposed
+from .moe_host import host_exposed, paired_host_exposed
 from .quantize import cast_bytes, cast_copies, cast_kernels, current_scaling
 from .records import Overlap, Settings
 from .recompute import module_recompute
@@ -139,11 +139,11 @@ def layer_time(x, st: Settings, dev, clu, t, c, e, t_e, b, *, moe: bool, eta_gem
                moe=moe, dispatch_f=f_c, attention=mixer == "attention")
     gpu = (sum(fwd.values()), sum(bwd.values()))
     if moe and st.moe_host_sync:
-        # the dispatcher's host sync drains the GPU queue in each MoE layer's forward: the
-        # forward takes at least the host's time to issue it; the backward has no sync (it
-        # reuses the forward's split sizes) and runs behind a CPU that is ahead of it
-        # (memsym.timing.moe_host); counted with the memory-bound part
-        fwd["memory"] = fwd["memory"] + host_exposed(gpu[0])
+        # the host sync in each MoE layer's forward: a floor on the forward, or under the EP
+        # overlap's combined 1F1B on the forward-backward pair (memsym.timing.moe_host);
+        # counted with the memory-bound part
+        fwd["memory"] = fwd["memory"] + (paired_host_exposed(*gpu) if overlap.ep_a2a
+                                         else host_exposed(gpu[0]))
     if raw is not None:
         raw.update(tp=tuple(tp_raw), ep=tuple(ep_raw), cp=tuple(cp_raw))
         if moe:     # the GPU seconds before the host floor (forward, backward)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..numeric import distinct_layouts, spread
 from .layer import layer_time
-from .moe_host import floored_growth
+from .moe_host import floored_growth, unpaired_growth
 from .mtp import mtp_block, mtp_settings
 from .records import Overlap, Settings
 
@@ -152,13 +152,23 @@ def _kinds(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
                      for g in raw_dense}
         # what the all-to-alls the overlap hides add when they run alone, under the MoE
         # layer's host floor (memsym.timing.moe_host)
-        ep_alone = (floored_growth(raw_moe["gpu"][0], raw_moe["ep"][0] - moe_f["ep"])
-                    + (raw_moe["ep"][1] - moe_b["ep"]))     # the backward has no floor
+        ep_alone = _alone(raw_moe, moe_f, moe_b, overlap)
         last = (moe_f, moe_b) if x.last_moe else (dense_f, dense_b)
     else:
         lf, lb = dense_f, dense_b
         last = (lf, lb)
     return lf, lb, raw_layer, ep_alone, last
+
+
+def _alone(raw, f, b, overlap: Overlap):
+    """What an MoE layer's forward and backward take alone beyond their steady-state price [s]:
+    the all-to-alls the overlap hides (issued less exposed), under the forward's host floor,
+    the backward with none; under the EP overlap against the combined 1F1B pair's floor
+    (memsym.timing.moe_host.unpaired_growth)."""
+    xf, xb = raw["ep"][0] - f["ep"], raw["ep"][1] - b["ep"]
+    if overlap.ep_a2a:
+        return unpaired_growth(raw["gpu"][0], raw["gpu"][1], xf, xb)
+    return floored_growth(raw["gpu"][0], xf) + xb
 
 
 def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap) -> tuple:
@@ -179,8 +189,7 @@ def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap
             raw_layer[g] = tuple(u + share * w for u, w in
                                  zip(raw_layer.get(g, (0.0,) * 4), raw[g]))
         if ffn:     # the MoE layers' all-to-alls alone (as _kinds)
-            ep_alone = (floored_growth(raw["gpu"][0], raw["ep"][0] - f["ep"])
-                        + (raw["ep"][1] - bw["ep"]))     # the backward has no floor
+            ep_alone = _alone(raw, f, bw, overlap)
     return lf, lb, raw_layer, ep_alone, (lf, lb)
 
 

@@ -49,6 +49,28 @@ layers (on their forward plus backward, as no sync separates them) would price s
 H100 FP8 run +23 % and the GPT-3 / Llama 2 NeMo 24.07 rows up to +30 %: a dense layer's host
 time is far below an MoE layer's.
 
+Under the EP overlap (``overlap_moe_expert_parallel_comm``) the backward loses that
+freedom.  Megatron-core's combined 1F1B runs one micro-batch's forward of a layer beside
+another's backward from the one Python thread, sub-module by sub-module
+(``TransformerLayerSchedulePlan.run``, megatron/core/models/common/
+model_chunk_schedule_plan.py:236-305: combine backward, pre-dispatch forward, MLP backward,
+dispatch forward, ...), and each backward node is issued by a blocking
+``Variable._execution_engine.run_backward`` call (``ScheduleNode.default_backward_func``,
+megatron/core/pipeline_parallel/utils.py:225-236): the host issues the backward's kernels
+between the forward's syncs, one layer pair per sync, so the CPU cannot run ahead of the
+GPU by more than one pair.  A pair of a layer's forward and backward then takes
+
+.. math::
+
+    t_{fwd} + t_{bwd} = \max(G_{fwd} + G_{bwd},\; H + H_{bwd}),\qquad H_{bwd} = H
+
+with the backward's host time taken as the forward's (a stated simplification: each forward
+kernel has its backward counterparts, the GEMMs' dgrad and wgrad, the copies' and
+all-to-alls' mirrors, issued through the same Python sub-modules; not measured here), and
+the backward's GPU work fills the forward's wait.  The warm-up forwards and cool-down
+backwards that run alone (:func:`memsym.timing.makespan.ep_alone_passes`) keep the
+forward-only floor (:func:`unpaired_growth`).
+
 References
 ----------
 .. [megatron-moe-host] Megatron-LM d98e8a64dd (2026-08-22):
@@ -68,7 +90,8 @@ import numpy as np
 
 from ..term import Source
 
-__all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", "floored_growth"]
+__all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", "floored_growth",
+           "paired_host_exposed", "unpaired_growth"]
 
 #: Host seconds to issue one MoE layer's forward for one micro-batch [s] (the backward has
 #: no floor).  Fixed on ONE published run, :data:`MOE_HOST_RUN` (Megatron-Bridge 26.02,
@@ -168,3 +191,98 @@ def floored_growth(gpu_seconds, extra, host=None):
     g = np.asarray(gpu_seconds, dtype=float)
     x = np.asarray(extra, dtype=float)
     return (g + x + host_exposed(g + x, host)) - (g + host_exposed(g, host))
+
+
+def paired_host_exposed(forward_gpu, backward_gpu, host=None):
+    r"""Seconds one MoE layer's forward-backward pair waits for the host under combined 1F1B [s].
+
+    .. math::
+
+        t_{\text{host}} = \max\bigl(0,\; 2H - (G_{fwd} + G_{bwd})\bigr)
+
+    Under the EP overlap Megatron-core issues one micro-batch's backward of a layer between
+    the syncs of another's forward (``TransformerLayerSchedulePlan.run``; module docstring),
+    so the pair takes :math:`\max(G_{fwd} + G_{bwd}, H + H_{bwd})` with :math:`H_{bwd} = H`
+    (:data:`MOE_LAYER_HOST` unless given): the backward's GPU work fills the forward's wait,
+    and the backward's host time is exposed with the forward's.
+
+    Parameters
+    ----------
+    forward_gpu, backward_gpu : array_like
+        The layer's forward and backward GPU seconds, G_fwd and G_bwd [s].
+    host : float, optional
+        Host seconds to issue one direction of the layer, H [s] (default
+        :data:`MOE_LAYER_HOST`).
+
+    Returns
+    -------
+    numpy.ndarray
+        The pair's exposed host seconds [s]; 0 where its GPU work is the longer.
+
+    Examples
+    --------
+    By hand, H = 6.7 ms: a pair of 3 + 4 ms waits 13.4 - 7 = 6.4 ms (the forward-only floor
+    would wait 3.7 ms); one of 5 + 9 ms none, where the forward-only floor waits 1.7 ms:
+
+    >>> [round(float(s), 6) for s in paired_host_exposed([3e-3, 5e-3], [4e-3, 9e-3], 6.7e-3)]
+    [0.0064, 0.0]
+
+    References
+    ----------
+    .. [megatron-moe-host] model_chunk_schedule_plan.py:236-305, pipeline_parallel/utils.py:
+       225-236 at d98e8a64dd (the combined 1F1B's lockstep issue).
+    """
+    h = MOE_LAYER_HOST if host is None else host
+    g = np.asarray(forward_gpu, dtype=float) + np.asarray(backward_gpu, dtype=float)
+    return np.maximum(0.0, 2.0 * h - g)
+
+
+def unpaired_growth(forward_gpu, backward_gpu, extra_forward, extra_backward, host=None):
+    r"""How much one MoE layer's forward and backward run alone take beyond a priced pair [s].
+
+    Under the EP overlap every layer's forward and backward are priced as a combined 1F1B
+    pair (:func:`paired_host_exposed`), but the first forward and last backward run alone
+    (combined_1f1b.py, :func:`memsym.timing.makespan.ep_alone_passes`): their all-to-alls
+    exposed (``extra``: the issued less the hidden seconds), the forward under its own floor,
+    the backward with none (nothing syncs while it is issued):
+
+    .. math::
+
+        \Delta t = \bigl(G_f + x_f + \max(0, H - G_f - x_f)\bigr) + (G_b + x_b)
+            - \bigl(G_f + G_b + \max(0, 2H - G_f - G_b)\bigr)
+
+    negative where the pair's host wait exceeds the lone passes'.
+
+    Parameters
+    ----------
+    forward_gpu, backward_gpu : array_like
+        The layer's forward and backward GPU seconds with its exposed all-to-alls [s].
+    extra_forward, extra_backward : array_like
+        The all-to-all seconds the overlap hides, forward and backward, x_f and x_b [s].
+    host : float, optional
+        Host seconds to issue one direction of the layer, H [s] (default
+        :data:`MOE_LAYER_HOST`).
+
+    Returns
+    -------
+    numpy.ndarray
+        The growth [s].
+
+    Examples
+    --------
+    By hand, H = 6.7 ms, a pair of 3 + 4 ms GPU work with 1 ms of all-to-all hidden each way:
+    alone, 6.7 + 5 = 11.7 ms; as a pair, 13.4 ms: -1.7 ms.  Above every floor (9 + 14 ms)
+    the growth is the 2 ms of all-to-alls:
+
+    >>> [round(float(s), 6) for s in unpaired_growth([3e-3, 9e-3], [4e-3, 14e-3], 1e-3, 1e-3,
+    ...                                              6.7e-3)]
+    [-0.0017, 0.002]
+
+    References
+    ----------
+    .. [megatron-moe-host] combined_1f1b.py, model_chunk_schedule_plan.py at d98e8a64dd.
+    """
+    f, b = np.asarray(forward_gpu, dtype=float), np.asarray(backward_gpu, dtype=float)
+    xf, xb = np.asarray(extra_forward, dtype=float), np.asarray(extra_backward, dtype=float)
+    alone = f + xf + host_exposed(f + xf, host) + b + xb
+    return alone - (f + b + paired_host_exposed(f, b, host))
