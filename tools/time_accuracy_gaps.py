@@ -191,7 +191,7 @@ KNOWN_GAPS = (
     "  backward filling the wait, its host time hidden) MoE goes to 13.83 %, the H100",
     "  Qwen3 PP 2 rows to -56 / -68 %: the rows need the backward's host time.  At",
     "  H_b = H / 2 MoE is 13.05 %, at H_b = 2H 14.65 % (H100 Qwen3-235B PP 8 +48 to +61 %):",
-    "  one-off checks at 2a7d8a6, not kept; H_b = H was the first and only value priced.",
+    "  one-off checks at 2a7d8a6, not kept; H_b = H was the value tried first.",
     "* MoE host floor on the forward only (`memsym.timing.moe_host`, issue 31, second",
     "  pass): every host sync above sits in the forward's dispatch; the backward reuses",
     "  the split sizes its autograd context saved (`_AllToAll.backward` swaps",
