@@ -46,7 +46,13 @@ def test_super_nvfp4_is_read_as_fp4_with_its_bf16_layers():
 
 def test_lightning_recipes_are_not_read_as_nano():
     # h100/nemotronh.py:217-230: Nemotron 3.5 Lightning builds on Nano's recipe and names its
-    # own checkpoint (cfg.model.hf_model_id): a model memsym has no preset for
-    assert not [name for name in PERF_RECIPES if "lightning" in name]
-    # the 3 + 3 + 3 + 3 + 1 + 3 Super functions of b200, b300, gb200, gb300, h100, vr200
-    assert len([n for n in PERF_RECIPES if n.startswith("nemotron_3_super")]) == 16
+    # own checkpoint (cfg.model.hf_model_id): a model memsym has no preset for, read from the
+    # Hub (memsym.readers.bridge_models), never as Nano
+    lightning = [PERF_RECIPES[name] for name in PERF_RECIPES if "lightning" in name]
+    assert lightning and {row["hf_model"] for row in lightning} == {
+        "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16"}
+    # the 3 + 3 + 3 + 3 + 1 + 3 Super functions of b200, b300, gb200, gb300, h100, vr200 (the
+    # gb200 bf16 one under its module path: recipes/nemotronh/gb200/nemotron_3_super.py has a
+    # pretrain recipe of the same name)
+    assert len([n for n in PERF_RECIPES
+                if n.rsplit(".", 1)[-1].startswith("nemotron_3_super")]) == 16

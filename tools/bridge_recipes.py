@@ -4,8 +4,9 @@ the recipe functions' source with :mod:`ast` (never imported, never executed).
 ``python -m tools.bridge_recipes [--source GIT_DIR] [--check]`` (from the checkout's root) reads
 the files of NVIDIA-NeMo/Megatron-Bridge at :data:`COMMIT` from a git directory (default: the
 mirror ``/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo``) with ``git show COMMIT:path`` and
-writes one row per recipe function of :data:`RECIPE_FILES` whose Hugging Face model memsym has a
-preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field memsym reads
+writes one row per recipe function of every language-model family (:func:`recipe_files`: the
+families of :data:`OTHER_MODALITIES` left out), whatever its model (memsym's preset for it, else
+its checkpoint read from the Hub, :mod:`memsym.readers.bridge_models`): the value each field memsym reads
 (:data:`memsym.readers.bridge.FIELDS`) has when the function returns, in statement order:
 
 * ``cfg = _pretrain_common()``: the keyword values of the ``ConfigContainer(...)`` built in
@@ -27,7 +28,7 @@ preset for (:data:`memsym.readers.bridge.HF_PRESETS`): the value each field mems
 
 It also writes ``PERF_RECIPES``: one row per performance recipe function
 ``*_pretrain_*_config`` of ``perf_recipes/<family>/<system>/<model>.py`` (the families of
-:data:`PERF_FAMILIES`) whose base recipe's model memsym has a preset for, read by :class:`_Perf`,
+:data:`PERF_FAMILIES`), read by :class:`_Perf`,
 a small reader of the statements (never an import, never a call): ``cfg = base()`` starts from
 the base recipe's values (found through the imports: ``perf_recipes/<family>/common.py`` and the
 legacy names of ``recipes/<family>/<model>.py``); ``_perf_precision("fp8_cs")`` and the other
@@ -45,6 +46,12 @@ It also writes ``SECTION_FIELDS``: the dataclass field names of each ConfigConta
 (:data:`SECTION_CLASSES`, with their bases followed through the imports into Megatron-LM at
 :data:`MCORE_COMMIT`, the commit Bridge pins as ``3rdparty/Megatron-LM``), so that an override
 naming no field is refused; and it checks that each field memsym reads is one.
+
+The rows are written compact (:func:`_compact`, read back by
+:func:`memsym.readers.bridge_rows.expand_rows`): each the difference from the earlier row of its
+table it differs least from, each unread statement once (``COMPUTED``), one row a line, so that
+the 560 recipes take about 230 kB and 520 lines (written out in full, 1.2 MB and well over the
+package's 600-line limit).
 
 ``--check`` writes nothing and exits 1 when the file on disk differs from what would be written.
 """
@@ -68,16 +75,34 @@ MIXED_PRECISION = _BASE + "training/mixed_precision.py"
 OPTIMIZER_UTILS = _BASE + "recipes/utils/optimizer_utils.py"
 #: Module constants the recipes import (``DEFAULT_NULL_TOKENIZER_VOCAB_SIZE``).
 IMPORTED_CONSTANTS = (_BASE + "recipes/utils/tokenizer_utils.py",)
-#: The files whose pretrain recipe functions are read.
-RECIPE_FILES = ("recipes/llama/h100/llama3.py", "recipes/qwen/h100/qwen3.py",
-                "recipes/qwen/h100/qwen3_moe.py", "recipes/deepseek/h100/deepseek_v3.py",
-                "recipes/gpt_oss/h100/gpt_oss.py", "recipes/nemotronh/h100/nemotron_3_nano.py",
-                "recipes/nemotronh/h100/nemotron_3_super.py", "recipes/kimi/h100/kimi_k2.py")
-#: The files of legacy names (``from ... import full_name as legacy_name``).
-ALIAS_FILES = ("recipes/llama/llama3.py", "recipes/qwen/qwen3.py", "recipes/qwen/qwen3_moe.py",
-               "recipes/deepseek/deepseek_v3.py", "recipes/gpt_oss/gpt_oss.py",
-               "recipes/nemotronh/nemotron_3_nano.py", "recipes/nemotronh/nemotron_3_super.py",
-               "recipes/kimi/kimi_k2.py")
+#: The recipe families (``recipes/<family>/``) not read: vision-language, audio, omni-modal and
+#: diffusion models, whose encoders and image or video towers memsym does not count (their
+#: recipes are refused by name, :data:`memsym.readers.bridge`).
+OTHER_MODALITIES = ("flux", "wan", "gemma3_vl", "gemma4_vl", "glm_vl", "kimi_vl", "nemotron_omni",
+                    "nemotron_vl", "qwen2_audio", "qwen_omni", "qwen_vl")
+
+
+def recipe_files(source: str) -> tuple:
+    """``(recipe files, alias files)`` of every language-model family at COMMIT:
+    ``recipes/<family>/<system>/<model>.py`` (the recipe functions) and
+    ``recipes/<family>/<model>.py`` (the legacy names), the families of
+    :data:`OTHER_MODALITIES` left out."""
+    listing = subprocess.run(["git", "--git-dir", source, "ls-tree", "-r", "--name-only", COMMIT,
+                              _BASE + "recipes/"], check=True, capture_output=True,
+                             text=True).stdout.split()
+    recipes, aliases = [], []
+    for path in listing:
+        parts = path[len(_BASE + "recipes/"):].split("/")
+        if parts[0] in OTHER_MODALITIES + ("utils",) or not parts[-1].endswith(".py") \
+                or parts[-1] == "__init__.py":
+            continue
+        if len(parts) == 3:
+            recipes.append("/".join(["recipes"] + parts))
+        elif len(parts) == 2:
+            aliases.append("/".join(["recipes"] + parts))
+    return tuple(recipes), tuple(aliases)
+
+
 #: Model providers a recipe builds inline (``cfg.model = HybridModelProvider(num_layers=52,
 #: ...)``, recipes/nemotronh/h100/nemotron_3_nano.py:78): their literal keywords are the
 #: ``model.*`` values, and the row's Hugging Face model is the checkpoint the recipe names as
@@ -156,7 +181,10 @@ def _hf_id(node, env):
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
                 and sub.func.attr == "from_hf_pretrained" and sub.args:
-            return _value(sub.args[0], env)
+            try:
+                return _value(sub.args[0], env)
+            except _Unknown:
+                return None                   # a computed id: listed as computed
     return None
 
 
@@ -185,6 +213,24 @@ class _File:
                 target = n.targets[0] if isinstance(n, ast.Assign) else n.target
                 if isinstance(target, ast.Name) and isinstance(n.value, ast.Constant):
                     self.constants[target.id] = n.value.value
+
+
+def _recipe_constants(source: str, text: str) -> dict:
+    """The string constants ``text`` imports from another recipe module
+    (``from megatron.bridge.recipes.deepseek.h100.deepseek_v4 import DEEPSEEK_V4_FLASH_HF_PATH``,
+    recipes/deepseek/gb200/deepseek_v4.py:27-29)."""
+    out = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "megatron.bridge.recipes.") and not node.level:
+            path = "src/" + node.module.replace(".", "/") + ".py"
+            try:
+                constants = _File(_show(source, path), path).constants
+            except subprocess.CalledProcessError:
+                continue
+            out.update({a.asname or a.name: constants[a.name] for a in node.names
+                        if a.name in constants})
+    return out
 
 
 def _optimizer_helper(text: str, call) -> dict:
@@ -564,9 +610,9 @@ def section_fields(bridge: str, mcore: str) -> dict:
 
 
 # --- performance recipes ---------------------------------------------------------------------
-#: The families of ``perf_recipes/<family>/<system>/<model>.py`` read (those whose models
-#: memsym has presets for); each function ``*_pretrain_*_config`` is one row of PERF_RECIPES.
-PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss", "kimi", "nemotronh")
+#: The families of ``perf_recipes/<family>/<system>/<model>.py`` read (the language models';
+#: qwen_vl and wan are not); each function ``*_pretrain_*_config`` is one row of PERF_RECIPES.
+PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss", "kimi", "nemotronh", "glm_moe_dsa")
 _PERF = _BASE + "perf_recipes/"
 
 
@@ -875,7 +921,7 @@ def _module_constants(mods, module):
 
 
 def perf_rows(source: str, mcore: str, base: dict, keep) -> dict:
-    """name -> row of each perf recipe whose base recipe's model memsym has a preset for."""
+    """name -> row of each perf recipe of :data:`PERF_FAMILIES`."""
     mods = _Modules(source, mcore)
     listing = subprocess.run(["git", "--git-dir", source, "ls-tree", "-r", "--name-only", COMMIT,
                               _PERF], check=True, capture_output=True, text=True).stdout.split()
@@ -897,19 +943,19 @@ def perf_rows(source: str, mcore: str, base: dict, keep) -> dict:
             except _Unknown:
                 continue
             cfg = cfg.cfg if isinstance(cfg, _Ref) and not cfg.path else None
-            if cfg is None or cfg.hf not in keep[1]:
+            if cfg is None:
                 continue
             name = fn.name if fn.name not in keep[0] else module[len("megatron.bridge."):] \
                 + "." + fn.name
             rows[name] = {"source": f"{path}:{fn.lineno} {fn.name}", "hf_model": cfg.hf,
                           "computed": tuple(dict.fromkeys(reader.computed)),
-                          "values": {k: v for k, v in sorted(cfg.values.items()) if k in keep[2]}}
+                          "values": {k: v for k, v in sorted(cfg.values.items()) if k in keep[1]}}
     return rows
 
 
 def _aliases(source: str) -> dict:
     out = {}
-    for rel in ALIAS_FILES:
+    for rel in recipe_files(source)[1]:
         try:
             tree = ast.parse(_show(source, _BASE + rel))
         except subprocess.CalledProcessError:
@@ -941,7 +987,7 @@ def _wrapped(node) -> str | None:
 def build(source: str, mcore: str = DEFAULT_MCORE) -> tuple:
     """The texts of ``memsym/readers/_bridge_recipes.py`` and ``_bridge_finetune.py``."""
     sys.path.insert(0, str(OUT.parent.parent.parent))
-    from memsym.readers.bridge import FIELDS, HF_PRESETS
+    from memsym.readers.bridge import FIELDS
 
     fields = section_fields(source, mcore)
     for key in FIELDS:      # every field memsym reads is a field of Bridge's config
@@ -959,8 +1005,9 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> tuple:
         imported.update(_File(_show(source, path), path).constants)
     rows, base, tuning = {}, {}, {}
     wrapped = set(_aliases(source).values())   # a private recipe a legacy name returns is read
-    for rel in RECIPE_FILES:
-        file = _File(_show(source, _BASE + rel), rel, imported)
+    for rel in recipe_files(source)[0]:
+        text = _show(source, _BASE + rel)
+        file = _File(text, rel, {**imported, **_recipe_constants(source, text)})
         for name, fn in file.functions.items():
             finetune = "_sft_" in name or "_peft_" in name
             if (name.startswith("_") and name not in wrapped) or not name.endswith("_config") \
@@ -969,52 +1016,113 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> tuple:
             values, hf, computed = _run(file, name, [], common)
             if not finetune:
                 base[name] = (values, hf, [f"{rel}:{line}" for line in computed])
-            if hf not in HF_PRESETS:
-                continue
             keep = {k: v for k, v in sorted(values.items()) if k in FIELDS or k == "peft"}
             (tuning if finetune else rows)[name] = {
                 "source": f"{_BASE}{rel}:{fn.lineno} {name}", "hf_model": hf,
                 "values": keep, "computed": tuple(computed)}
-    perf = perf_rows(source, mcore, base, (set(rows), set(HF_PRESETS), set(FIELDS)))
+    perf = perf_rows(source, mcore, base, (set(rows), set(FIELDS)))
     aliases = {k: v for k, v in sorted(_aliases(source).items()) if v in rows or v in tuning}
     head = (f'"""Megatron-Bridge {COMMIT[:10]} pretrain recipes as data: GENERATED by '
             "``python -m tools.bridge_recipes`` (do not edit).\n\n"
             "Each row: the recipe function's file:line, its Hugging Face model, the values of "
             "the fields\nmemsym reads when the function returns, and the statements it did not "
             'read as literals\n(``computed``; :mod:`memsym.readers.bridge` transcribes the ones '
-            'that matter).\n"""\n\n')
-    # one line per value table keeps the module under the package's 600-line limit
-    lines = ["RECIPES = {"]
-    for name in sorted(rows):
-        row = rows[name]
-        lines += [f"    {name!r}: {{", f"        'source': {row['source']!r},",
-                  f"        'hf_model': {row['hf_model']!r},",
-                  f"        'computed': {row['computed']!r},",
-                  f"        'values': {row['values']!r},", "    },"]
-    lines.append("}")
-    lines += ["", "#: Megatron-Bridge's performance recipes (perf_recipes/<family>/<system>/), one "
-              "row a line:", "#: what each sets, through its base recipe and the helpers it "
-              "calls (tools/bridge_recipes.py _Perf)", "PERF_RECIPES = {"]
-    lines += [f"    {name!r}: {perf[name]!r}," for name in sorted(perf)]
-    lines.append("}")
+            "that matter).\nStored compact (:mod:`memsym.readers.bridge_rows`): each row the "
+            "difference from an earlier one,\neach computed statement once.\n"
+            '"""\n\nfrom .bridge_rows import expand_rows\n\n')
+    computed = _Interned()
+    lines = ["#: the recipe functions of recipes/<family>/<system>/<model>.py",
+             "_RECIPES = {"] + _compact(rows, computed) + ["}"]
+    lines += ["", "#: Megatron-Bridge's performance recipes (perf_recipes/<family>/<system>/): "
+              "what each sets,", "#: through its base recipe and the helpers it calls "
+              "(tools/bridge_recipes.py _Perf)", "_PERF_RECIPES = {"]
+    lines += _compact(perf, computed) + ["}"]
+    lines += ["", "#: the statements the rows did not read as literals (``computed``), by index",
+              "COMPUTED = ("] + _wrapped_items(map(repr, computed.items)) + [")", "",
+              "RECIPES = expand_rows(_RECIPES, COMPUTED)",
+              "PERF_RECIPES = expand_rows(_PERF_RECIPES, COMPUTED)"]
     lines += ["", f"#: section -> its config's dataclass fields (with Megatron-LM {MCORE_COMMIT[:10]}'s "
               "bases)", "SECTION_FIELDS = {"]
     lines += [f"    {k!r}: {v!r}," for k, v in fields.items()]
     lines.append("}")
+    lines += ["", "#: legacy name -> recipe function", "ALIASES = {"]
+    lines += _wrapped_items([f"{k!r}: {v!r}" for k, v in sorted(aliases.items())])
+    lines.append("}")
     return (head + f"COMMIT = {COMMIT!r}\nMCORE_COMMIT = {MCORE_COMMIT!r}\n\n" + "\n".join(lines)
-            + "\n\n" + "ALIASES = " + pprint.pformat(aliases, width=99) + "\n"), _finetune_text(tuning)
+            + "\n"), _finetune_text(tuning)
+
+
+class _Interned:
+    """Distinct strings in first-seen order, each with its index."""
+
+    def __init__(self):
+        self.items, self.index = [], {}
+
+    def __call__(self, text: str) -> int:
+        if text not in self.index:
+            self.index[text] = len(self.items)
+            self.items.append(text)
+        return self.index[text]
+
+
+def _cost(base: dict, values: dict) -> int:
+    """Characters of ``values`` written as the difference from ``base``."""
+    return sum(len(k) + len(repr(v)) + 4 for k, v in values.items()
+               if k not in base or base[k] != v or type(base[k]) is not type(v)) \
+        + sum(len(k) + 4 for k in base if k not in values)
+
+
+def _compact(rows: dict, computed: _Interned) -> list:
+    """One line per row of ``rows`` (in name order) as :func:`memsym.readers.bridge_rows.
+    expand_rows` reads it: each row the difference from the earlier row it differs least
+    from (or from nothing), its computed statements as indices of ``computed``."""
+    lines, done = [], []
+    for name in sorted(rows):
+        row = rows[name]
+        values = row["values"]
+        like, best = None, _cost({}, values)
+        for other in done:
+            cost = _cost(rows[other]["values"], values) + len(other)
+            if cost < best:
+                like, best = other, cost
+        base = rows[like]["values"] if like else {}
+        changed = {k: v for k, v in values.items()
+                   if k not in base or base[k] != v or type(base[k]) is not type(v)}
+        unset = tuple(k for k in base if k not in values)
+        indices = tuple(computed(c) for c in row["computed"])
+        lines.append(f"    {name!r}: ({like!r}, {changed!r}, {unset!r}, {row['source']!r}, "
+                     f"{row['hf_model']!r}, {indices!r}),")
+        done.append(name)
+    return lines
+
+
+def _wrapped_items(items, width: int = 1000) -> list:
+    """``items`` (texts) as lines of comma-separated items up to ``width`` characters."""
+    lines, line = [], ""
+    for text in items:
+        if line and len(line) + len(text) + 2 > width:
+            lines.append("    " + line)
+            line = ""
+        line += text + ", "
+    if line:
+        lines.append("    " + line.rstrip())
+    return lines
 
 
 def _finetune_text(rows: dict) -> str:
     """The text of ``memsym/readers/_bridge_finetune.py``: the SFT and PEFT recipes, one row a
-    line."""
+    line, compact as the pretrain recipes."""
     head = (f'"""Megatron-Bridge {COMMIT[:10]} fine-tuning recipes (built on ``_sft_common`` and '
             "``_peft_common``,\nrecipes/common.py:136, :238) as data: GENERATED by ``python -m "
             "tools.bridge_recipes`` (do not edit).\n\nEach row as in "
             ":mod:`memsym.readers._bridge_recipes`; ``peft`` is the PEFT class\n(None: full "
-            "fine-tuning) and ``peft.*`` its fields as the recipe leaves them.\n\"\"\"\n\n")
-    lines = ["FINETUNE_RECIPES = {"] + [f"    {name!r}: {rows[name]!r}," for name in sorted(rows)]
-    return head + "\n".join(lines) + "\n}\n"
+            "fine-tuning) and ``peft.*`` its fields as the recipe leaves them.\n\"\"\"\n\n"
+            "from .bridge_rows import expand_rows\n\n")
+    computed = _Interned()
+    lines = ["_FINETUNE_RECIPES = {"] + _compact(rows, computed) + ["}", "", "COMPUTED = ("]
+    lines += _wrapped_items(map(repr, computed.items)) + [")", "",
+                                               "FINETUNE_RECIPES = expand_rows(_FINETUNE_RECIPES, COMPUTED)"]
+    return head + "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
