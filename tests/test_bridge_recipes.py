@@ -189,7 +189,7 @@ def test_values_are_literals_never_evaluated():
     ("model.sequence_parallel=maybe",),                      # not a boolean
     ("mixed_precision=bf16_with_mxfp4_mixed",),             # not a precision recipe memsym reads
     ("model.tensor_model_parallel_size=3",),                 # 3 does not divide the 2 GPUs
-    ("llama3-8b",),                                          # a MODEL beside the recipe
+    ("llama3-8x",),                                          # neither override nor MODEL
     ("--tp", "2"),                                           # memsym's layout beside it
     ("--mode", "sft"),
     ("model.tensor_model_parallel_size",),                   # no value

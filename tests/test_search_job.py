@@ -244,7 +244,7 @@ def test_the_same_conflict_is_refused_as_estimate_refuses_it(capsys, script):
 
 
 @pytest.mark.parametrize("argv", [
-    ("--bridge-recipe", "llama3_8b_pretrain_config", "llama3-8b"),   # a MODEL beside it
+    ("--bridge-recipe", "llama3_8b_pretrain_config", "llama3-8x"),   # no override, no MODEL
     ("--bridge-recipe", "llama3_8b_pretrain_config", "--emit", "deepspeed"),  # Megatron's
     ("--gpus", "8"),                                                  # no MODEL, no job
 ])

@@ -524,7 +524,9 @@ def _input_rows():
            metavar="NAME", effect="input", commands=frozenset({"estimate", "search"}),
            help="a Megatron-Bridge pretrain, SFT or PEFT (LoRA) recipe (run_recipe.py --recipe "
            "NAME, e.g. llama3_8b_pretrain_config, llama3_70b_peft_config); section.field=VALUE words and run_recipe.py's -tp/-gb/... "
-           "override it, with Bridge's meaning"),
+           "override it, with Bridge's meaning; its model is memsym's preset for the recipe's "
+           "checkpoint, else the checkpoint's config.json from the Hugging Face Hub (or its "
+           "cache), else a MODEL given beside it, which replaces the recipe's"),
     ]
 
 

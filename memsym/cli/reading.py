@@ -346,16 +346,18 @@ def _bridge_word(words, i, w, convenience, overrides):
     run_recipe.py's options and its value), else None."""
     from ..errors import InvalidValueError
     from ..readers.bridge import RUN_RECIPE_OPTIONS, SECTIONS, looks_like_override
+    from ..readers.bridge_models import is_model_word
 
     if not looks_like_option(w):
         if looks_like_override(w) or w.partition("=")[0].lstrip("+~") in SECTIONS:
             overrides.append(w)
             return i
         if w in LAUNCHER_WORDS or w.endswith(".py") or _ASSIGNMENT.match(w) \
-                or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")):
+                or w.rsplit("/", 1)[-1].startswith(("python", "torchrun")) or is_model_word(w):
             return None
-        raise InvalidValueError(f"{w[:60]!r}: with --bridge-recipe the recipe names the model; "
-                                "the other words are section.field=value overrides")
+        raise InvalidValueError(f"{w[:60]!r}: with --bridge-recipe the words are "
+                                "section.field=value overrides and at most one MODEL (a preset, "
+                                "a config.json or a Hub id) in place of the recipe's model")
     name, eq, inline = w.partition("=")
     if name not in RUN_RECIPE_OPTIONS:
         return None

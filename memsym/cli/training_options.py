@@ -132,8 +132,9 @@ def _refuse_two():
 
 def _bridge_job(args):
     """The Job of a Megatron-Bridge recipe and its overrides (memsym.readers.bridge): the
-    recipe names the model and sets the layout and the training, so a MODEL, memsym's layout
-    and training options and Megatron-LM arguments beside it are refused."""
+    recipe names the model and sets the layout and the training, so memsym's layout and
+    training options and Megatron-LM arguments beside it are refused; a MODEL beside it (a
+    preset, a config.json or a Hub id) replaces the recipe's model (said in the notes)."""
     from ..errors import InvalidValueError
     from ..job import job
     from ..readers.bridge import bridge_job_options, launcher_world_size, read_bridge_recipe
@@ -142,16 +143,15 @@ def _bridge_job(args):
     host = set(_host_options(args)) | {"world_size"}
     said = sorted(k for k in _memsym_options(args) if k not in host and not k.startswith("_"))
     said += [n for n in ARCH_OPTIONS if getattr(args, n, None) is not None]
-    if args.model is not None or said:
-        what = args.model if args.model is not None else ", ".join(said)
-        raise InvalidValueError(f"{str(what)[:60]}: with --bridge-recipe the recipe names the model "
-                                "and sets the layout and the training; change them with "
-                                "section.field=value overrides (only --world-size, the GPU and "
-                                "the allowances go beside it)")
+    if said:
+        raise InvalidValueError(f"{', '.join(said)[:60]}: with --bridge-recipe the recipe sets the "
+                                "layout and the training; change them with section.field=value "
+                                "overrides (only a MODEL, --world-size, the GPU and the "
+                                "allowances go beside it)")
     # memsym's --world-size, else WORLD_SIZE or torchrun's options, else the recipe's name
     world = args.world_size if args.world_size is not None else launcher_world_size(words.megatron)
     reading = read_bridge_recipe(args.bridge_recipe, words.bridge, world_size=world)
-    preset, opts, notes = bridge_job_options(reading)
+    preset, opts, notes = bridge_job_options(reading, args.model)
     if opts.get("world_size") is None:
         raise InvalidValueError(f"{reading['recipe']}: its name gives no GPU count: give --world-size")
     extra = _host_options(args)

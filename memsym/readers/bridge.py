@@ -38,6 +38,7 @@ from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
 from ._bridge_finetune import FINETUNE_RECIPES
+from .bridge_models import HF_PRESETS, recipe_model
 from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
 from .bridge_peft import PEFT_FIELDS, apply_mode, check_peft, recipe_peft
 from .bridge_precision import PRECISION_RECIPES, recipe_precision, recipe_sharding
@@ -49,28 +50,6 @@ __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS
            "looks_like_override", "launcher_world_size", "is_recipe_name"]
 
 BRIDGE_COMMIT = "067f987df0"
-
-#: Hugging Face model of a recipe -> (memsym preset, architecture fields that differ from the
-#: preset's).  The Llama 3.1 checkpoints have Llama 3's layers with a 131072-token position
-#: table (meta-llama/Llama-3.1-8B and -70B config.json "max_position_embeddings": 131072).
-HF_PRESETS = {
-    "meta-llama/Meta-Llama-3-8B": ("llama3-8b", {}),
-    "meta-llama/Meta-Llama-3-70B": ("llama3-70b", {}),
-    "meta-llama/Meta-Llama-3.1-8B": ("llama3-8b", {"max_position_embeddings": 131072}),
-    "meta-llama/Meta-Llama-3.1-70B": ("llama3-70b", {"max_position_embeddings": 131072}),
-    "meta-llama/Meta-Llama-3.1-405B": ("llama3-405b", {}),
-    "Qwen/Qwen3-8B": ("qwen3-8b", {}),
-    "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b", {}),
-    "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", {}),
-    "deepseek-ai/DeepSeek-V3": ("deepseek-v3", {}),
-    "openai/gpt-oss-120b": ("gpt-oss-120b", {}),
-    # recipes/nemotronh/h100/nemotron_3_nano.py:34, :78-126 (the recipe's inline provider)
-    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("nemotron-3-nano", {}),
-    # recipes/kimi/h100/kimi_k2.py:99-101 (AutoBridge, KimiK2Bridge)
-    "moonshotai/Kimi-K2-Instruct": ("kimi-k2", {}),
-    # recipes/nemotronh/h100/nemotron_3_super.py:29, :44 (AutoBridge from the checkpoint)
-    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16": ("nemotron-3-super", {}),
-}
 
 #: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
 #: ("bridge", what) for the fields this module resolves itself.
@@ -412,12 +391,6 @@ _SWITCHES = frozenset({"sequence_parallel", "overlap_grad_reduce", "overlap_para
                        "bias_activation_fusion", "mla_down_proj_fusion",
                        "activation_func_fp8_input_store"})
 
-#: The presets whose model bridge leaves ``bias_activation_fusion`` unset, so that
-#: TransformerConfig's False (Megatron-LM transformer_config.py:496 at d98e8a64dd) applies when
-#: the recipe does not set it: qwen/qwen3_bridge.py:43-55 and qwen3_moe_bridge.py:51-68
-#: (``provider_bridge``).  The others' bridges set it True (llama_bridge.py:56,
-#: deepseek_v3_bridge.py:80, gpt_oss_bridge.py:73, kimi_bridge.py:68); Nemotron's have no SwiGLU.
-_UNFUSED_GLU_PRESETS = frozenset({"qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b"})
 _NAMES = frozenset({"recompute_method", "optimizer"})
 
 
@@ -440,8 +413,10 @@ def _typed(key, name, value):
     return value
 
 
-def bridge_job_options(reading: dict) -> tuple:
-    """``(preset, job options, notes)`` of a :func:`read_bridge_recipe` reading.
+def bridge_job_options(reading: dict, model=None) -> tuple:
+    """``(model, job options, notes)`` of a :func:`read_bridge_recipe` reading: the model a
+    preset name or an Architecture (:func:`memsym.readers.bridge_models.recipe_model`: the
+    recipe's checkpoint, or ``model`` in its place).
 
     The options are :func:`memsym.job.job`'s (architecture fields included), each set
     from the recipe as Bridge resolves it.
@@ -457,8 +432,9 @@ def bridge_job_options(reading: dict) -> tuple:
     if twin:     # a perf recipe named like the base recipe it builds on
         notes.append(f"{reading['recipe']} is the pretrain recipe; the performance recipe of "
                      f"that name is {twin[0]}")
-    preset, arch = HF_PRESETS[reading["hf_model"]]
-    opts = dict(arch)
+    preset, opts, fused, more = recipe_model(reading, model)
+    notes += more
+    label = preset if isinstance(preset, str) else preset.name
     for key, (kind, name) in FIELDS.items():
         if kind in ("job", "arch") and values.get(key) is not None:
             opts[name] = _typed(key, name, values[key])
@@ -467,9 +443,9 @@ def bridge_job_options(reading: dict) -> tuple:
         # so of Bridge's MLAModelProvider (models/mla_provider.py:28) alone: Hydra refuses a
         # key the model's config lacks (struct mode, training/utils/omegaconf_utils.py:180)
         raise InvalidValueError(f"model.mla_down_proj_fusion: a field of Bridge's MLA model "
-                                f"providers; {preset} has no multi-latent attention")
+                                f"providers; {label} has no multi-latent attention")
     # a recipe's (or override's) model.bias_activation_fusion, else its model bridge's
-    opts.setdefault("bias_activation_fusion", preset not in _UNFUSED_GLU_PRESETS)
+    opts.setdefault("bias_activation_fusion", fused)
     # run_recipe.py: the dataset owns the sequence length; the model's is synchronized from it
     seq = values.get("dataset.seq_length", values.get("model.seq_length"))
     if seq is not None:
@@ -498,7 +474,7 @@ def bridge_job_options(reading: dict) -> tuple:
         opts["recompute_modules"] = tuple(modules)
     notes += _unmodelled(values, resolve_model(preset))
     recipe_peft(values, resolve_model(preset), opts, notes, reading.get("computed") or ())
-    layout = _recipe_layout(preset, values, reading, opts)
+    layout = _recipe_layout(label, values, reading, opts)
     if layout is not None:
         opts["pipeline_layout"] = layout
     # recipes/common.py:53: distributed_fused_adam_with_cosine_annealing, Adam
@@ -515,7 +491,7 @@ def bridge_job_options(reading: dict) -> tuple:
     opts.update(recipe_mechanism_options(values, opts))
     if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
         opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
-    opts.update(_vocab(values, preset, notes, reading.get("computed") or ()))
+    opts.update(_vocab(values, label, notes, reading.get("computed") or ()))
     world = reading["world_size"]
     if world is not None:
         opts["world_size"] = world
