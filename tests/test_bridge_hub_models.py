@@ -103,8 +103,9 @@ def test_recipe_without_a_preset_reads_its_checkpoint(hub_cache, capsys, recipe,
 @pytest.mark.parametrize("recipe, total", [(QWEN_RECIPE, 494_032_768),
                                            (LLAMA_RECIPE, 1_235_814_400)])
 def test_the_checkpoint_vocabulary_gives_the_published_total(hub_cache, capsys, recipe, total):
-    """With ``tokenizer.use_tokenizer_vocab_size=false`` the model keeps its own vocabulary
-    (training/setup.py:762-775), a multiple of 128: the published parameter count."""
+    """With ``tokenizer.use_tokenizer_vocab_size=false`` the model keeps the checkpoint's own
+    vocabulary, unpadded (training/setup.py:762-781, models/gpt_provider.py:266-271); 151936 and
+    128256 are multiples of 128 x TP 1, so the count is the published one."""
     assert _params(capsys, recipe, "tokenizer.use_tokenizer_vocab_size=false")["params"] == total
 
 
@@ -162,3 +163,15 @@ def test_every_recipe_is_in_the_table():
                  "gemma2_2b_pretrain_2gpu_h100_bf16_config",
                  "glm45_air_106b_pretrain_32gpu_h100_bf16_config"):
         assert is_recipe_name(name), name
+
+
+@pytest.mark.parametrize("recipe", ["flux_12b_pretrain_2gpu_h100_bf16_config",      # flux/h100
+                                    "qwen2_audio_7b_sft_1gpu_h100_bf16_config",     # qwen2_audio
+                                    "qwen3_omni_30b_a3b_sft_8gpu_h100_bf16_config",  # qwen_omni
+                                    "gemma3_vl_4b_sft_1gpu_h100_bf16_config"])       # gemma3_vl
+def test_other_modalities_are_refused_by_name(capsys, recipe):
+    """The families tools/bridge_recipes.py leaves out (OTHER_MODALITIES) are refused in one
+    line saying why, not as unknown names."""
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe", recipe)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "are not modelled" in err

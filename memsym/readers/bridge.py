@@ -283,10 +283,14 @@ _ALL = {**PERF_RECIPES, **RECIPES, **FINETUNE_RECIPES}
 def _recipe_row(name: str):
     full = ALIASES.get(name, name)
     row = _ALL.get(full)
-    if row is None and ("_vl_" in f"_{full}_" or "vlm" in full or "_vl" in full):
-        # Bridge's vision-language recipes (_sft_common_vlm, recipes/common.py:346)
-        raise InvalidValueError(f"{name[:60]}: Bridge's vision-language recipes are not "
-                                "modelled (memsym reads the language models' recipes)")
+    if row is None and ("_vl_" in f"_{full}_" or "vlm" in full or "_vl" in full
+                        or "_audio_" in full or "_omni_" in full
+                        or full.startswith(("flux_", "wan_", "glm_45v_"))):
+        # Bridge's vision-language recipes (_sft_common_vlm, recipes/common.py:346), and the
+        # audio, omni-modal and diffusion ones (tools/bridge_recipes.py OTHER_MODALITIES)
+        raise InvalidValueError(f"{name[:60]}: Bridge's vision-language, audio, omni-modal and "
+                                "diffusion recipes are not modelled (memsym reads the language "
+                                "models' recipes)")
     if row is None:
         raise UnknownNameError("Megatron-Bridge recipe", name,
                                sorted(set(_ALL) | set(ALIASES)))

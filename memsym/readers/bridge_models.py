@@ -13,7 +13,7 @@ AutoBridge.from_hf_pretrained("meta-llama/Llama-3.2-1B")...``).  memsym takes it
 
 Every Bridge model bridge sets the vocabulary padding from the checkpoint's vocabulary:
 ``make_vocab_size_divisible_by`` is the largest power of two up to 128 that divides it
-(Megatron-Bridge 067f987df0 ``models/conversion/model_bridge.py:635-637``, ``:1716-1747``),
+(Megatron-Bridge 067f987df0 ``models/conversion/model_bridge.py:634-637``, ``:1716-1747``),
 unless the bridge fixes it.  A ``model_type`` whose bridge memsym has not compared with its own
 reading of the file, a recipe that builds its model in code, and a checkpoint that cannot be
 read are refused in one line saying what to give instead.
@@ -66,7 +66,7 @@ UNFUSED_GLU_PRESETS = frozenset({"qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b"}
 #: ``make_vocab_size_divisible_by`` it fixes, None: from the vocabulary; whether it builds
 #: ``num_nextn_predict_layers`` MTP layers).  Each bridge maps the file's sizes, biases, norms
 #: and tying as transformers' model has them (CONFIG_MAPPING, conversion/model_bridge.py:
-#: 449-480, ``tie_word_embeddings`` -> ``share_embeddings_and_output_weights`` at :471), which
+#: 456-499, ``tie_word_embeddings`` -> ``share_embeddings_and_output_weights`` at :471), which
 #: is what memsym reads; what it sets beyond that is here.  A bridge that leaves
 #: ``bias_activation_fusion`` unset has TransformerConfig's False (Megatron-LM
 #: transformer_config.py:496 at d98e8a64dd).
@@ -173,7 +173,7 @@ def _as_bridge_builds(arch, kind: str, label: str) -> tuple:
     opts = {"make_vocab_size_divisible_by": divisor or bridge_vocab_divisor(arch.vocab_size)}
     notes = [f"{label}'s config.json as Megatron-Bridge's {kind} model bridge builds it "
              f"(models/{where}); vocabulary padded to a multiple of "
-             f"{opts['make_vocab_size_divisible_by']} x TP (conversion/model_bridge.py:635-637)"]
+             f"{opts['make_vocab_size_divisible_by']} x TP (conversion/model_bridge.py:634-637)"]
     kept = []
     for note in arch.extra.get("notes", ()):
         found = _MTP_NOTE.search(note)
