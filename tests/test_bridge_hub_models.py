@@ -175,3 +175,19 @@ def test_other_modalities_are_refused_by_name(capsys, recipe):
     code, out, err = cli(capsys, "estimate", "--bridge-recipe", recipe)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "are not modelled" in err
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("folder, total", [("qwen2.5-0.5b", 494_032_768),
+                                           ("llama-3.2-1b", 1_235_814_400)])
+def test_transformers_builds_the_hand_count(folder, total):
+    """transformers' own model of each file, on the meta device, has the hand-derived total
+    (an oracle independent of memsym for the transcribed Llama file too)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    conf = AutoConfig.from_pretrained(str(DATA / folder))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(conf)
+    assert sum(p.numel() for p in model.parameters()) == total
