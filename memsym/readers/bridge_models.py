@@ -136,10 +136,11 @@ def recipe_model(reading: dict, model=None) -> tuple:
     if model is not None:
         arch = resolve_model(model)
         kind = (arch.extra or {}).get("hf_model_type")
-        given = [f"the model is {arch.name} as given, in place of the recipe's "
+        said = str(model)[:100] if isinstance(model, (str, os.PathLike)) else arch.name
+        given = [f"the model is {said} as given, in place of the recipe's "
                  f"{hf or 'model built in code'}"]
         if kind in BRIDGE_MODEL_TYPES:
-            arch, opts, fusion, notes = _as_bridge_builds(arch, kind, arch.name)
+            arch, opts, fusion, notes = _as_bridge_builds(arch, kind, said)
             return arch, opts, fusion, given + notes
         ours = {p for p, _ in HF_PRESETS.values()} - UNFUSED_GLU_PRESETS
         return arch, {}, arch.name in ours, given
@@ -160,7 +161,7 @@ def recipe_model(reading: dict, model=None) -> tuple:
             f"{recipe[:80]}: {hf} is a {kind} model, whose Megatron-Bridge model bridge memsym "
             f"does not follow (it follows {', '.join(sorted(BRIDGE_MODEL_TYPES))}): give the "
             "model beside the recipe (a preset or a config.json) to count it as that model")
-    return _as_bridge_builds(arch, kind, hf)
+    return _as_bridge_builds(arch, kind, f"{hf}'s config.json")
 
 
 _MTP_NOTE = re.compile(r"num_nextn_predict_layers=([0-9]+) not counted")
@@ -171,7 +172,7 @@ def _as_bridge_builds(arch, kind: str, label: str) -> tuple:
     Bridge's model bridge for ``kind`` builds it (:data:`BRIDGE_MODEL_TYPES`)."""
     where, fusion, divisor, mtp = BRIDGE_MODEL_TYPES[kind]
     opts = {"make_vocab_size_divisible_by": divisor or bridge_vocab_divisor(arch.vocab_size)}
-    notes = [f"{label}'s config.json as Megatron-Bridge's {kind} model bridge builds it "
+    notes = [f"{label} as Megatron-Bridge's {kind} model bridge builds it "
              f"(models/{where}); vocabulary padded to a multiple of "
              f"{opts['make_vocab_size_divisible_by']} x TP (conversion/model_bridge.py:634-637)"]
     kept = []
