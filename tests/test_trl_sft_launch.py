@@ -162,7 +162,6 @@ def test_load_in_4bit_is_qlora(capsys, tiny):
     (["--attn_implementation", "eager"], "eager"),
     (["--lora_target_modules", "lm_head"], "memsym adapts"),
     (["--block_size", "128"], "unknown Hugging Face Trainer argument"),
-    (["--deepspeed", "ds.json"], "takes no adapters yet"),
     (["--chat_template_path", "t.jinja"], "lm_head trainable"),
 ])
 def test_what_memsym_does_not_model_is_refused_in_one_line(capsys, tiny, extra, said):

@@ -103,9 +103,6 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
         raise InvalidValueError("name the model: --model_name_or_path (a config.json directory "
                                 "or a Hub id) or a MODEL beside the launch")
     out = [] if model is None else [model]
-    if r.lora is not None and r.deepspeed is not None:
-        raise InvalidValueError("TRL's --use_peft with --deepspeed: memsym's DeepSpeed config "
-                                "reader takes no adapters yet; not read")
     if r.deepspeed is None:
         out += _ddp_words(r)
     else:
@@ -147,7 +144,13 @@ def _lora_words(r):
     r.notes.append("--use_peft under plain DDP: only PEFT's adapters require a gradient, so "
                    "param.grad, DDP's buckets and AdamW's two moments are the adapters', in "
                    "fp32 (get_peft_model's autocast_adapter_dtype True: TRL sft_trainer.py:"
-                   "1077-1096), beside the frozen base")
+                   "1077-1096), beside the frozen base" if r.deepspeed is None else
+                   "--use_peft under DeepSpeed: the engine casts every parameter, the adapters "
+                   "too, to the config's dtype (DeepSpeed edaa72212 runtime/engine.py:1537-1544),"
+                   " and the Trainer gives its optimizer only those that require a gradient "
+                   "(transformers 5.25.0 integrations/deepspeed.py:671): ZeRO shards the "
+                   "adapters' states as a trained model's; the frozen base is whole on each GPU "
+                   "under ZeRO-1/2, partitioned under ZeRO-3")
     targets = lora["targets"]
     if targets is None:
         targets = peft_default_targets(_checkpoint(r.model).get("model_type"), r)

@@ -290,6 +290,9 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
                 **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
             dtype, base = widths.pop("adapter_dtype"), widths.pop("base_dtype")
         quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else base)
+        if training.states.sharding in DEEPSPEED_ZERO:   # the engine's cast: base in its dtype
+            return _deepspeed_adapter_terms(training, quant if quant != base
+                                            else training.states.precision)
         tot = lora(quant, dtype, params=N_q, adapters=N_a, unquantized=N_u,
                    sharded=training.states.sharding in ("zero3", "fsdp"),
                    main_grads=megatron, unquantized_dtype=base,
@@ -352,6 +355,35 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     if training.states.torch_ddp_buckets:      # torch DDP: the reducer's bucket copy
         return torch_ddp_states(terms, N_tp / t + N_rep)
     return tuple(terms)
+
+
+#: DeepSpeed's ZeRO stages (memsym.readers.jobs.DEEPSPEED_SCHEMES 1-3), whose engine trains
+#: PEFT's adapters (:func:`_deepspeed_adapter_terms`).
+DEEPSPEED_ZERO = ("zero1", "zero2", "zero3")
+
+
+def _deepspeed_adapter_terms(training: Training, quant: str) -> tuple:
+    """The model-state Terms of PEFT's adapters trained by DeepSpeed's ZeRO engine.
+
+    The engine casts every floating-point parameter, the adapters PEFT made fp32 included, to
+    the mixed-precision dtype (DeepSpeed edaa72212 ``runtime/engine.py:1537-1544``,
+    ``_cast_module_mixed_precision``, called at :1755-1762), and the Trainer hands DeepSpeed's
+    optimizer the parameters that require a gradient (transformers 5.25.0
+    ``integrations/deepspeed.py:671``): the adapters are ZeRO's trained parameters, with its
+    widths and sharding (:func:`memsym.terms.model_state.model_state` over ``N_a``), and the
+    frozen base lies outside its optimizer, whole on each GPU under ZeRO-1/2 and partitioned
+    under ZeRO-3, which partitions every parameter (:func:`memsym.terms.adapters.lora`)."""
+    st = training.states
+    conv = choose("convention", st.convention, CONVENTIONS)
+    widths = byte_widths(st.sharding, st.precision, st.optimizer, conv)
+    base = lora(quant, params=N_q, adapters=sp.Integer(0), unquantized=N_u,
+                sharded=st.sharding == "zero3", unquantized_dtype=st.precision)
+    trained = model_state(st.sharding, convention=conv, offload=st.offload, params=N_a,
+                          dp=d * c, precision=st.precision, optimizer=st.optimizer)
+    renamed = {"weights": ("adapter_weights", "adapter weights")}
+    adapters = tuple(replace(term, key=renamed[term.key][0], label=renamed[term.key][1])
+                     if term.key in renamed else term for term in trained.subs(widths))
+    return tuple(term for term in base.subs(widths) if term.expr != 0) + adapters
 
 
 def _adapter_buckets(terms: tuple) -> tuple:
