@@ -160,7 +160,9 @@ class Framework:
         Whether a linear layer whose weight is frozen (a LoRA base weight without an adapter)
         saves no input for the backward: Transformer Engine's ``Linear`` saves its input only
         when the weight requires a gradient (:func:`memsym.terms.adapters.frozen_linear_inputs`
-        cites it); torch's ``nn.Linear`` (DeepSpeed, torchtitan) is not modelled so.
+        cites it).  torch's frozen ``nn.Linear`` keeps no input either: under PEFT on the
+        frameworks running transformers' code (DeepSpeed) :func:`memsym.terms.peft_lora.peft_frozen_base`
+        counts it with the adapters' own tensors; torchtitan's LoRA is not modelled so.
     searched_schemes : tuple
         The schemes a search offers when none is named (empty: every scheme it runs): those
         its launch arguments spell (:mod:`memsym.emit`).  Megatron-LM's are DDP, the

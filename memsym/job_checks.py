@@ -27,14 +27,13 @@ from .terms.cuda_graphs import check_cuda_graphs
 from .terms.recipe_buffers import check_recipe_fields
 from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
-from .terms.autocast import AUTOCAST_MODEL_TYPES
-from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
 from .vocabulary import MEGATRON_FSDP_OPTIMIZERS
 from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
                          MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, microbatches, whole
+from .job_checks_hf import check_autocast, check_peft_variants, check_torch_ddp
 
 __all__ = ["check_fields", "canonical", "validate", "compile_changes_recompute"]
 
@@ -207,67 +206,6 @@ def _check_megatron_fsdp(training: Training) -> None:
                                 "optimizer (Megatron-LM's validate_args: sgd or adam)")
 
 
-def _check_torch_ddp(training: Training) -> None:
-    """torch DDP's bucket copy (``torch_ddp_buckets``, :mod:`memsym.terms.torch_ddp`) is counted
-    for the whole model trained with torch.optim.AdamW under plain DDP, as the Hugging Face
-    Trainer runs the transformers model (framework deepspeed: the model code; Megatron's DDP
-    keeps its own gradient buffer), without offload; the parameters fp32, bf16 or
-    fp16, and the gradients in the parameters' dtype (autograd's ``param.grad``); with PEFT's
-    LoRA / QLoRA adapters (not Megatron's) the buckets hold the adapters' gradients alone."""
-    st = training.states
-    if not st.torch_ddp_buckets:
-        return
-    said = (f"sharding {st.sharding}" if st.sharding != "ddp" else
-            f"framework {training.framework}"
-            if not framework_record(training.framework).hf_model_code else
-            f"precision {st.precision}" if st.precision not in TORCH_DDP_PRECISIONS else
-            f"optimizer {st.optimizer}" if st.optimizer != "adam" else
-            f"convention {st.convention}" if st.convention != "framework" else
-            f"finetune {training.adapters.finetune} under {training.framework}"
-            if training.adapters.finetune != "full"
-            and framework_record(training.framework).megatron_options else
-            f"offload {st.offload}" if st.offload != "none" else
-            f"grad_dtype {st.grad_dtype} beside precision {st.precision}"
-            if st.grad_dtype not in (None, st.precision) else None)
-    if said is not None:
-        raise InvalidValueError(f"torch_ddp_buckets (torch DDP's bucket copy of the gradients) is "
-                                "counted for an fp32, bf16 or fp16 model under sharding ddp with "
-                                "AdamW (param.grad in the parameters' dtype), framework "
-                                "deepspeed (the transformers model code; PEFT's adapters "
-                                f"bucketed alone), no offload; not {said}")
-
-
-def _check_autocast(x, layout: Layout, training: Training) -> None:
-    """``torch.autocast`` over fp32 weights (:mod:`memsym.terms.autocast`) is counted as the
-    Hugging Face Trainer runs it: plain DDP of transformers' model code (framework deepspeed,
-    sharding ddp), fp32 weights, full training, one GPU per replica, SDPA, no recompute or
-    full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`)."""
-    dtype = training.states.autocast
-    if dtype is None:
-        return
-    choose("autocast dtype", dtype, ("bf16", "fp16"))
-    kind = (x.extra or {}).get("hf_model_type")
-    said = (f"precision {training.states.precision} (autocast here is over fp32 weights)"
-            if training.states.precision != "fp32" else
-            f"framework {training.framework}" if not framework_record(
-                training.framework).hf_model_code else
-            f"sharding {training.states.sharding}" if training.states.sharding != "ddp" else
-            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
-            f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
-            f"recompute {training.memory.recompute}"
-            if training.memory.recompute not in ("none", "full") else
-            "eager attention (flash_attention off)" if not training.memory.flash_attention else
-            f"a {str(kind)[:40]} model (a config.json of type "
-            + ", ".join(AUTOCAST_MODEL_TYPES) + ")"
-            if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else None)
-    if said is not None:
-        raise InvalidValueError(
-            f"autocast {dtype} over fp32 weights is counted for transformers' "
-            f"{'/'.join(AUTOCAST_MODEL_TYPES)} decoder layers under plain DDP (framework "
-            "deepspeed, sharding ddp, precision fp32, full training, SDPA, recompute none or "
-            f"full), as measured; not {said}")
-
-
 def _named_choices() -> dict:
     """Training field -> (its name in messages, the accepted names): the one table
     :func:`canonical` spells and :func:`validate` checks."""
@@ -366,8 +304,8 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("optimizer_cuda_graph is Megatron's --optimizer-cuda-graph "
                                 f"(framework megatron), not {training.framework}'s")
     _check_megatron_fsdp(training)
-    _check_torch_ddp(training)
-    _check_autocast(x, layout, training)
+    check_torch_ddp(training)
+    check_autocast(x, layout, training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules
@@ -390,8 +328,11 @@ def validate(x, layout: Layout, training: Training):
             raise InvalidValueError(f"fp8_recipe {training.states.fp8_recipe} needs precision "
                                     f"fp8, not {names['precision']}")
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
-    if not isinstance(training.adapters.lora_regather, bool):
-        raise InvalidValueError(f"lora_regather must be True or False, got {training.adapters.lora_regather!r}")
+    for name in ("lora_regather", "lora_dropout", "dora"):
+        if not isinstance(getattr(training.adapters, name), bool):
+            raise InvalidValueError(f"{name} must be True or False, got "
+                                    f"{getattr(training.adapters, name)!r}")
+    check_peft_variants(training)
     if training.adapters.finetune != "full":
         whole(training.adapters.lora_rank, "lora_rank")
         if training.adapters.quantization is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sympy import Rational
 
 from .errors import InvalidValueError
+from .job_adapters import Adapters
 from .model.pipeline_layout import PipelineLayout
 from .rules import check as check_rule
 from .vocabulary import recompute_modules
@@ -300,31 +301,6 @@ class Memory:
 
 
 @dataclass(frozen=True)
-class Adapters:
-    """Full training, or LoRA adapters on a frozen base.
-
-    Attributes
-    ----------
-    finetune : {"full", "lora", "qlora"}
-        Full training, or LoRA adapters on a frozen base (QLoRA: an NF4 base).
-    lora_rank, lora_targets, quantization
-        LoRA rank, adapted matrices (``"all"`` or names of
-        :data:`memsym.terms.adapters.LORA_TARGETS`) and the frozen base's format (None: bf16
-        for LoRA, nf4-dq for QLoRA; :data:`memsym.terms.adapters.QUANTIZATIONS`).
-    lora_regather : bool
-        Megatron-Bridge's ``LoRA(sequence_parallel_input_regather=...)`` (default False): under
-        sequence parallelism LoRA-A keeps only the local norm-output shard and re-gathers it in
-        backward (:func:`memsym.terms.activations.lora_gathered_inputs`).
-    """
-
-    finetune: str = "full"
-    lora_rank: int = 16
-    lora_targets: str | tuple[str, ...] = "all"
-    quantization: str | None = None
-    lora_regather: bool = False
-
-
-@dataclass(frozen=True)
 class CommOverlap:
     """Which communications run hidden behind compute (for the step time).
 
@@ -369,7 +345,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "precision", "optimizer", "sharding", "convention", "offload")),
     ("capacity_factor", "memory"), ("microbatch_group_size", "pipeline"),
     *((n, "states") for n in ("grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe")),
-    *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization", "lora_regather")),
+    *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization",
+                                "lora_regather", "lora_dropout", "dora")),
     ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"), ("fsdp_root_group", "memory"),
     *((n, "comm") for n in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                             "overlap_moe_expert_parallel_comm", "tp_comm_overlap_cfg")),

@@ -86,8 +86,11 @@ def test_use_peft_is_memsyms_lora():
     base = ["trl", "sft", "--model_name_or_path", "m", "--loss_type", "nll", "--use_peft"]
     r = read_hf_trainer_launch([*base, "--lora_r", "8", "--lora_target_modules", "q_proj",
                                 "k_proj", "v_proj", "o_proj"])
+    # lora_dropout default 0.05 (model_config.py:115): PEFT's nn.Dropout; use_dora False
     assert r.lora == {"finetune": "lora", "rank": 8, "targets": ("q", "k", "v", "o"),
-                      "quantization": None}
+                      "quantization": None, "dropout": True, "dora": False}
+    r = read_hf_trainer_launch([*base, "--lora_dropout", "0", "--use_dora"])
+    assert (r.lora["dropout"], r.lora["dora"]) == (False, True)
     r = read_hf_trainer_launch([*base, "--lora_target_modules", "all-linear"])
     assert (r.lora["rank"], r.lora["targets"]) == (16, "all")
     r = read_hf_trainer_launch([*base, "--load_in_4bit"])
@@ -150,7 +153,9 @@ def test_load_in_4bit_is_qlora(capsys, tiny):
 
 
 @pytest.mark.parametrize("extra, said", [
-    (["--use_dora"], "DoRA"),
+    (["--use_dora", "--load_in_4bit"], "dora with QLoRA"),
+    (["--lora_dropout", "1.5"], "a probability in [0, 1)"),
+    (["--bf16", "false"], "without --bf16 / --fp16"),
     (["--packing"], "packing"),
     (["--padding_free", "true"], "padding_free"),
     (["--activation_offloading"], "activation_offloading"),
@@ -189,3 +194,40 @@ def test_trl_arguments_outside_trl_and_other_trainers_are_refused(capsys, tiny):
     assert "TRL's argument" in refused_line(capsys, ["estimate", "torchrun", "--nproc_per_node",
                                                  "2", "run_clm.py", "--model_name_or_path",
                                                  tiny, "--use_peft"])
+
+
+def _activations(capsys, tiny, *extra):
+    return json_report(capsys, ["estimate", "trl", "sft", "--num_processes", "2", *_args(
+        tiny, "--use_peft", "--dtype", "bfloat16", *extra)])["bytes"]
+
+
+def test_lora_dropout_keeps_a_mask_per_adapted_input(capsys, tiny):
+    """TRL's lora_dropout 0.05 (model_config.py:115) is PEFT's nn.Dropout before each lora_A
+    (peft v0.20.0 lora/layer.py:251-254): on CUDA torch's native_dropout keeps a bool mask,
+    1 byte per element of the adapted matrix's input.  The dropped copy itself replaces the
+    autocast cast lora_A keeps anyway (PEFT's fp32 adapters under --bf16): no change.  Under
+    TRL's gradient checkpointing one layer is recomputed whole: q and v of h = 256 over
+    b s = 2 x 1024 tokens, 2048 (256 + 256) bytes."""
+    off = _activations(capsys, tiny, "--lora_dropout", "0")
+    on = _activations(capsys, tiny)
+    assert on["activations"] - off["activations"] == 2048 * (H + H)
+
+
+def test_use_dora_counts_its_magnitudes_and_what_its_forward_keeps(capsys, tiny):
+    """--use_dora (model_config.py:142): the magnitude vector nn.Parameter(weight_norm), d_out
+    per adapted matrix (peft v0.20.0 lora/dora.py:124-130), trained in fp32 with its gradient
+    and AdamW's moments; each forward (dora.py:93-165) keeps, in the one recomputed layer:
+    the identity's bf16 cast d_in^2 and lora_A's output on it d_in r (2 bytes each), three
+    fp32 d_out vectors (the weight norm, mag_norm_scale, mag_norm_scale - 1), the base and
+    LoRA results (2 b s d_out each, bf16) and, with dropout under autocast, the frozen
+    weight's bf16 cast d_out d_in kept by F.linear on the dropped input."""
+    lora, dora = _activations(capsys, tiny), _activations(capsys, tiny, "--use_dora")
+    mags = LAYERS * (H + 4 * 64)              # q (h -> h) and v (h -> 4 x 64) per layer
+    assert dora["adapter_weights"] - lora["adapter_weights"] == 4 * mags
+    assert dora["ddp_buckets"] - lora["ddp_buckets"] == 4 * mags
+    tokens, r = 2 * 1024, 16
+    identity = 2 * (2 * H * H + 2 * H * r)
+    scales = 3 * 4 * (H + H)
+    results = 2 * 2 * tokens * (H + H)
+    base_weight = 2 * (H * H + H * H)
+    assert dora["activations"] - lora["activations"] == identity + scales + results + base_weight

@@ -50,7 +50,8 @@ _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--glo
         "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce", "--autocast")
 
 #: memsym's LoRA options, said by TRL's --use_peft.
-_LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization")
+_LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization", "--lora-dropout",
+         "--dora")
 
 #: memsym's options the launch was written as -> the launch's own words (in the report).
 _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
@@ -154,7 +155,14 @@ def _lora_words(r):
     targets = lora["targets"]
     if targets is None:
         targets = peft_default_targets(_checkpoint(r.model).get("model_type"), r)
+    if r.autocast is None and r.weights != "fp32":
+        raise InvalidValueError(
+            f"--use_peft over {_NAMES[r.weights]} weights without --bf16 / --fp16: PEFT's fp32 "
+            "adapters then run in fp32 on an fp32 copy of each input (_cast_input_dtype, peft "
+            "v0.20.0 tuners_utils.py:1777-1792), mixed widths memsym does not model; keep the "
+            "autocast (--bf16, TRL's default)")
     words = ["--finetune", lora["finetune"], "--lora-rank", str(lora["rank"])]
+    words += ["--lora-dropout"] * bool(lora.get("dropout")) + ["--dora"] * bool(lora.get("dora"))
     if targets != "all":
         words += ["--lora-targets", ",".join(targets)]
     base = lora["quantization"] or r.weights

@@ -463,6 +463,12 @@ def _finetune_rows():
         flag("--lora-regather", group="finetune", field="lora_regather", value=True,
               help="Megatron-Bridge's LoRA(sequence_parallel_input_regather=True): LoRA-A keeps "
               "the local norm-output shard and re-gathers it in backward"),
+        flag("--lora-dropout", group="finetune", field="lora_dropout", value=True,
+              help="PEFT's lora_dropout > 0 (TRL's default 0.05): each adapted matrix keeps a "
+              "dropped copy of its input and a 1-byte mask (Hugging Face frameworks)"),
+        flag("--dora", group="finetune", field="dora", value=True,
+              help="PEFT's use_dora: a trainable magnitude vector per adapted matrix and the "
+              "tensors DoRA's forward keeps (Hugging Face frameworks)"),
     ]
 
 

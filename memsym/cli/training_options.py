@@ -129,7 +129,7 @@ def framework_job_from_args(args):
 
 #: memsym's LoRA / QLoRA fields a DeepSpeed job takes beside its config (the adapters are the
 #: script's, PEFT's get_peft_model; the engine trains them: memsym.training.model_states).
-_PEFT = ("finetune", "lora_rank", "lora_targets", "quantization")
+_PEFT = ("finetune", "lora_rank", "lora_targets", "quantization", "lora_dropout", "dora")
 
 
 def _refuse_two():
@@ -270,8 +270,9 @@ def _memsym_options(args) -> dict:
         opts["bf16_layers"] = tuple(1 if n is None else n for n in (
             getattr(args, "num_layers_at_start_in_bf16", None),
             getattr(args, "num_layers_at_end_in_bf16", None)))
-    if getattr(args, "lora_regather", False):
-        opts["lora_regather"] = True
+    for name in ("lora_regather", "lora_dropout", "dora"):
+        if getattr(args, name, False):
+            opts[name] = True
     if getattr(args, "should_pad_vocab", False) and args.convention != "megatron-bridge":
         opts["_notes"] = ("--should-pad-vocab has effect only with --convention megatron-bridge "
                           "(Megatron-Bridge's GPTModelProvider.should_pad_vocab)",)

@@ -63,6 +63,11 @@ def _count(groups, shapes, rank: int) -> int:
     return sum(rank * (shapes[g[0]][0] + sum(shapes[k][1] for k in g)) for g in groups)
 
 
+def _magnitudes(groups, shapes) -> int:
+    # DoRA's magnitude vector: d_out per adapted matrix
+    return sum(shapes[k][1] for g in groups for k in g)
+
+
 def _check(x, keys, fused: bool) -> None:
     if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
         raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
@@ -75,10 +80,10 @@ def _check(x, keys, fused: bool) -> None:
 
 
 def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = False,
-                        moe: bool = False) -> dict:
+                        moe: bool = False, dora: bool = False) -> dict:
     r"""One decoder layer's trainable LoRA parameters, by how they shard [parameters].
 
-    .. math:: N = r\,(d_{in} + d_{out}) \text{ per adapter}
+    .. math:: N = r\,(d_{in} + d_{out})\;(+\,d_{out}\text{ under DoRA}) \text{ per adapter}
 
     ``"tp"``: split over the t tensor-parallel ranks (attention, dense MLP, shared experts);
     ``"expert"``: Megatron-Bridge's adapter shared by a layer's grouped experts, split over
@@ -97,6 +102,10 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
         Megatron-Bridge's modules (linear_qkv, linear_fc1); else PEFT's separate projections.
     moe : bool
         The layer is an MoE layer.
+    dora : bool
+        PEFT's DoRA (``use_dora=True``): each adapted matrix adds its magnitude vector,
+        ``nn.Parameter(weight_norm)`` of :math:`d_{out}` (peft v0.20.0
+        src/peft/tuners/lora/dora.py:124-130); PEFT's separate projections only.
 
     Examples
     --------
@@ -108,6 +117,12 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
     >>> lora_layer_adapters(preset("qwen3-30b-a3b"), 8, ("q", "v", "gate", "up", "down"),
     ...                     fused=True, moe=True)
     {'tp': 69632, 'expert': 51200, 'experts': 0}
+
+    DoRA on Llama-3-8B's q and v at r = 16: 16 (4096 + 4096) + 16 (4096 + 1024) LoRA weights
+    and the magnitudes 4096 + 1024:
+
+    >>> lora_layer_adapters(preset("llama3-8b"), 16, ("q", "v"), dora=True)["tp"]
+    218112
 
     References
     ----------
@@ -134,9 +149,15 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
     groups = _groups(keys, x.swiglu, fused)
     attention = [g for g in groups if g[0] in _ATTENTION]
     mlp = [g for g in groups if g[0] not in _ATTENTION]
+    if dora and (fused or moe and mlp):
+        raise InvalidValueError("DoRA is PEFT's, on nn.Linear projections: not on Megatron's "
+                                "fused modules nor on transformers 5's fused MoE experts")
     if not moe:
-        return {"tp": _count(groups, shapes(x.ffn_hidden_size), rank), "expert": 0, "experts": 0}
-    out = {"tp": _count(attention, shapes(1), rank), "expert": 0, "experts": 0}
+        return {"tp": _count(groups, shapes(x.ffn_hidden_size), rank)
+                + (_magnitudes(groups, shapes(x.ffn_hidden_size)) if dora else 0),
+                "expert": 0, "experts": 0}
+    out = {"tp": _count(attention, shapes(1), rank)
+           + (_magnitudes(attention, shapes(1)) if dora else 0), "expert": 0, "experts": 0}
     if not mlp:
         return out
     fe, fs = x.moe_ffn_hidden_size, x.moe_shared_expert_intermediate_size

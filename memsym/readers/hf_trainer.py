@@ -135,7 +135,8 @@ class HfTrainerLaunch:
         TRL's SFT (``trl sft``, ``trl/scripts/sft.py``: :mod:`memsym.readers.trl_sft`).
     lora : dict or None
         TRL's ``--use_peft``: ``finetune`` (lora, qlora), ``rank``, ``targets`` (``"all"`` or
-        memsym's names), ``quantization`` (None, nf4, nf4-dq).
+        memsym's names), ``quantization`` (None, nf4, nf4-dq), ``dropout`` (``lora_dropout``
+        above 0) and ``dora`` (``use_dora``).
     """
 
     world_size: int | None = None

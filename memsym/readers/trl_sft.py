@@ -19,7 +19,9 @@ target_modules=lora_target_modules, ...)``: memsym's LoRA of rank ``lora_r`` on 
 ``lora_target_modules`` None takes PEFT's default for the model type
 (``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``, huggingface/peft at 5d602fdbff
 src/peft/utils/constants.py:67-108: ``q_proj``, ``v_proj`` for the Llama-style types read
-here); ``all-linear`` (constants.py:404) every linear layer but the output layer.
+here); ``all-linear`` (constants.py:404) every linear layer but the output layer.  ``lora_dropout``
+(default 0.05, :115) above 0 is memsym's ``--lora-dropout`` and ``--use_dora`` (:142) its
+``--dora`` (:mod:`memsym.terms.peft_lora` counts what each keeps).
 ``--load_in_4bit`` (``get_quantization_config``, utils.py:235-252: ``bnb_4bit_quant_type``
 default nf4, ``use_bnb_nested_quant`` default False) is QLoRA's NF4 base.
 
@@ -79,8 +81,6 @@ REFUSED = {
                     "(sft_trainer.py:473-498): memsym counts b padded sequences of max_length",
     "activation_offloading": "activation_offloading (sft_config.py:296) moves saved "
                              "activations to the CPU: not modelled",
-    "use_dora": "DoRA (model_config.py:142) adds a magnitude vector and the weight's norm in "
-                "every forward: memsym counts LoRA only",
     "load_in_8bit": "8-bit bitsandbytes (model_config.py:152): its per-row scales and "
                     "outliers are not modelled (QLoRA's --load_in_4bit nf4 is)",
 }
@@ -186,7 +186,8 @@ def read_trl(out):
         raise InvalidValueError(f"--lora_task_type {task[:20]}: memsym reads CAUSAL_LM")
     out.ignored += sorted(n for n in v if n in TRL_FIELDS and n not in (
         "max_length", "loss_type", "dtype", "model_name_or_path", "use_peft", "lora_r",
-        "lora_target_modules", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant"))
+        "lora_target_modules", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant",
+        "lora_dropout", "use_dora"))
     if "use_peft" in v and flag_value(v["use_peft"], "use_peft"):
         if "chat_template_path" in v:
             raise InvalidValueError("--chat_template_path with --use_peft: tokens the template "
@@ -205,12 +206,14 @@ def _lora(v, out) -> dict:
     if "lora_r" not in v:
         out.defaults.append(("lora_r", 16, f"{_MODEL}:107"))
     targets = _targets(v.get("lora_target_modules"))
-    dropout = v.get("lora_dropout", ["0.05"])[0]
-    if dropout.strip() not in ("0", "0.0", "0."):
-        out.notes.append(f"lora_dropout {dropout[:12]} (default 0.05, model_config.py:115): "
-                         "PEFT's nn.Dropout keeps a dropped copy of each adapted matrix's input "
-                         "for lora_A's backward; memsym does not count it")
-    lora = {"finetune": "lora", "rank": rank, "targets": targets, "quantization": None}
+    dora = "use_dora" in v and flag_value(v["use_dora"], "use_dora")
+    lora = {"finetune": "lora", "rank": rank, "targets": targets, "quantization": None,
+            "dropout": _dropout(v, out), "dora": dora}
+    if dora:
+        out.notes.append("--use_dora: PEFT's DoRA (model_config.py:142, LoraConfig(use_dora=True)): "
+                         "a trainable magnitude vector per adapted matrix, and each forward the "
+                         "identity through lora_A and lora_B and the magnitude's products kept "
+                         "(peft v0.20.0 lora/dora.py:93-165)")
     if "load_in_4bit" in v and flag_value(v["load_in_4bit"], "load_in_4bit"):
         kind = v.get("bnb_4bit_quant_type", ["nf4"])[0]
         if kind != "nf4":
@@ -224,6 +227,23 @@ def _lora(v, out) -> dict:
                             "no nested quantization (use_bnb_nested_quant default False, "
                             "model_config.py:164)"))
     return lora
+
+
+def _dropout(v, out) -> bool:
+    """Whether ``lora_dropout`` (default 0.05, model_config.py:115) is above 0: PEFT builds an
+    ``nn.Dropout`` before each ``lora_A`` (peft v0.20.0 lora/layer.py:251-254), whose dropped
+    input copy and mask memsym counts; 0 is ``nn.Identity``."""
+    text = v["lora_dropout"][0] if "lora_dropout" in v else None
+    if text is None:
+        out.defaults.append(("lora_dropout", 0.05, f"{_MODEL}:115"))
+        return True
+    try:
+        p = float(text)
+    except ValueError:
+        p = -1.0
+    if not 0 <= p < 1:
+        raise InvalidValueError(f"--lora_dropout {text[:20]}: a probability in [0, 1)")
+    return p > 0
 
 
 def peft_default_targets(model_type, out) -> tuple:

@@ -17,17 +17,18 @@ import sympy as sp
 
 from ..frameworks import framework as framework_record
 from ..job import Training, dropout_kept, recompute_modules_of
-from ..symbols import c
+from ..symbols import c, r_lora
 from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
-from ..terms.adapters import frozen_linear_inputs
+from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bits
 from ..terms.autocast import autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output
 from ..terms.op_sac import sac_attention_recomputed
+from ..terms.peft_lora import peft_frozen_base, peft_lora_activations
 from ..terms.qkv_storage import checkpointed_qkv_storage
-from .traits import activation_width
+from .traits import DEEPSPEED_ZERO, activation_width
 
 __all__ = ["layer_model_of", "mla_sizes"]
 
@@ -124,6 +125,10 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     targets = training.adapters.lora_targets
     frozen = training.adapters.finetune != "full" and targets != "all" \
         and framework_record(training.framework).frozen_linear_keeps_no_input
+    # PEFT's adapters on transformers' own layers (memsym.terms.peft_lora): the frozen base
+    # keeps fewer inputs, each adapter its own copies
+    peft = training.adapters.finetune != "full" \
+        and framework_record(training.framework).hf_model_code
 
     # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
     # and in the grouped experts, where their activations are kept (not recomputed)
@@ -189,7 +194,10 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
         # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
         attn = sac_attention_recomputed(layer) if mode == "selective-op" \
             and not training.memory.sac_saves_attention else 0
+        adapters = _peft_adapters(x, layer, training, common, moe) if peft and mode == "none" \
+            else 0
         return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
+            + adapters \
             + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
             + (qkv_view if mode == "selective" else 0) + (a2a_out if mode == "none" or (
                 mode == "selective" and "core_attn" not in (mods or ())) else 0) \
@@ -197,3 +205,33 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
             + autocast.get(mode, 0)
 
     return per_layer, MappingProxyType(common), mods, shared
+
+
+def _peft_adapters(x, layer, training: Training, common: dict, moe: bool) -> sp.Expr:
+    """What PEFT's LoRA / DoRA changes in one transformers layer kept whole: the adapters'
+    own tensors (:func:`memsym.terms.peft_lora.peft_lora_activations`) less what the frozen base
+    no longer keeps (:func:`memsym.terms.peft_lora.peft_frozen_base`).  PEFT's adapters are
+    fp32 (its ``autocast_adapter_dtype``, as the model states count them), cast under a 16-bit
+    compute width; an MoE layer's MLP adapters (PEFT's expert ParamWrapper) are not counted
+    here, nor, under them, its MLP's frozen inputs removed."""
+    ad = training.adapters
+    w = activation_width(training)
+    targets = LORA_TARGETS if ad.lora_targets == "all" else ad.lora_targets
+    chosen = [m for m in targets
+              if (m in ("q", "k", "v", "o") or not moe) and (m != "gate" or x.swiglu)]
+    frozen_moe = moe and not set(targets) & {"gate", "up", "down"}
+    # PEFT's fp32 adapters under a 16-bit autocast, unless DeepSpeed's engine cast them to the
+    # config's dtype (DeepSpeed edaa72212 runtime/engine.py:1537-1544; no autocast there)
+    cast = w != 4 and training.states.sharding not in DEEPSPEED_ZERO
+    # a bitsandbytes base (QLoRA): PEFT's lora.bnb layers skip the input cast under autocast
+    quantized = ad.finetune == "qlora" or (ad.quantization is not None
+                                           and quantization_bits(ad.quantization) < 16)
+    plain_norms = common.get("hf_norms") is True and common.get("norm") == "rmsnorm" \
+        and not common.get("norm_fp32") and not common.get("post_norms")
+    copy = ad.lora_dropout or (cast and not quantized)    # lora_A keeps a copy of its input
+    return peft_lora_activations(chosen, dropout=ad.lora_dropout, dora=ad.dora, cast=cast,
+                                 width=w, quantized=quantized).expr.xreplace(
+        {r_lora: sp.Integer(ad.lora_rank)}) \
+        - peft_frozen_base(layer, chosen, shared_inputs=not copy, norms=plain_norms, mlp=not moe, width=w,
+                           qk_norms=plain_norms and common.get("qk_norm") == "head"
+                           and not common.get("qk_norm_fp32"), frozen_moe=frozen_moe)

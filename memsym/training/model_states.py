@@ -30,13 +30,59 @@ from ..term import Total
 from ..terms.widths import default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from .bf16_layers import rank_bf16_layers
-from .traits import output_stage
+from .traits import DEEPSPEED_ZERO, output_stage
 
 #: Model-state Terms that the frameworks allocate at the optimizer step and free before the
 #: next forward (``convention="framework"``): the fp32 copy of a 16-bit gradient the optimizer
 #: steps on.  Megatron-core makes it in ``_copy_model_grads_to_main_grads``
 #: (``shard_main_param.grad = shard_model_grad.float()``) and frees it in ``zero_grad``
 #: (``set_to_none`` on ``shard_fp32_from_float16_groups``) at the start of the next step;
+def _adapter_state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool) -> tuple:
+    """:func:`state_terms` of a LoRA / QLoRA job: the frozen base and the adapters' states as
+    the framework that trains them keeps them (PEFT's fp32 adapters, Megatron-Bridge's, or
+    DeepSpeed's engine: :func:`_deepspeed_adapter_terms`)."""
+    # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
+    # frozen base over data parallel, every other scheme keeps it whole on each GPU
+    widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
+    dtype, base = "fp32", "bf16"
+    megatron = framework_record(training.framework).megatron_options \
+        and training.adapters.finetune == "lora"
+    if megatron:
+        # Megatron-Bridge: frozen base and adapters in the model's dtype, Megatron-core's
+        # gradient buffer and (distributed) optimizer with their fp32 copies (byte_widths).
+        # QLoRA keeps PEFT's widths: Bridge (067f987df0) has no 4-bit base (no NF4 or
+        # bitsandbytes in src/), so a QLoRA job is the bitsandbytes + PEFT one whatever
+        # the framework named
+        st = training.states
+        widths = megatron_adapter_widths(
+            st.precision, st.grad_dtype, optimizer=st.optimizer, scheme=st.sharding,
+            shards=d * c if st.sharding == "distributed-optimizer" else 1,
+            precision_aware=st.precision_aware, fp8_recipe=st.fp8_recipe,
+            non_tn_fp8_gemm=non_tn_fp8_gemm,
+            **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+        dtype, base = widths.pop("adapter_dtype"), widths.pop("base_dtype")
+    quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else base)
+    if training.states.sharding in DEEPSPEED_ZERO:   # the engine's cast: base in its dtype
+        return _deepspeed_adapter_terms(training, quant if quant != base
+                                        else training.states.precision)
+    tot = lora(quant, dtype, params=N_q, adapters=N_a, unquantized=N_u,
+               sharded=training.states.sharding in ("zero3", "fsdp"),
+               main_grads=megatron, unquantized_dtype=base,
+               params_dtype_base=megatron)
+    if megatron and experts:
+        tot = _expert_adapters(tot, training, dtype)
+    if megatron and training.states.precision in ("fp8", "fp4"):
+        # the frozen base runs through TE's linears under the FP8 / NVFP4 autocast: each
+        # weight cast and cached as a trained one, rowwise and columnwise, since dgrad
+        # reads it (te_weight_cache); b_f8 from megatron_adapter_widths
+        fmt = "MXFP8 " if training.states.fp8_recipe == "mxfp8" else \
+            "NVFP4 " if training.states.precision == "fp4" else "FP8 "
+        tot = Total(tot.name, tot.terms + (te_weight_cache(
+            N_lin, fmt, frozen=True, transpose=not non_tn_fp8_gemm),))
+    terms = tuple(tot.subs(widths).terms)
+    return _adapter_buckets(terms) if training.states.torch_ddp_buckets else terms
+
+
 #: DeepSpeed ZeRO-1/2 sets ``single_partition_of_fp32_groups[i].grad = None`` right after
 #: the step.  The textbook conventions keep them in the steady sum as published.
 STEP_STATE_KEYS = ("main_gradients", "expert_main_gradients")
@@ -131,7 +177,8 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     # with the linears.
     quant = sp.Rational(lin, layout.t) + (sp_.experts_per_gpu if fused else 0)
     per_kind = {kind: models.lora_layer_adapters(x, training.adapters.lora_rank, targets,
-                                                 fused=fused, moe=kind) for kind in set(pattern)}
+                                                 fused=fused, moe=kind, dora=training.adapters.dora)
+                for kind in set(pattern)}
     part = {key: sum(per_kind[pattern[i]][key] for i in sp_.layers)
             for key in ("tp", "expert", "experts")}
     if fused and sp_.mtp:
@@ -269,46 +316,7 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     # cached: the search builds one stage total per discrete choice and pipeline template,
     # and the model states depend only on these fields
     if training.adapters.finetune != "full":
-        # adapters train in fp32 with the optimizer's moments (PEFT); ZeRO-3/FSDP shards the
-        # frozen base over data parallel, every other scheme keeps it whole on each GPU
-        widths = {b_g: 4, b_m: 0, b_o: OPTIMIZERS[training.states.optimizer]}
-        dtype, base = "fp32", "bf16"
-        megatron = framework_record(training.framework).megatron_options \
-            and training.adapters.finetune == "lora"
-        if megatron:
-            # Megatron-Bridge: frozen base and adapters in the model's dtype, Megatron-core's
-            # gradient buffer and (distributed) optimizer with their fp32 copies (byte_widths).
-            # QLoRA keeps PEFT's widths: Bridge (067f987df0) has no 4-bit base (no NF4 or
-            # bitsandbytes in src/), so a QLoRA job is the bitsandbytes + PEFT one whatever
-            # the framework named
-            st = training.states
-            widths = megatron_adapter_widths(
-                st.precision, st.grad_dtype, optimizer=st.optimizer, scheme=st.sharding,
-                shards=d * c if st.sharding == "distributed-optimizer" else 1,
-                precision_aware=st.precision_aware, fp8_recipe=st.fp8_recipe,
-                non_tn_fp8_gemm=non_tn_fp8_gemm,
-                **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
-            dtype, base = widths.pop("adapter_dtype"), widths.pop("base_dtype")
-        quant = training.adapters.quantization or ("nf4-dq" if training.adapters.finetune == "qlora" else base)
-        if training.states.sharding in DEEPSPEED_ZERO:   # the engine's cast: base in its dtype
-            return _deepspeed_adapter_terms(training, quant if quant != base
-                                            else training.states.precision)
-        tot = lora(quant, dtype, params=N_q, adapters=N_a, unquantized=N_u,
-                   sharded=training.states.sharding in ("zero3", "fsdp"),
-                   main_grads=megatron, unquantized_dtype=base,
-                   params_dtype_base=megatron)
-        if megatron and experts:
-            tot = _expert_adapters(tot, training, dtype)
-        if megatron and training.states.precision in ("fp8", "fp4"):
-            # the frozen base runs through TE's linears under the FP8 / NVFP4 autocast: each
-            # weight cast and cached as a trained one, rowwise and columnwise, since dgrad
-            # reads it (te_weight_cache); b_f8 from megatron_adapter_widths
-            fmt = "MXFP8 " if training.states.fp8_recipe == "mxfp8" else \
-                "NVFP4 " if training.states.precision == "fp4" else "FP8 "
-            tot = Total(tot.name, tot.terms + (te_weight_cache(
-                N_lin, fmt, frozen=True, transpose=not non_tn_fp8_gemm),))
-        terms = tuple(tot.subs(widths).terms)
-        return _adapter_buckets(terms) if training.states.torch_ddp_buckets else terms
+        return _adapter_state_terms(experts, training, non_tn_fp8_gemm)
     conv = choose("convention", training.states.convention, CONVENTIONS)
     if training.states.megatron_fsdp and training.states.precision not in ("fp8", "fp4") \
             and conv == "framework":
@@ -355,11 +363,6 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     if training.states.torch_ddp_buckets:      # torch DDP: the reducer's bucket copy
         return torch_ddp_states(terms, N_tp / t + N_rep)
     return tuple(terms)
-
-
-#: DeepSpeed's ZeRO stages (memsym.readers.jobs.DEEPSPEED_SCHEMES 1-3), whose engine trains
-#: PEFT's adapters (:func:`_deepspeed_adapter_terms`).
-DEEPSPEED_ZERO = ("zero1", "zero2", "zero3")
 
 
 def _deepspeed_adapter_terms(training: Training, quant: str) -> tuple:

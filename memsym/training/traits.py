@@ -19,6 +19,12 @@ from ..symbols import b, c, h, s, t
 from ..terms.context_parallel import cp_method
 
 
+#: DeepSpeed's ZeRO stages (memsym.readers.jobs.DEEPSPEED_SCHEMES 1-3), whose engine casts
+#: every parameter, PEFT's adapters included, to the config's dtype and trains the adapters
+#: (memsym.training.model_states, memsym.training.layer_model).
+DEEPSPEED_ZERO = ("zero1", "zero2", "zero3")
+
+
 def resolve_arch(arch, training: Training):
     """An Architecture, preset name or config.json path, with Megatron's defaults filled in.
 

@@ -1,0 +1,94 @@
+"""The checks of jobs that run transformers' own model code (the Hugging Face Trainer, TRL,
+DeepSpeed): PEFT's LoRA variants, torch DDP's bucket copy and autocast over fp32 weights, each
+refused in one line where memsym does not count it (called by :func:`memsym.job_checks.validate`).
+"""
+
+from __future__ import annotations
+
+from .errors import InvalidValueError, choose
+from .frameworks import framework as framework_record
+from .job_record import Layout, Training
+from .terms.autocast import AUTOCAST_MODEL_TYPES
+from .terms.torch_ddp import TORCH_DDP_PRECISIONS
+
+__all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast"]
+
+
+def check_peft_variants(training: Training) -> None:
+    """PEFT's ``lora_dropout`` and DoRA are read where PEFT runs (a framework running
+    transformers' model code); a Megatron-Bridge LoRA, a torchtitan job or QLoRA's 4-bit base
+    (DoRA dequantizes it each forward) refuse them in one line."""
+    ad = training.adapters
+    asked = [n for n in ("lora_dropout", "dora") if getattr(ad, n)]
+    if not asked:
+        return
+    if ad.finetune == "full":
+        raise InvalidValueError(f"{asked[0]} describes PEFT's LoRA adapters: give finetune lora "
+                                "or qlora (--finetune lora)")
+    if not framework_record(training.framework).hf_model_code:
+        raise InvalidValueError(f"{asked[0]} is PEFT's (Hugging Face) LoRA option: memsym reads "
+                                f"it for the deepspeed framework, not {training.framework}")
+    if ad.dora and ad.finetune == "qlora":
+        raise InvalidValueError("dora with QLoRA: DoRA dequantizes the 4-bit weight every "
+                                "forward (dequantize_module_weight), not modelled")
+
+
+def check_torch_ddp(training: Training) -> None:
+    """torch DDP's bucket copy (``torch_ddp_buckets``, :mod:`memsym.terms.torch_ddp`) is counted
+    for the whole model trained with torch.optim.AdamW under plain DDP, as the Hugging Face
+    Trainer runs the transformers model (framework deepspeed: the model code; Megatron's DDP
+    keeps its own gradient buffer), without offload; the parameters fp32, bf16 or
+    fp16, and the gradients in the parameters' dtype (autograd's ``param.grad``); with PEFT's
+    LoRA / QLoRA adapters (not Megatron's) the buckets hold the adapters' gradients alone."""
+    st = training.states
+    if not st.torch_ddp_buckets:
+        return
+    said = (f"sharding {st.sharding}" if st.sharding != "ddp" else
+            f"framework {training.framework}"
+            if not framework_record(training.framework).hf_model_code else
+            f"precision {st.precision}" if st.precision not in TORCH_DDP_PRECISIONS else
+            f"optimizer {st.optimizer}" if st.optimizer != "adam" else
+            f"convention {st.convention}" if st.convention != "framework" else
+            f"finetune {training.adapters.finetune} under {training.framework}"
+            if training.adapters.finetune != "full"
+            and framework_record(training.framework).megatron_options else
+            f"offload {st.offload}" if st.offload != "none" else
+            f"grad_dtype {st.grad_dtype} beside precision {st.precision}"
+            if st.grad_dtype not in (None, st.precision) else None)
+    if said is not None:
+        raise InvalidValueError(f"torch_ddp_buckets (torch DDP's bucket copy of the gradients) is "
+                                "counted for an fp32, bf16 or fp16 model under sharding ddp with "
+                                "AdamW (param.grad in the parameters' dtype), framework "
+                                "deepspeed (the transformers model code; PEFT's adapters "
+                                f"bucketed alone), no offload; not {said}")
+
+
+def check_autocast(x, layout: Layout, training: Training) -> None:
+    """``torch.autocast`` over fp32 weights (:mod:`memsym.terms.autocast`) is counted as the
+    Hugging Face Trainer runs it: plain DDP of transformers' model code (framework deepspeed,
+    sharding ddp), fp32 weights, full training, one GPU per replica, SDPA, no recompute or
+    full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`)."""
+    dtype = training.states.autocast
+    if dtype is None:
+        return
+    choose("autocast dtype", dtype, ("bf16", "fp16"))
+    kind = (x.extra or {}).get("hf_model_type")
+    said = (f"precision {training.states.precision} (autocast here is over fp32 weights)"
+            if training.states.precision != "fp32" else
+            f"framework {training.framework}" if not framework_record(
+                training.framework).hf_model_code else
+            f"sharding {training.states.sharding}" if training.states.sharding != "ddp" else
+            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
+            f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
+            f"recompute {training.memory.recompute}"
+            if training.memory.recompute not in ("none", "full") else
+            "eager attention (flash_attention off)" if not training.memory.flash_attention else
+            f"a {str(kind)[:40]} model (a config.json of type "
+            + ", ".join(AUTOCAST_MODEL_TYPES) + ")"
+            if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else None)
+    if said is not None:
+        raise InvalidValueError(
+            f"autocast {dtype} over fp32 weights is counted for transformers' "
+            f"{'/'.join(AUTOCAST_MODEL_TYPES)} decoder layers under plain DDP (framework "
+            "deepspeed, sharding ddp, precision fp32, full training, SDPA, recompute none or "
+            f"full), as measured; not {said}")
