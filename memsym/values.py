@@ -15,6 +15,7 @@ from typing import Mapping
 import sys
 
 import sympy as sp
+from sympy.core.operations import ShortCircuit
 
 from .errors import InvalidValueError, LimitError
 from .symbols import info, lookup
@@ -376,7 +377,8 @@ def cached_max(*args: sp.Expr) -> sp.Expr:
     the same maxima for every row and option (issue 29).  Where every two arguments are
     ordered one way at one point and the other way at another (:func:`_both_signs`), no
     proof exists and ``Max`` keeps them all: that ``Max`` is built without looking for one
-    (``evaluate=False`` orders the same arguments the same way).
+    (``evaluate=False`` orders the same arguments the same way).  Otherwise :func:`_max`
+    builds SymPy's ``Max`` skipping the proof attempts of the pairs that cross.
 
     Examples
     --------
@@ -392,7 +394,62 @@ def cached_max(*args: sp.Expr) -> sp.Expr:
     if plain and len(set(args)) == len(args) > 1 and all(
             _both_signs(a - b) for i, a in enumerate(args) for b in args[i + 1:]):
         return sp.Max(*args, evaluate=False)
-    return sp.Max(*args)
+    return _max(args)
+
+
+def _max(args: tuple) -> sp.Expr:
+    """``sympy.Max(*args)`` built as SymPy 1.14 builds it (``MinMaxBase.__new__``: the argument
+    filter, the collapse of nested extrema, then each argument kept unless one already kept is
+    proved at least as large, ``_find_localzeros``), with one step skipped where it cannot
+    succeed: the ``factor_terms`` of a pair's difference (``_is_connected``) when the pair is
+    ordered one way at one point and the other way at another (:func:`_both_signs`), where no
+    proof exists and SymPy keeps both after tens of milliseconds.  The same arguments are
+    kept, in the same order, so the result is the same expression."""
+    try:
+        kept = sp.Max._collapse_arguments(frozenset(sp.Max._new_args_filter(args)))
+    except ShortCircuit:
+        return sp.Max.zero
+    zeros: set = set()
+    for v in kept:
+        new = True
+        for z in list(zeros):
+            if id(v) == id(z):
+                new = False
+                continue
+            con = _connected(v, z)
+            if con:
+                new = False
+                if con is True or con == sp.Max:
+                    zeros.remove(z)
+                    zeros.add(v)
+        if new:
+            zeros.add(v)
+    return sp.Max(*zeros, evaluate=False)
+
+
+def _connected(x: sp.Expr, y: sp.Expr):
+    """SymPy 1.14's ``MinMaxBase._is_connected(x, y)`` (``True``, ``Max``, ``Min`` or ``False``:
+    which of the two is provably the larger), returning ``False`` before the ``factor_terms``
+    pass where :func:`_both_signs` shows the difference takes both signs (no proof exists)."""
+    for attempt in range(2):
+        if x == y:
+            return True
+        larger, smaller = sp.Max, sp.Min
+        for op in "><":
+            for _ in range(2):
+                try:
+                    holds = x >= y if op == ">" else x <= y
+                except TypeError:
+                    return False  # non-real argument
+                if not holds.is_Relational:
+                    return larger if holds else smaller
+                larger, smaller = smaller, larger
+                x, y = y, x
+            x, y = y, x
+        if attempt == 0 and _both_signs(x - y):
+            return False
+        x, y = sp.factor_terms(x - y), sp.S.Zero
+    return False
 
 
 def _takes(sym: sp.Symbol, value: int) -> bool:
