@@ -17,7 +17,7 @@ import sympy as sp
 from ..errors import InvalidValueError
 from ..symbols import N, N_bkt, N_ll, N_pf, V, b_hp, b_r, b_u, d, h, n_ag, n_bkt, p, t
 from ..term import Source, Term, Total
-from ..values import as_expr
+from ..values import as_expr, cached_max
 from .model_state import MEGATRON_FSDP_STRATEGIES
 
 __all__ = ["fsdp2_transients", "fsdp2_io_groups", "fsdp2_stream_pools", "fsdp2_reshards_after_forward",
@@ -236,7 +236,7 @@ def fsdp2_stream_pools(grads, group_params=None, *, root_group: bool = False,
     return (Term("reduce_scatter_pool", as_expr(grads), "the reduce-scatter stream's cached "
                  "outputs: the sharded gradients, freed by zero_grad and kept reserved for "
                  "that stream", _POOLS, label="reduce-scatter pool"),
-            Term("all_gather_pool", b_u * sp.Max(*pairs), "the all-gather copy-in stream's "
+            Term("all_gather_pool", b_u * cached_max(*pairs), "the all-gather copy-in stream's "
                  "cached outputs: two consecutive groups in param_dtype", _POOLS,
                  label="all-gather pool"))
 

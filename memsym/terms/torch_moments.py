@@ -27,6 +27,7 @@ import sympy as sp
 
 from ..symbols import N_lin, N_ll, N_rep, N_tp, V, b, b_r, b_u, c, d, h, m, p, s, t, v
 from ..term import Source, Term
+from ..values import cached_max
 
 __all__ = ["working_set_absent", "gathered_logits", "dtensor_gathered_inputs",
            "first_block_gathered", "output_group_backward",
@@ -198,7 +199,7 @@ def output_group_backward(loss_terms, output, group_params=None) -> Term:
     norm = 4 * output["final_norm_input"].expr + 2 * output["final_norm_statistics"].expr
     moment = (held + n * b_u + b_r * V * h / t * (1 + 1 / (d * c))
               - sp.Add(*(term.expr for term in output.terms)) + norm)
-    return Term("output_group_backward", sp.Max(0, moment - loss), "the output group's own "
+    return Term("output_group_backward", cached_max(0, moment - loss), "the output group's own "
                 "backward beyond the loss's: the last block prefetched, the output's "
                 "reduce-scatter input and output and the final norm's backward (the loss's "
                 "buffers and logits freed)", _FSDP, label="output group backward")
