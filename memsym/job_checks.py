@@ -33,7 +33,7 @@ from .vocabulary import MEGATRON_FSDP_OPTIMIZERS
 from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
                          MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, microbatches, whole
-from .job_checks_hf import check_autocast, check_peft_variants, check_torch_ddp
+from .job_checks_hf import check_autocast, check_chunked_loss, check_peft_variants, check_torch_ddp
 
 __all__ = ["check_fields", "canonical", "validate", "compile_changes_recompute"]
 
@@ -115,6 +115,7 @@ def check_fields(layout: Layout, training: Training) -> None:
     flag(training.states.torch_ddp_buckets, "torch_ddp_buckets")
     flag(training.memory.compiled_loss, "compiled_loss")
     flag(training.memory.compiled_model, "compiled_model")
+    flag(training.memory.chunked_loss, "chunked_loss")
     flag(training.memory.sac_saves_attention, "sac_saves_attention")
     if not training.memory.sac_saves_attention and training.memory.recompute != "selective-op":
         raise InvalidValueError("sac_saves_attention changes only recompute 'selective-op' "
@@ -306,6 +307,7 @@ def validate(x, layout: Layout, training: Training):
     _check_megatron_fsdp(training)
     check_torch_ddp(training)
     check_autocast(x, layout, training)
+    check_chunked_loss(layout, training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules

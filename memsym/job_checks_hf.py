@@ -11,7 +11,7 @@ from .job_record import Layout, Training
 from .terms.autocast import AUTOCAST_MODEL_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 
-__all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast"]
+__all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast", "check_chunked_loss"]
 
 
 def check_peft_variants(training: Training) -> None:
@@ -92,3 +92,21 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"{'/'.join(AUTOCAST_MODEL_TYPES)} decoder layers under plain DDP (framework "
             "deepspeed, sharding ddp, precision fp32, full training, SDPA, recompute none or "
             f"full), as measured; not {said}")
+
+
+def check_chunked_loss(layout: Layout, training: Training) -> None:
+    """TRL's chunked loss (:mod:`memsym.terms.chunked_loss`) as TRL runs it and as measured."""
+    st = training.states
+    said = (f"framework {training.framework}" if not framework_record(
+                training.framework).hf_model_code else
+            f"sharding {st.sharding}" if st.sharding != "ddp" else
+            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
+            f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
+            f"precision {st.precision}" + (" without autocast" if st.precision == "fp32" else "")
+            if st.precision not in ("bf16", "fp16") and not st.autocast else None)
+    if training.memory.chunked_loss and said is not None:
+        raise InvalidValueError("chunked_loss (TRL's chunked_nll) is counted for full training "
+                                "under plain DDP of transformers' model code (framework "
+                                "deepspeed, sharding ddp), bf16/fp16 weights or fp32 under "
+                                f"autocast, one GPU per replica; not {said} (a TRL launch: "
+                                "give --loss_type nll)")

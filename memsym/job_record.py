@@ -228,12 +228,13 @@ class Memory:
         (:func:`memsym.job.resolve_dropout`); :func:`memsym.job.job` resolves it.
         torchtitan's models have no dropout layers: with ``framework="torchtitan"`` it is
         off (asking for it is refused).
-    compiled_loss, compiled_model : bool
+    compiled_loss, compiled_model, chunked_loss : bool
         ``torch.compile`` of the loss (torchtitan's ``compile.components`` with ``"loss"``, since
         bbb1b616e: the 16-bit logits and 8 bytes per token kept, no fp32 copy; :func:`memsym.
         terms.activations.output_activations`) and of each block (``"model"``, before that
         ``training.compile``: under ``"selective-op"`` a block keeps only what its backward
-        reads, :func:`memsym.terms.op_sac.op_sac_layer`).  Default False: eager PyTorch.
+        reads, :func:`memsym.terms.op_sac.op_sac_layer`); TRL's chunked loss (chunked_nll:
+        no logits kept, :mod:`memsym.terms.chunked_loss`).  Default False: eager PyTorch.
     sac_saves_attention : bool
         Whether per-op SAC saves the SDPA output (default True).  False where the kernel SDPA
         runs is not on torchtitan's ``_save_list``: cuDNN's, first on compute capability 10
@@ -283,6 +284,7 @@ class Memory:
     dropout: bool | None = None
     compiled_loss: bool = False
     compiled_model: bool = False
+    chunked_loss: bool = False
     sac_saves_attention: bool = True
     loss_parallel: bool = True
     fsdp_root_group: bool = False
@@ -357,7 +359,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "fsdp_double_buffer", "fp4_param_gather", "bf16_layers")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
-        "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store")),
+        "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store",
+        "chunked_loss")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
                               "torch_ddp_buckets", "autocast")))}
 

@@ -259,7 +259,8 @@ def test_cli_training_options_without_a_model_are_refused(capsys):
                 "--expert-model-parallel-size, --sequence-parallel need a MODEL")
     # the framework switches (loss and overlap flags) change a job's memory or step time:
     # without a model each is refused, not dropped
-    for flag in ("--compiled-loss", "--disable-loss-parallel", "--overlap-grad-reduce",
+    for flag in ("--compiled-loss", "--chunked-loss", "--disable-loss-parallel",
+                 "--overlap-grad-reduce",
                  "--overlap-param-gather", "--tp-comm-overlap",
                  "--overlap-moe-expert-parallel-comm", "--no-overlap-p2p-communication"):
         cli_refused(capsys, ["estimate", "--params", "7B", flag], f"{flag} needs a MODEL")

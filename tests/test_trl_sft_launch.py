@@ -161,8 +161,8 @@ def test_load_in_4bit_is_qlora(capsys, tiny):
     (["--activation_offloading"], "activation_offloading"),
     (["--load_in_8bit"], "8-bit bitsandbytes"),
     (["--lora_modules_to_save", "lm_head"], "full copies"),
-    (["--loss_type", "chunked_nll"], "chunked_nll keeps one chunk's logits"),
     (["--loss_type", "dft"], "loss_type dft"),
+    (["--loss_type", "chunked_nll"], "--use_peft under loss_type chunked_nll"),
     (["--load_in_4bit", "--bnb_4bit_quant_type", "fp4"], "NF4"),
     (["--attn_implementation", "eager"], "eager"),
     (["--lora_target_modules", "lm_head"], "memsym adapts"),
@@ -175,15 +175,47 @@ def test_what_memsym_does_not_model_is_refused_in_one_line(capsys, tiny, extra, 
     assert said in err
 
 
-def test_the_default_loss_is_refused_and_the_default_dtype_is_autocast(capsys, tiny):
-    """loss_type None is chunked_nll (sft_config.py:334-336), refused in one line; dtype
-    float32 (model_config.py:89) under bf16 autocast (bf16 = not fp16) is read as memsym's
+def test_the_default_loss_is_chunked_nll_and_the_default_dtype_is_autocast(capsys, tiny):
+    """loss_type None is chunked_nll (sft_config.py:283-295, 334-336), said as a default and
+    read as memsym's --chunked-loss (its bytes: tests/test_chunked_loss.py); dtype float32
+    (model_config.py:89) under bf16 autocast (bf16 = not fp16) is read as memsym's
     --precision fp32 --autocast bf16 (its bytes: tests/test_autocast.py)."""
     words = ["estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path", tiny]
-    assert "the default" in refused_line(capsys, words)
-    rep = json_report(capsys, [*words, "--loss_type", "nll"])
+    rep = json_report(capsys, words)
     assert (rep["training"]["precision"], rep["training"]["autocast"]) == ("fp32", "bf16")
     assert rep["training"]["recompute"] == "full"     # gradient_checkpointing True
+    assert rep["training"]["chunked_loss"] is True
+    said = [d for d in rep["defaults"] if d["option"] == "loss_type"]
+    assert said[0]["value"] == "chunked_nll"
+    assert "sft_config.py:283-295, 334-336" in said[0]["source"]
+    assert json_report(capsys, [*words, "--loss_type", "chunked_nll"])["bytes"] == rep["bytes"]
+    assert json_report(capsys, [*words, "--loss_type", "nll"])["training"]["chunked_loss"] is False
+
+
+@pytest.mark.parametrize("extra, said", [
+    # TRL's own refusals (sft_trainer.py:1325-1326, 1307-1318)
+    (["--loss_type", "chunked_nll", "--use_liger_kernel"], "TRL refuses them together"),
+    (["--use_peft", "--lora_target_modules", "lm_head"], "TRL refuses a PEFT adapter on lm_head"),
+    (["--use_peft"], "give --loss_type nll"),
+    (["--loss_type", "mse"], "TRL supports nll, dft and chunked_nll"),
+])
+def test_chunked_nll_is_refused_where_trl_or_memsym_refuses_it(capsys, tiny, extra, said):
+    err = refused_line(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+                                "--model_name_or_path", tiny, *extra])
+    assert said in err
+
+
+def test_chunked_nll_under_deepspeed_or_without_autocast_is_refused(capsys, tiny, tmp_path):
+    """Not measured: ZeRO's gathered lm_head (trl/trainer/utils.py:188-220) and fp32 weights
+    without autocast (h.float() is then no copy); each refusal says --loss_type nll, which is
+    read."""
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, '
+                  '"train_micro_batch_size_per_gpu": "auto"}', encoding="utf-8")
+    words = ["estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path", tiny]
+    for extra in (["--deepspeed", str(ds)], ["--bf16", "false"]):
+        assert "give --loss_type nll" in refused_line(capsys, [*words, *extra])
+        json_report(capsys, [*words, *extra, "--loss_type", "nll"])
 
 
 def test_trl_arguments_outside_trl_and_other_trainers_are_refused(capsys, tiny):

@@ -47,7 +47,8 @@ __all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read
 #: memsym's options a launch sets (a second spelling of them beside the launch is refused).
 _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--global-batch-size",
         "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding",
-        "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce", "--autocast")
+        "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce", "--autocast",
+        "--chunked-loss")
 
 #: memsym's LoRA options, said by TRL's --use_peft.
 _LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization", "--lora-dropout",
@@ -118,6 +119,8 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
         raise InvalidValueError("the launcher does not say how many processes: give "
                                 "--num_gpus / --nproc_per_node / --num_processes, or --world-size")
     out += ["--recompute-granularity", "full" if r.recompute else "none"]
+    if r.chunked_loss:   # TRL's loss_type chunked_nll (memsym.readers.trl_sft)
+        out.append("--chunked-loss")
     if r.lora is not None:
         said = sorted(given & set(_LORA))
         if said:

@@ -150,6 +150,7 @@ def _training_fields(j) -> dict:
             "torch_ddp_buckets": training.states.torch_ddp_buckets,
             "autocast": training.states.autocast,
             "compiled_loss": training.memory.compiled_loss,
+            "chunked_loss": training.memory.chunked_loss,
             "compiled_model": training.memory.compiled_model,
             "sac_saves_attention": training.memory.sac_saves_attention,
             "loss_parallel": training.memory.loss_parallel,

@@ -217,6 +217,9 @@ def _layout_rows():
 _SWITCH_ROWS = (
     ("--compiled-loss", "compiled_loss", True, "the loss runs under torch.compile (torchtitan's "
      "compile.enable with 'loss' in components): 16-bit logits kept, no fp32 copy", "memory"),
+    ("--chunked-loss", "chunked_loss", True, "TRL's chunked cross-entropy (SFTConfig's default "
+     "loss_type chunked_nll, on the Trainer's plain DDP): no logits kept, the output layer's "
+     "matmul and the loss run in checkpointed chunks of 256 positions", "memory"),
     ("--compiled-model", "compiled_model", True, "each block runs under torch.compile "
      "(torchtitan's 'model' in compile.components): per-op SAC keeps only what the backward "
      "reads, no w2 output", "memory"),

@@ -137,6 +137,8 @@ class HfTrainerLaunch:
         TRL's ``--use_peft``: ``finetune`` (lora, qlora), ``rank``, ``targets`` (``"all"`` or
         memsym's names), ``quantization`` (None, nf4, nf4-dq), ``dropout`` (``lora_dropout``
         above 0) and ``dora`` (``use_dora``).
+    chunked_loss : bool
+        TRL's ``loss_type`` chunked_nll (its default): memsym's ``--chunked-loss``.
     """
 
     world_size: int | None = None
@@ -159,6 +161,7 @@ class HfTrainerLaunch:
     config: dict | None = None
     trl: bool = False
     lora: dict | None = None
+    chunked_loss: bool = False
 
 
 def is_hf_trainer_launch(words) -> bool:

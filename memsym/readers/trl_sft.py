@@ -25,6 +25,9 @@ here); ``all-linear`` (constants.py:404) every linear layer but the output layer
 ``--load_in_4bit`` (``get_quantization_config``, utils.py:235-252: ``bnb_4bit_quant_type``
 default nf4, ``use_bnb_nested_quant`` default False) is QLoRA's NF4 base.
 
+``loss_type`` None is ``chunked_nll`` (sft_config.py:283-295, 334-336): memsym's
+``--chunked-loss`` (:mod:`memsym.terms.chunked_loss`); ``nll`` the model's own loss.
+
 What memsym does not count is refused in one line (:data:`REFUSED`).
 """
 
@@ -146,6 +149,11 @@ def trl_defaults(out):
         v["gradient_checkpointing"] = ["true"]
         out.defaults.append(("gradient_checkpointing", True, f"{_BASE}:61-66, _BaseConfig: "
                              "default True (full recompute)"))
+    loss = v.get("loss_type", [None])[0]
+    if loss == "chunked_nll" and "use_liger_kernel" in v and flag_value(v["use_liger_kernel"],
+                                                                        "use_liger_kernel"):
+        raise InvalidValueError("loss_type chunked_nll with --use_liger_kernel: TRL refuses them "
+                                "together (sft_trainer.py:1325-1326)")
     if "bf16" not in v:
         bf16 = not ("fp16" in v and flag_value(v["fp16"], "fp16"))
         v["bf16"] = ["true" if bf16 else "false"]
@@ -160,12 +168,7 @@ def read_trl(out):
     for name, why in {**REFUSED, **_REFUSED_LISTS}.items():
         if name in v and (name in _REFUSED_LISTS or flag_value(v[name], name)):
             raise InvalidValueError(f"--{name}: {why}")
-    loss = v.get("loss_type", [None])[0]
-    if loss != "nll":
-        raise InvalidValueError(
-            f"loss_type {loss or 'chunked_nll (the default: sft_config.py:283-295, 334-336)'}: "
-            "memsym counts the whole logits of the model's own loss (loss_type nll); "
-            "chunked_nll keeps one chunk's logits (sft_trainer.py:1298-1319), dft scales them")
+    _read_loss(v, out)
     if "max_length" in v:
         out.seq_length = check_limit("sequence", whole(v["max_length"][0], "--max_length", 1,
                                                        MAX_SEQ), "--max_length")
@@ -198,6 +201,42 @@ def read_trl(out):
             ("load_in_4bit" not in v or flag_value(v["load_in_4bit"], "load_in_4bit")):
         raise InvalidValueError("LoRA's arguments without --use_peft: TRL builds no adapter "
                                 "(utils.py:254-256); give --use_peft")
+
+
+def _read_loss(v, out) -> None:
+    """``loss_type``: ``nll`` the model's own loss over the whole logits; ``chunked_nll`` (the
+    default, sft_config.py:283-295, 334-336) TRL's chunked loss (``out.chunked_loss``:
+    :mod:`memsym.terms.chunked_loss`), refused with a LoRA adapter as TRL refuses one on
+    ``lm_head`` (sft_trainer.py:1307-1318), with any LoRA and under DeepSpeed (not measured);
+    ``dft`` refused."""
+    loss = v.get("loss_type", [None])[0]
+    if loss is None:
+        loss = "chunked_nll"
+        out.defaults.append(("loss_type", "chunked_nll", f"{_SFT}:283-295, 334-336 (None: "
+                             "chunked_nll unless use_liger_kernel)"))
+    if loss == "dft":
+        raise InvalidValueError("loss_type dft: dft_loss (sft_trainer.py:773-788) runs "
+                                "selective_log_softmax (utils.py:479-518) row by row over the "
+                                "whole logits, each row's log-softmax kept in the logits' dtype, "
+                                "not the nll loss's fp32 one: not modelled (give nll or "
+                                "chunked_nll)")
+    if loss not in ("nll", "chunked_nll"):
+        raise InvalidValueError(f"loss_type {loss[:20]}: TRL supports nll, dft and chunked_nll "
+                                "(sft_trainer.py:1320-1324)")
+    out.chunked_loss = loss == "chunked_nll"
+    peft = "use_peft" in v and flag_value(v["use_peft"], "use_peft")
+    if out.chunked_loss and peft and any("lm_head" in w for w in v.get("lora_target_modules", [])):
+        raise InvalidValueError("loss_type chunked_nll with lm_head in --lora_target_modules: TRL "
+                                "refuses a PEFT adapter on lm_head (sft_trainer.py:1307-1318)")
+    if out.chunked_loss and peft:
+        raise InvalidValueError("--use_peft under loss_type chunked_nll (TRL's default): memsym "
+                                "counts the chunked loss for full training (a frozen lm_head "
+                                "makes no weight gradient: not measured); give --loss_type nll")
+    if out.chunked_loss and out.deepspeed is not None:   # TrainingArguments.deepspeed given
+        raise InvalidValueError("--deepspeed under loss_type chunked_nll (TRL's default): memsym "
+                                "counts the chunked loss under the Trainer's plain DDP (ZeRO's "
+                                "gathered lm_head, utils.py:188-220: not measured); give "
+                                "--loss_type nll")
 
 
 def _lora(v, out) -> dict:

@@ -161,7 +161,7 @@ def autocast_layer_excess(recompute: str = "none", *, qkv_projections: int = 3,
                 label="autocast fp32 residual and weight casts")
 
 
-def autocast_output(tied: bool = False) -> Term:
+def autocast_output(tied: bool = False, weight_cast: bool = True) -> Term:
     r"""What the final norm and the output layer keep under autocast beyond the 16-bit model.
 
     Over fp32 weights [bytes]:
@@ -171,17 +171,23 @@ def autocast_output(tied: bool = False) -> Term:
     The final norm's input is the fp32 residual and its normalised tensor fp32, 4 bytes an
     element where the 16-bit model's ``LlamaRMSNorm`` keeps 2 (:math:`\tau = sb/c`); the output
     layer keeps the 16-bit copy of its weight (the embedding's, when tied) for the hidden
-    state's gradient.
+    state's gradient, :math:`2Vh`, left out without ``weight_cast``.
 
     Parameters
     ----------
     tied : bool
         The output layer shares the embedding's weight (cast all the same) [1].
+    weight_cast : bool
+        Whether the output layer's cast weight is kept [1]: not under TRL's chunked loss,
+        whose matmul casts ``w.t()``, a view autocast does not cache
+        (:mod:`memsym.terms.chunked_loss`).
 
     Examples
     --------
     >>> autocast_output().evaluate(s=2048, b=1, c=1, h=4096, V=128256) == 2 * 2048 * 4096 + (
     ...     2 * 128256 * 4096)
+    True
+    >>> autocast_output(weight_cast=False).evaluate(s=2048, b=1, c=1, h=4096) == 2 * 2048 * 4096
     True
 
     References
@@ -190,6 +196,9 @@ def autocast_output(tied: bool = False) -> Term:
        and ``LlamaForCausalLM.forward`` (``self.lm_head(hidden_states[...])``).
     """
     tok, _ = token_split(False)
+    if not weight_cast:
+        return Term("autocast_output", 2 * tok * h, "the final RMSNorm's fp32 normalised "
+                    "tensor under autocast over fp32 weights", _LAYER, label="autocast final norm")
     return Term("autocast_output", 2 * tok * h + 2 * V * h, "the final RMSNorm's fp32 "
                 "normalised tensor and the output layer's 16-bit weight copy"
                 + (" (the tied embedding's)" if tied else "") + " under autocast over fp32 "

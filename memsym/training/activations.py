@@ -24,6 +24,7 @@ from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered
                                  mtp_input_activations, output_activations)
 from ..terms.adapters import LORA_TARGETS
 from ..terms.autocast import autocast_output
+from ..terms.chunked_loss import chunked_loss_activations
 from ..terms.hf_norms import final_norm_excess
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
@@ -113,9 +114,14 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
         out = Total(out.name, (*out.terms, *final_norm_excess(
             *token_split(sp_on), scale=getattr(x, "norm_fp32_scale", False),
             product=getattr(x, "norm_fp32_product", False), width=activation_width(training))))
+    chunked = loss_kind(layout, training) == "chunked"
     if training.states.autocast:   # the final norm's fp32 input (memsym.terms.autocast)
         out = Total(out.name, (*out.terms, autocast_output(
-            tied=not x.untie_embeddings_and_output_weights)))
+            tied=not x.untie_embeddings_and_output_weights, weight_cast=not chunked)))
+    if chunked:   # TRL's chunked loss: no lm_head input or logits kept, the packed rows instead
+        kept = tuple(term for term in out.terms if term.key not in ("output_input", "logits"))
+        width = 4 if training.states.autocast else activation_width(training)
+        return Total(out.name, (*kept, *chunked_loss_activations(width).terms))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
     return Total(out.name, tm.gathered_logits(out.terms, autotp_logits(training))) \
@@ -308,10 +314,14 @@ def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, laye
     out_total = output_layer_activations(x, layout, training)
     out = out_total.expr
     # the logits dominate: the Term carries their source (Korthikanti's fp32 softmax, or
-    # torchtitan's compiled loss keeping the 16-bit logits)
+    # torchtitan's compiled loss keeping the 16-bit logits; TRL's chunked loss keeps none)
+    kind = loss_kind(layout, training)
     terms = [Term("output_activations", n_out * out,
+                  "final norm and the packed hidden states of TRL's chunked loss" if
+                  kind == "chunked" else
                   "final norm, output-layer input and the logits kept for the loss",
-                  out_total["logits"].source if loss_kind(layout, training) in ("compiled", "te")
+                  out_total["logits"].source if kind in ("compiled", "te")
+                  else out_total["packed_hidden"].source if kind == "chunked"
                   else Source("korthikanti", "§4.3 (2sbh/t, 2sbh/t, 4sbv/t)" + (
                       "; autocast over fp32 weights: memsym/terms/autocast.py, autocast_output"
                       if training.states.autocast else "")),

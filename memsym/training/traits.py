@@ -144,7 +144,8 @@ def autotp_logits(training: Training) -> bool:
 
 
 def loss_kind(layout: Layout, training: Training) -> str:
-    """Which cross-entropy the last stage runs: ``"compiled"`` (torch.compile'd), ``"loss-parallel"``
+    """Which cross-entropy the last stage runs: ``"chunked"`` (TRL's chunked_nll,
+    :mod:`memsym.terms.chunked_loss`), ``"compiled"`` (torch.compile'd), ``"loss-parallel"``
     (torchtitan, t > 1: DTensor ``loss_parallel``), ``"torch"`` (eager ``F.cross_entropy`` of a
     ``.float()`` copy: torchtitan, memsym's FSDP2), ``"te"`` (:mod:`memsym.terms.recipe_buffers`)
     or ``"vocab-parallel"`` (Megatron-core's fused vocab-parallel cross-entropy).
@@ -154,6 +155,8 @@ def loss_kind(layout: Layout, training: Training) -> str:
     >>> loss_kind(Layout(), Training())
     'vocab-parallel'
     """
+    if training.memory.chunked_loss:
+        return "chunked"
     if training.memory.compiled_loss:
         return "compiled"
     if framework_record(training.framework).torch_loss:

@@ -23,6 +23,7 @@ from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments
 from ..model.muon_matrices import muon_matrices
 from ..terms import muon
 from ..terms.autocast import autocast_cached_casts
+from ..terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
 from ..terms.pipelining_buffers import pipelining_recv_buffers
 from ..terms.sharding_transients import fsdp2_stream_pools
 from ..terms.widths import STATE_DTYPES, default_grad_dtype
@@ -302,11 +303,16 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
     beyond what it saves (:func:`_loss_transients`, all logits per TP rank where they are
     gathered), the deferred embedding weight-gradient buffers, and in the blocks' backward the
     output layer's activations freed (``output_freed``)."""
-    fwd, bwd = _loss_transients(loss_kind(layout, training))
-    if autotp_logits(training):
-        fwd, bwd = tm.gathered_logits(fwd, autotp=True), tm.gathered_logits(bwd, autotp=True)
-    elif logits_gathered(layout, training):
-        fwd, bwd = tm.gathered_logits(fwd), tm.gathered_logits(bwd)
+    kind, amp = loss_kind(layout, training), bool(training.states.autocast)
+    if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks): nothing gathered
+        fwd = (chunked_loss_forward(amp, 4 if amp else activation_width(training)),)
+        bwd = (chunked_loss_backward(amp),)
+    else:
+        fwd, bwd = _loss_transients(kind)
+        if autotp_logits(training):
+            fwd, bwd = tm.gathered_logits(fwd, autotp=True), tm.gathered_logits(bwd, autotp=True)
+        elif logits_gathered(layout, training):
+            fwd, bwd = tm.gathered_logits(fwd), tm.gathered_logits(bwd)
     out["forward"] += list(fwd)
     out["loss-backward"] += list(bwd)
     if training.pipeline.defer_embedding_wgrad_compute:

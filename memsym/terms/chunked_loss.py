@@ -1,0 +1,219 @@
+r"""TRL's chunked cross-entropy (``loss_type="chunked_nll"``, ``SFTConfig``'s default).
+
+TRL patches the causal LM's forward (huggingface/trl f2cd57710a, trl/trainer/sft_trainer.py
+``_patch_chunked_ce_lm_head``, lines 237-378, applied at :1298-1319): with labels it runs only
+the backbone (``self.base_model``, :304-311) to ``last_hidden_state`` and hands it, with
+``lm_head.weight``, to ``_chunked_cross_entropy_loss`` (:117-234).  The model's ``lm_head`` is
+never called: **no full logits, no saved 16-bit input of the output layer, no cast of its
+weight in autocast's cache**.  Instead, over the :math:`n = b(s - 1)` shifted positions
+(``hidden_states[..., :-1, :]``, :181-183):
+
+* ``hidden[order]`` (:202-204) packs the valid rows to the front: a new
+  :math:`n \times h` tensor in the hidden states' dtype (fp32 under autocast over fp32
+  weights: the residual stream), kept because every chunk's checkpoint holds a slice of it,
+  and the int64 ``order`` (kept by the index's backward) and packed labels
+  (:func:`chunked_loss_activations`);
+* each chunk of :math:`k = \min(256, n)` rows (``_CHUNKED_LM_HEAD_CHUNK_SIZE``, :86) runs
+  ``_chunk`` (:99-114) under ``torch.utils.checkpoint(..., use_reentrant=False)`` (:214-223):
+  its ``[k, V]`` logits, log-probabilities and entropy temporaries live only inside that
+  chunk's forward (:func:`chunked_loss_forward`) and again in its backward, which recomputes
+  them (:func:`chunked_loss_backward`).
+
+The loop runs :math:`\lceil n / k \rceil` chunks over the valid rows only (``n_padded``,
+:207, 211); memsym counts every position valid (no ``-100`` labels), which bounds a batch with
+padding or prompt masking from above.
+
+Measured with torch's MemTracker on transformers' ``LlamaForCausalLM`` running TRL's own
+functions (``tests/trl_chunked_vendored.py``, verbatim from f2cd57710a sft_trainer.py:86-378;
+``tests/test_chunked_loss.py``), bf16 weights and fp32 weights under bf16 autocast, with
+gradient checkpointing and without.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import V, b, h, s
+from ..term import Source, Term, Total
+
+__all__ = ["CHUNK", "chunk_sizes", "chunked_loss_activations", "chunked_loss_forward",
+           "chunked_loss_backward"]
+
+#: Rows of one chunk (huggingface/trl f2cd57710a trl/trainer/sft_trainer.py:86,
+#: ``_CHUNKED_LM_HEAD_CHUNK_SIZE``).
+CHUNK = 256
+
+_TRL = Source("huggingface-trl", "f2cd57710a trl/trainer/sft_trainer.py:99-234 (_chunk, "
+              "_chunked_cross_entropy_loss) and 237-378 (_patch_chunked_ce_lm_head)")
+_AMP = Source("pytorch-autocast", "aten/src/ATen/autocast_mode.h, CUDA's fp32 ops "
+              "(AT_FORALL_FP32: exp, nll_loss; AT_FORALL_FP32_SET_OPT_DTYPE: log_softmax) and "
+              "16-bit ones (matmul); cached_cast caches fp32 leaves only (not w.t())")
+
+
+def chunk_sizes() -> tuple:
+    r"""The shifted positions of one micro-batch and the rows of one chunk [tokens].
+
+    .. math:: n = b\,(s - 1), \qquad k = \min(256, n)
+
+    TRL drops each sequence's last position (``hidden_states[..., :-1, :]``) and runs chunks
+    of ``_CHUNKED_LM_HEAD_CHUNK_SIZE`` rows (c = 1: the Trainer's plain DDP).
+
+    Examples
+    --------
+    >>> chunk_sizes()
+    (b*(s - 1), Min(256, b*(s - 1)))
+
+    References
+    ----------
+    .. [huggingface-trl] huggingface/trl f2cd57710a ``trl/trainer/sft_trainer.py:86``
+       (``_CHUNKED_LM_HEAD_CHUNK_SIZE = 256``), :181-183 (the shift), :211-213 (the chunks).
+    """
+    n = b * (s - 1)
+    return n, sp.Min(CHUNK, n)
+
+
+def chunked_loss_activations(width: int = 2) -> Total:
+    r"""What the chunked loss keeps from the forward to its backward [bytes].
+
+    .. math:: w_r\,n\,h + 16\,n \quad [\text{bytes}]
+
+    The packed hidden states ``hidden[order]`` (:math:`w_r` bytes an element: the hidden
+    states' dtype, 4 under autocast over fp32 weights) and the int64 ``order`` and packed
+    labels (8 bytes a position each), with :math:`n = b(s - 1)` (c = 1).  In place of the
+    output layer's saved input and the loss's logits.
+
+    Parameters
+    ----------
+    width : int
+        Bytes of an element of the hidden states (2 for 16-bit weights, 4 under autocast
+        over fp32 weights) [bytes].
+
+    Examples
+    --------
+    >>> chunked_loss_activations(4).evaluate(s=1024, b=2, h=4096) == 4 * 2046 * 4096 + 16 * 2046
+    True
+
+    References
+    ----------
+    .. [huggingface-trl] huggingface/trl f2cd57710a ``trl/trainer/sft_trainer.py:181-204``
+       (the shift, ``valid``, ``order``, ``hidden[order]``, ``labels[order]``).
+    """
+    n, _ = chunk_sizes()
+    return Total("activations of the chunked loss", (
+        Term("packed_hidden", width * n * h, "the shifted hidden states packed valid-first "
+             "(hidden[order]), sliced by every chunk's checkpoint", _TRL,
+             label="packed hidden states"),
+        Term("packed_indices", 16 * n, "int64 order (kept by the index's backward) and "
+             "packed labels", _TRL, label="packed order and labels"),
+    ))
+
+
+def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
+    r"""The peak of the chunked loss in the model's forward, beyond what it keeps [bytes].
+
+    The backbone's output ``last_hidden_state`` (:math:`w_r\tau h`, :math:`\tau = sb`) is alive
+    until the patched forward returns; on it, the larger of the packing (the reshaped copy
+    of the shifted rows, :math:`w_r n h`, beside its packed copy; a view at b = 1, counted all
+    the same) and one chunk's forward.  16-bit weights (``h.float() @ w.float().t()``: fp32
+    copies of the chunk and the weight, fp32 logits), and under autocast over fp32 weights
+    (the matmul in 16 bits on 16-bit casts of both, not cached: ``w.t()`` is no leaf;
+    ``log_softmax`` and ``exp`` in fp32 on CUDA):
+
+    .. math::
+
+        w_r\tau h + \max(w_r n h,\; 4kh + 4Vh + 4kV,\; 16kV + k)
+        \qquad
+        w_r\tau h + \max(w_r n h,\; 2kh + 2Vh + 2kV,\; 14kV + k)
+
+    The last term of each: the logits, ``log_p``, ``log_p.exp()`` and the entropy's product
+    alive at once (4 + 4 + 4 + 4, or 2 + 4 + 4 + 4, bytes a logit) with the chunk's bool
+    ``valid`` (a byte a row).  The checkpoint keeps none of them: the exponential is freed
+    before the per-row sum (in the backward's recomputation it is kept for the product's
+    backward, :func:`chunked_loss_backward`).
+
+    Parameters
+    ----------
+    autocast : bool
+        Under torch.autocast over fp32 weights (16-bit weights otherwise).
+    width : int
+        Bytes of an element of the hidden states, :math:`w_r` (4 under autocast) [bytes].
+
+    Examples
+    --------
+    >>> chunked_loss_forward().evaluate(s=1024, b=2, h=4096, V=151936) == 2 * 2048 * 4096 + (
+    ...     4 * 256 * 4096 + 4 * 151936 * 4096 + 4 * 256 * 151936)
+    True
+
+    References
+    ----------
+    .. [huggingface-trl] huggingface/trl f2cd57710a ``trl/trainer/sft_trainer.py:99-114``
+       (``_chunk``), :181-204 (the packing), :304-311 (the backbone's output).
+    .. [pytorch-autocast] torch 2.13.0 ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_FP32``:
+       ``exp``; ``AT_FORALL_FP32_SET_OPT_DTYPE``: ``log_softmax``) and ``autocast_mode.cpp``
+       (``cached_cast``: leaves only).
+    """
+    n, k = chunk_sizes()
+    chunk = ((2 * k * h + 2 * V * h + 2 * k * V, 14 * k * V + k) if autocast else
+             (4 * k * h + 4 * V * h + 4 * k * V, 16 * k * V + k))
+    return Term("chunk_forward", width * s * b * h + sp.Max(width * n * h, *chunk),
+                "the backbone's output, and the packing or one chunk's logits, "
+                "log-probabilities and entropy temporaries (and the matmul's "
+                + ("16-bit casts" if autocast else "fp32 copies") + " of the chunk and weight)",
+                _AMP if autocast else _TRL, label="chunked loss's forward")
+
+
+def chunked_loss_backward(autocast: bool = False) -> Term:
+    r"""The peak of one chunk's backward (it recomputes the chunk), beyond what is kept [bytes].
+
+    With :math:`A = w\,Vh + w\,nh` the gradients of the output weight and of the packed hidden
+    states summed over the chunks already done (autograd's input buffers, in their dtypes:
+    :math:`w` = 2 for 16-bit weights, 4 under autocast), 16-bit weights:
+
+    .. math:: A + \max(16kV + 4Vh + 4kh + 5k,\; 4kV + 8Vh + 8kh)
+
+    the recomputed forward (the fp32 weight and chunk copies saved for the matmul's backward)
+    or the matmul's backward (those copies, the fp32 gradient of the logits and the fp32
+    gradients of the weight and the chunk); under autocast over fp32 weights:
+
+    .. math:: A + \max(14kV + 2Vh + 2kh + 5k,\; 2kV + 4Vh + 4kh,\; 8Vh + 4kh)
+
+    the recomputed forward, the matmul's backward (its 16-bit casts, the 16-bit gradient of the
+    logits and the 16-bit gradients), and the weight's fp32 gradient added to :math:`A` out of
+    place (the cast's gradient reaches the buffer through ``t()``, a view: autograd does not
+    add it in place) while the chunk's fp32 gradient is alive.  Autograd runs the chunks'
+    backward last-made first: with two chunks or more (:math:`n > 256`) the first chunk, of
+    :math:`k` rows, runs last and sees :math:`A` whole (both buffers are full-size from the
+    first chunk done: a slice's gradient is :math:`n \times h`); with one chunk
+    (:math:`n \le 256`, :math:`s b \le 257`) there is no :math:`A` and the term bounds the
+    peak from above.  ``-100`` positions shorten the chunks' run, not one chunk.
+
+    Parameters
+    ----------
+    autocast : bool
+        Under torch.autocast over fp32 weights (16-bit weights otherwise).
+
+    Examples
+    --------
+    >>> chunked_loss_backward(True).evaluate(s=1024, b=2, h=4096, V=151936) == (
+    ...     12 * 151936 * 4096 + 4 * 2046 * 4096 + 4 * 256 * 4096)
+    True
+
+    References
+    ----------
+    .. [huggingface-trl] huggingface/trl f2cd57710a ``trl/trainer/sft_trainer.py:211-226``
+       (the chunk loop, each chunk under ``checkpoint(..., use_reentrant=False)``).
+    .. [pytorch-autocast] torch 2.13.0 ``aten/src/ATen/autocast_mode.h`` (the ops' dtypes
+       on CUDA, as in :func:`chunked_loss_forward`).
+    """
+    n, k = chunk_sizes()
+    if autocast:
+        done = 4 * V * h + 4 * n * h
+        peak = sp.Max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k, 2 * k * V + 4 * V * h
+                      + 4 * k * h, 8 * V * h + 4 * k * h)
+    else:
+        done = 2 * V * h + 2 * n * h
+        peak = sp.Max(16 * k * V + 4 * V * h + 4 * k * h + 5 * k,
+                      4 * k * V + 8 * V * h + 8 * k * h)
+    return Term("chunk_backward", done + peak, "one chunk's recomputed forward and backward, "
+                "with the output weight's and packed hidden states' gradients of the chunks "
+                "done", _AMP if autocast else _TRL, label="one chunk's backward")
