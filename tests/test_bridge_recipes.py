@@ -14,6 +14,7 @@ import pytest
 
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.job import job
+from memsym.training import job_stage_parameters
 from memsym.readers.bridge import bridge_job_options, parse_override, read_bridge_recipe
 from in_process import run as cli
 
@@ -471,3 +472,31 @@ def test_nemotron_3_super_recipe_estimate_runs(capsys):
                          "--gpu", "h100", "--json")
     assert code == 0, err
     assert json.loads(out)["fits"] is True
+
+
+def test_a_perf_recipe_keeps_the_models_vocabulary_unpadded():
+    """The performance recipes set ``tokenizer.use_tokenizer_vocab_size = False``
+    (Megatron-Bridge 067f987df0 ``perf_recipes/_common.py:51``), so ``training/setup.py:762-784``
+    returns the model's own vocabulary with ``should_pad_vocab`` False and the provider builds
+    exactly that many rows (``models/gpt_provider.py:266-271``).  Llama 3 70B at TP 4: 128,256
+    rows where Megatron-LM's padding (to a multiple of 128 x 4) would build 128,512, so each
+    first- and last-stage GPU holds (128,512 - 128,256) x 8,192 / 4 = 524,288 parameters fewer
+    than the padded count.  A TP that does not divide the unpadded rows is refused, as
+    Megatron-core's vocab-parallel embedding refuses it (tensor_parallel/utils.py:118)."""
+    model, opts, notes = bridge_job_options(
+        read_bridge_recipe("llama3_70b_pretrain_64gpu_h100_bf16_config"))
+    assert opts["t"] == 4 and any("unpadded" in note for note in notes)
+    unpadded = job(model, **opts)
+    padded = job(model, **{**opts, "make_vocab_size_divisible_by": 128})
+    for stage in (0, opts["p"] - 1):
+        drop = (job_stage_parameters(padded, stage).per_gpu
+                - job_stage_parameters(unpadded, stage).per_gpu)
+        assert drop == (128_512 - 128_256) * 8_192 // 4
+    # the pretrain recipe takes the tokenizer's vocabulary and pads it (recipes/common.py:114)
+    _, base, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_config"))
+    assert base.get("make_vocab_size_divisible_by") != 1
+    reading = read_bridge_recipe("qwen3_8b_pretrain_config")
+    reading["values"] = {**reading["values"], "tokenizer.use_tokenizer_vocab_size": False,
+                         "model.tensor_model_parallel_size": 3}
+    with pytest.raises(InvalidValueError, match="does not divide the vocabulary of 151936"):
+        bridge_job_options(reading)

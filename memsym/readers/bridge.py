@@ -18,7 +18,9 @@ true/false, null, quoted strings, ``[lists]``), never evaluated.
 Sources (Megatron-Bridge 067f987df0 unless said): ``recipes/common.py:_pretrain_common``;
 ``training/mixed_precision.py`` (the precision recipes; a recipe's fields replace the DDP
 config's fields of the same name, ``update_config_with_precision_overrides``);
-``training/setup.py:762`` (``use_tokenizer_vocab_size``: the tokenizer's vocabulary, padded);
+``training/setup.py:762-784`` (``use_tokenizer_vocab_size``: the tokenizer's vocabulary,
+padded; unset or False, the perf recipes' setting, the model's own, unpadded:
+``models/gpt_provider.py:266-271``);
 ``training/config.py:2101-2137`` (the ddp and optimizer sections' ``use_distributed_optimizer``
 and ``overlap_param_gather``, either one's True setting both) and Muon's fields
 (:mod:`memsym.readers.bridge_optimizer`);
@@ -496,6 +498,13 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
         opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
     opts.update(_vocab(values, label, notes, reading.get("computed") or ()))
+    vocab = opts.get("vocab_size") or resolve_model(preset).vocab_size
+    if not values.get("tokenizer.use_tokenizer_vocab_size", True) and vocab % opts.get("t", 1):
+        # Megatron-core d98e8a64dd tensor_parallel/utils.py:118 divides the rows evenly
+        raise InvalidValueError(f"model.tensor_model_parallel_size {opts.get('t', 1)} does not "
+                                f"divide the vocabulary of {vocab} rows, which this recipe keeps "
+                                "unpadded (tokenizer.use_tokenizer_vocab_size False): Megatron-"
+                                "core's vocab-parallel embedding splits it evenly")
     world = reading["world_size"]
     if world is not None:
         opts["world_size"] = world
@@ -559,13 +568,17 @@ def _unmodelled(values, model) -> list:
 
 
 def _vocab(values, preset, notes, computed=()) -> dict:
-    # _pretrain_common: use_tokenizer_vocab_size=True, so setup.py:762 takes the tokenizer's
-    # vocabulary (padded); a NullTokenizer's is the vocab_size given (null_tokenizer.py:60).
-    # The perf recipes set it False (perf_recipes/_common.py:51): the model's own vocabulary
-    if "model.vocab_size" in values and not values.get("tokenizer.use_tokenizer_vocab_size", True):
-        return {}
-    if values.get("tokenizer.use_tokenizer_vocab_size", True) is False:
-        return {}
+    # setup.py:762-784 (_validate_and_set_vocab_size): use_tokenizer_vocab_size True
+    # (_pretrain_common, recipes/common.py:114) takes the tokenizer's vocabulary and pads it
+    # (should_pad_vocab True); a NullTokenizer's is the vocab_size given (null_tokenizer.py:60).
+    # False (the perf recipes, perf_recipes/_common.py:51) keeps the model's own vocabulary
+    # unpadded: should_pad_vocab False, so the provider builds vocab_size rows
+    # (gpt_provider.py:266-271, hybrid/hybrid_provider.py:297): no multiple of a divisor
+    if not values.get("tokenizer.use_tokenizer_vocab_size", True):
+        notes.append(f"vocabulary of {preset}'s own config, unpadded (tokenizer."
+                     "use_tokenizer_vocab_size False: should_pad_vocab False, "
+                     "training/setup.py:762-784, models/gpt_provider.py:266-271)")
+        return {"make_vocab_size_divisible_by": 1}
     if values.get("tokenizer.tokenizer_type") == "NullTokenizer":
         size = values.get("tokenizer.vocab_size")
         if size is None and any(c.endswith("tokenizer.vocab_size = cfg.model.vocab_size")

@@ -173,7 +173,7 @@ def _as_bridge_builds(arch, kind: str, label: str) -> tuple:
     where, fusion, divisor, mtp = BRIDGE_MODEL_TYPES[kind]
     opts = {"make_vocab_size_divisible_by": divisor or bridge_vocab_divisor(arch.vocab_size)}
     notes = [f"{label} as Megatron-Bridge's {kind} model bridge builds it "
-             f"(models/{where}); vocabulary padded to a multiple of "
+             f"(models/{where}); a padded vocabulary (should_pad_vocab) is a multiple of "
              f"{opts['make_vocab_size_divisible_by']} x TP (conversion/model_bridge.py:634-637)"]
     kept = []
     for note in arch.extra.get("notes", ()):
