@@ -418,24 +418,24 @@ def test_grouped_gemm_rates_on_b200_against_torchao():
     # memsym's forward by hand: 8 experts over S = 4 streams on 148 SMs, 256 x 128 tiles:
     # 4 x 64 x 16 = 4096 tiles in ceil(4096 / 148) = 28 waves, q = 4 x 16384 x 2048 /
     # (28 x 148 x 256 x 128) (128 x 128: 8192 tiles in 56 waves, 0.95 x the same: less);
-    # efficiency 0.496 (blackwell/mxfp8) x q x 7168 / (7168 + 64); two rounds of four experts
+    # efficiency 0.512 (blackwell/mxfp8) x q x 7168 / (7168 + 64); two rounds of four experts
     # at the 4.5 PFLOP/s FP8 peak, plus eight launches of 4 us
     q = 4 * 16384 * 2048 / (28 * 148 * 256 * 128)
-    eff = 0.496 * q * 7168 / (7168 + 64)
+    eff = 0.512 * q * 7168 / (7168 + 64)
     t = 2 * (2 * 4 * 16384 * 2048 * 7168 / (4.5e15 * eff)) + 8 * 4e-6
     fwd = rows[(16384, 2048, 7168)]
     assert fwd["memsym"] == pytest.approx(2 * 8 * 16384 * 2048 * 7168 / t / 1e12, rel=1e-9)
     # the Known-gaps claim: at the fp8 ceiling (0.535, the FP8-CS value of the row the mxfp8
     # one is fixed on) forward and input gradient are at memsym's price within 3.5 %; at the
-    # mxfp8 ceiling, 0.496 / 0.535 of that, memsym prices them 5 to 10 % slow: the MXFP8 run's
-    # slowdown is not in these kernels.  The 2D-2D weight-gradient kernel is slower than
+    # mxfp8 ceiling, 0.512 / 0.535 of that, memsym prices them 2 to 8 % slow: the MXFP8 run's
+    # slowdown is not all in these kernels.  The 2D-2D weight-gradient kernel is slower than
     # memsym's price either way (the README's to-do says so)
     for shape in ((16384, 2048, 7168), (16384, 7168, 2048)):
         at_fp8 = rows[shape]["ratio"] * memsym_tflops(rows[shape], "b200", "fp8") \
             / rows[shape]["memsym"]
         assert abs(at_fp8 - 1) < 0.035
-        assert 0.90 < rows[shape]["ratio"] < 0.95
-        assert at_fp8 / rows[shape]["ratio"] == pytest.approx(0.535 / 0.496, rel=0.01)
+        assert 0.92 < rows[shape]["ratio"] < 0.98
+        assert at_fp8 / rows[shape]["ratio"] == pytest.approx(0.535 / 0.512, rel=0.01)
     assert rows[(2048, 7168, 16384)]["ratio"] > 1.05
     # BF16 torch._grouped_mm forward + backward, one group (README tables, bf16_fwd_bwd_us):
     # 3 x 2 x 128000 x 2048 x 7168 / 13064.8 us = 863 TFLOP/s, Llama 4's shape 747

@@ -56,7 +56,7 @@ from .efficiency import (GEMM_INPUT_BYTES, K0, LAUNCH_OVERHEAD, TILES, ArrayMemo
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
-from .quantize import cast_copies, current_scaling
+from .quantize import cast_copies, cast_rate, current_scaling
 
 __all__ = ["TE_GEMM_STREAMS", "ROUTER_BYTES_PER_LOGIT", "grouped_gemm_time", "gemm_seconds",
            "dispatch_bytes", "grouped_quantize_bytes", "ep_ranks_inside", "ep_alltoall_time",
@@ -517,7 +517,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     precision : str
         The GEMM precision.
     fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
-        Under fp8, the recipe (MXFP8 writes scale bytes in the cast, :func:`grouped_quantize_bytes`).
+        Under fp8, the recipe (MXFP8 writes scale bytes in the cast, :func:`grouped_quantize_bytes`,
+        priced at the bandwidth its cast kernel reaches, :func:`memsym.timing.quantize.cast_rate`).
     dispatcher : {"alltoall", "allgather", "deepep", "hybridep"}
         The token dispatcher: the flex backends send a token once per rank and per NVLink
         domain it reaches (:func:`memsym.timing.flex_dispatch.flex_alltoall_time`), the
@@ -566,8 +567,9 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
                               landed=landed)
     cast = 0.0
     if precision in ("fp8", "fp4"):
-        cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe,
-                                                  _gpu(device).non_tn_fp8_gemm), device)
+        dev = _gpu(device)
+        cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe, dev.non_tn_fp8_gemm),
+                           device) / cast_rate(precision, fp8_recipe, dev.arch_class)
     eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
             copies + cast + eager_f, copies + eager_b)
