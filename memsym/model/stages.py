@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -23,6 +24,7 @@ from ..text import shared_doc
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
+           "kind_counts",
            "layer_kind_pattern", "hybrid_kinds", "mamba_values", "mtp_layer_kinds", "mtp_parameters"]
 
 _doc = shared_doc(layout_params="""
@@ -172,6 +174,24 @@ def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
     sizes = _split_layers(n, p, first_stage_layers, last_stage_layers)
     start = sum(sizes[:stage])
     return range(start, start + sizes[stage])
+
+
+def kind_counts(pattern, layers) -> collections.Counter:
+    """How many of ``layers`` (indices into ``pattern``) have each kind ``pattern`` gives.
+
+    A stage's layers are a ``range`` (:func:`stage_layers`): counted on a slice of the
+    pattern, in C, not index by index (a 10^6-layer model in 1000 stages: limits.LIMITS).
+
+    Examples
+    --------
+    >>> kind_counts((True, False, False, True), range(1, 4)) == {False: 2, True: 1}
+    True
+    >>> kind_counts((True, False, False, True), (0, 3))
+    Counter({True: 2})
+    """
+    if isinstance(layers, range) and layers.step == 1:
+        return collections.Counter(pattern[layers.start:layers.stop])
+    return collections.Counter(pattern[i] for i in layers)
 
 
 def layer_parameters(arch: Architecture, moe=False) -> dict:
@@ -370,10 +390,10 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
     rng = stage_layers(x, p, stage, first_stage_layers, last_stage_layers, pipeline_layout)
     # each layer's kind (dense / MoE, or a hybrid's mixer and MLP): one count per kind
     pattern = layer_kind_pattern(x)
-    per = {kind: layer_parameters(x, kind) for kind in {pattern[i] for i in rng}}
-    tp = sum(per[pattern[i]]["tp"] for i in rng)
-    rep = sum(per[pattern[i]]["replicated"] for i in rng)
-    ex = sum(per[pattern[i]]["experts"] for i in rng)
+    counts = kind_counts(pattern, rng)
+    per = {kind: layer_parameters(x, kind) for kind in counts}
+    tp, rep, ex = (sum(per[kind][part] * n for kind, n in counts.items())
+                   for part in ("tp", "replicated", "experts"))
     vals = parameter_values(x, t, pad_vocab)
     vh = as_int(V * h, vals)
     first, last = stage == 0, stage == (p - 1 if output_stage is None else output_stage)

@@ -209,9 +209,14 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     pattern = models.moe_layer_pattern(x)
     pl = layout.pipeline_layout
     rng = models.stage_layers(x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers, pl)
-    kinds, hybrid = [pattern[i] for i in rng], models.stages.hybrid_kinds(x, rng)
+    kinds = list(pattern[rng.start:rng.stop]) if isinstance(rng, range) and rng.step == 1 \
+        else [pattern[i] for i in rng]
+    hybrid = models.stages.hybrid_kinds(x, rng)
+    # one kind in the whole model: no MoE layer or every layer MoE (the pattern's cached count,
+    # not a set of its 10^6 entries per stage)
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
-               and pl is None and len(set(pattern)) == 1 and not hybrid)
+               and pl is None and models.architecture.moe_layer_count(x) in (0, len(pattern))
+               and not hybrid)
     # Zamba's shared blocks: the per-use adapters' rank and placement, the Mamba version
     # (transformers shards no Zamba Mamba-1 mixer: memsym.terms.mamba1)
     shared_block = dict(adapter_rank=x.shared_adapter_rank or 0,

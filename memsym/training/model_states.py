@@ -136,8 +136,8 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     pattern = models.stages.layer_kind_pattern(x)
     # the decoder layers' tensor-split weights (the GEMMs FP8 and LoRA act on), per GPU; one
     # layer_parameters call per kind (dense, MoE, a hybrid's), not per layer (memsym.search)
-    per_kind = {kind: models.layer_parameters(x, kind) for kind in {pattern[i] for i in sp_.layers}}
-    lin = sum(per_kind[pattern[i]]["tp"] for i in sp_.layers)
+    counts = models.stages.kind_counts(pattern, sp_.layers)
+    lin = sum(models.layer_parameters(x, kind)["tp"] * n for kind, n in counts.items())
     largest = largest_layer(x, sp_.layers, layout.t, layout.e, layout.expert_tp)
     # the MTP layers run their TE linears under the FP8 autocast (and are built under
     # fp8_model_init with --fp8-param-gather), but not under FP4: Megatron-core enters
@@ -250,7 +250,7 @@ def largest_layer(x, layers, t: int, e: int, t_e: int) -> sp.Rational:
     and its sources.
     """
     pattern = models.stages.layer_kind_pattern(x)
-    return _largest_of_kinds(x, frozenset(pattern[i] for i in layers), t, e, t_e)
+    return _largest_of_kinds(x, frozenset(models.stages.kind_counts(pattern, layers)), t, e, t_e)
 
 
 @functools.lru_cache(maxsize=4096)
