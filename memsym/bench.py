@@ -221,11 +221,12 @@ def _cold_runs(args, repeat: int) -> tuple:
     return statistics.median(empty), statistics.median(later)
 
 
-def bench_p2(quick: bool = False) -> dict:
+def bench_p2(quick: bool = False, sample: int | None = None) -> dict:
     """P2: the full search of each :data:`P2_CASES` entry, cold (first call in the process:
     SymPy templates built and compiled) and warm (compiled templates cached, as a planner
     re-querying gets it), against evaluating the same layouts one by one (timed on a sample of
-    the result's rows in the same run, extrapolated to all of them)."""
+    the result's rows in the same run, extrapolated to all of them: ``sample`` rows, default
+    6 quick and 20 in full)."""
     out = {"p2_cases": {}}
     worst_warm, worst_ratio = 0.0, float("inf")
     for label, model, gpus, seq, batch, quick_gpus in P2_CASES:
@@ -238,7 +239,8 @@ def bench_p2(quick: bool = False) -> dict:
         res = search_mod.search(model, "h100-80gb", g, **kw)
         warm = time.perf_counter() - start
         rng = np.random.default_rng(0)
-        pick = rng.choice(len(res), min(len(res), 6 if quick else 20), replace=False)
+        size = sample if sample is not None else 6 if quick else 20
+        pick = rng.choice(len(res), min(len(res), size), replace=False)
         per = _one_by_one(res, [res.row(int(i)) for i in pick])
         loop = per * len(res)
         # a new process: first with an empty compile cache (a first run on this machine),
@@ -341,14 +343,23 @@ def _environment() -> dict:
             "cpus": os.cpu_count()}
 
 
-def run(quick: bool = False, suite: bool = False) -> dict:
-    """Run the benchmark; ``quick`` uses small sizes (seconds), ``suite`` also times P5."""
+def run(quick: bool = False, suite: bool = False, *, smoke: bool = False) -> dict:
+    """Run the benchmark; ``quick`` uses small sizes (seconds), ``suite`` also times P5.
+
+    ``smoke`` (Python only, what ``tests/test_bench.py`` runs through the command): quick's
+    sizes, every figure measured, but each repeated timing once (P3's commands once each
+    after their untimed first run, P4's solve once) and P2's one-by-one loop on two rows of
+    each search: it proves every figure is produced, not how fast; ``mode`` says "smoke".
+    """
+    quick = quick or smoke
     n = 10_000 if quick else 1_000_000
-    results = {"mode": "quick" if quick else "full", "environment": _environment()}
-    results["p1"] = bench_p1(n, 2_000 if quick else 50_000, 20 if quick else 200, 2 if quick else 5)
-    results["p2"] = bench_p2(quick)
-    results["p3"] = bench_p3(2 if quick else 7)
-    results["p4"] = bench_p4(3 if quick else 20)
+    results = {"mode": "smoke" if smoke else "quick" if quick else "full",
+               "environment": _environment()}
+    results["p1"] = bench_p1(n, 2_000 if quick else 50_000, 20 if quick else 200,
+                             1 if smoke else 2 if quick else 5)
+    results["p2"] = bench_p2(quick, sample=2 if smoke else None)
+    results["p3"] = bench_p3(1 if smoke else 2 if quick else 7)
+    results["p4"] = bench_p4(1 if smoke else 3 if quick else 20)
     if suite:
         results["p5"] = bench_p5()
     flat = {k: v for part in results.values() if isinstance(part, dict) for k, v in part.items()}
