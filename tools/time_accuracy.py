@@ -697,7 +697,9 @@ def _class_split_lines(res) -> list:
         saved = {k: efficiency.GEMM_CEILING.get(k) for k in ceil}
         efficiency.GEMM_CEILING.update(ceil)
         try:
-            err = {r.id: predict(by[r.id])["step"] / r.measured - 1 for r in ultra}
+            # the stored ceilings are validate()'s: its predictions, not priced again
+            err = {r.id: (predict(by[r.id])["step"] / r.measured - 1) if ceil else r.error
+                   for r in ultra}
             used = (efficiency.ceiling("gb300", "fp8"), efficiency.ceiling("gb300", "bf16"))
         finally:
             for k, v in saved.items():
