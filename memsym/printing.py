@@ -10,6 +10,7 @@ and reference entries.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -343,8 +344,7 @@ def solution_lines(solution, parts=None) -> list[str]:
     closed = getattr(solution, "closed_form", None)
     bound = getattr(solution, "bound", None)
     budget = parts.budget if parts is not None else BUDGET
-    if closed is not None and _branches_fit(closed, budget):
-        tex = latex(tidy(closed))
+    if closed is not None and (tex := _closed_tex(closed, budget)) is not None:
         if tex_width(tex) <= budget:
             lines.append(f"{x} &{rel} {tex}")
     if not lines:
@@ -368,15 +368,16 @@ def solution_lines(solution, parts=None) -> list[str]:
     return lines
 
 
-def _branches_fit(closed, budget: float) -> bool:
-    """False for a maximum (minimum) of branches too wide for a line together: they are tidy's
-    output (memsym.analysis.closed_bound) and a maximum keeps each one SymPy cannot prove smaller,
-    so tidying the whole drops none, after 50 s of pairwise comparisons for 8 (torchtitan, t)."""
-    if not isinstance(closed, (sp.Max, sp.Min)):
-        return True
-    kept = type(closed)(*closed.args)
-    return (not isinstance(kept, type(closed))
-            or sum(tex_width(latex(arg)) for arg in kept.args) <= budget)
+@functools.lru_cache(maxsize=256)   # a job's solution printed again (each option's test): once
+def _closed_tex(closed, budget: float):
+    """The tidied closed form's LaTeX; None for a maximum (minimum) of branches too wide for a line
+    together: they are tidy's output (memsym.analysis.closed_bound) and a maximum keeps each one
+    SymPy cannot prove smaller, so tidying drops none, after 50 s of comparisons for 8 (torchtitan)."""
+    if isinstance(closed, (sp.Max, sp.Min)) and isinstance(kept := type(closed)(*closed.args),
+                                                          type(closed)):
+        if sum(tex_width(latex(arg)) for arg in kept.args) > budget:
+            return None
+    return latex(tidy(closed))
 
 
 def tidy(expr: sp.Expr) -> sp.Expr:
