@@ -74,8 +74,7 @@ from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
            "register_cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE",
-           "GATHER_FRACTION", "GATHER_FRACTION_SOURCE", "gather_fraction",
-           "CAST_FRACTION", "CAST_FRACTION_SOURCE", "cast_fraction"]
+           "KERNEL_FRACTION", "kernel_fraction"]
 
 GB = UNITS["GB"]
 TFLOPS = 10**12
@@ -161,25 +160,47 @@ _TIMING = {  # name -> (HBM GB/s, SMs, efficiency class)
 # 14 KB row per slot) reaches half of the HBM bandwidth a streaming kernel does.  Per
 # efficiency class where a measurement is published: only Hopper's is; the other classes
 # take it (an assumption: no Ampere or Blackwell measurement of a permute kernel was found).
-GATHER_FRACTION = {"hopper": 2.399 / 4.8}
-#: Where :data:`GATHER_FRACTION` is measured (a key of memsym/references.toml, the locator).
-GATHER_FRACTION_SOURCE = ("tileops-moe-permute", "PR #2125, Benchmark, MoePrePermuteFwdOp, "
-                          "row (4096, 8, 128, 7168) bfloat16: 0.220384 ms, 2.399 TB/s, H200")
+# REF: rocm-te-mxfp8-quantize (ROCm/TransformerEngine pull request #598, "Mxfp8 grouped and
+# multi quantize", Single Kernel Optimization Results, CAST_ONLY, column "B200 (us)": NVIDIA
+# Transformer Engine's MXFP8 quantize kernel timed on a B200 beside the ROCm port): BF16 input
+# 8192 x 8192, both directions (row-wise and column-wise FP8 copies, an E8M0 scale per 32
+# elements each), 52.34 us.  The kernel reads 2 bytes an element and writes 1 + 1 and
+# 2 x 1/32 scale bytes: (4 + 1/16) x 8192^2 bytes = 272,629,760 bytes / 52.34 us = 5.209 TB/s,
+# against the B200's 8 TB/s: 0.6511 (row-wise alone, 34.84 us: (3 + 1/32) x 8192^2 bytes,
+# 5.839 TB/s, 0.730).  memsym prices Transformer Engine's MXFP8 casts both ways (two copies,
+# memsym.timing.quantize.cast_copies), so the both-directions figure.  Per efficiency class
+# where a measurement is published: only Blackwell's is; blackwell-ultra takes it (an
+# assumption: no B300 / GB300 measurement was found); Hopper and older have no MXFP8.
+#: Measured kernels' fraction of the datasheet HBM bandwidth: kernel -> (the class measured,
+#: its fraction, the source: a key of memsym/references.toml and the locator).  Every other
+#: class takes the one measurement (stated, not measured).
+KERNEL_FRACTION = {
+    "gather": ("hopper", 2.399 / 4.8, ("tileops-moe-permute", "PR #2125, Benchmark, "
+               "MoePrePermuteFwdOp, row (4096, 8, 128, 7168) bfloat16: 0.220384 ms, 2.399 TB/s, "
+               "H200")),
+    "cast": ("blackwell", (4 + 1 / 16) * 8192 ** 2 / 52.34e-6 / 8e12, ("rocm-te-mxfp8-quantize",
+             "PR #598, Single Kernel Optimization Results, CAST_ONLY, BF16 both 8192x8192: "
+             "B200 52.34 us")),
+}
 
 
-def gather_fraction(klass) -> float:
-    r"""Fraction of the datasheet HBM bandwidth an MoE row-gather kernel reaches [1].
+def kernel_fraction(kernel: str) -> float:
+    r"""Fraction of the datasheet HBM bandwidth a memory-bound kernel is measured at [1].
 
-    .. math:: f = B_{measured} / B_{datasheet}
+    .. math:: f = \frac{\text{bytes moved}}{t\, B_{datasheet}}
 
-    The MoE dispatcher's token permute, chunk sort and unpermute copy whole hidden rows by
-    an index; the one published measurement (:data:`GATHER_FRACTION`, H200) is the hopper
-    class's and every other class takes it (stated, not measured).
+    ``"gather"``: the MoE dispatcher's token permute, chunk sort and unpermute, which copy
+    whole hidden rows by an index ((4096 + 4096 x 8) rows x 7168 x 2 bytes in 0.220384 ms on
+    an H200, 2.399 of 4.8 TB/s); ``"cast"``: Transformer Engine's MXFP8 quantize, reading the
+    bf16 tensor and writing a row-wise and a column-wise FP8 copy with an E8M0 scale per 32
+    elements each ((2 + 2 + 2/32) x 8192^2 bytes in 52.34 us on a B200 of 8 TB/s).  One
+    published measurement each (:data:`KERNEL_FRACTION`, with the class it was measured on);
+    every GPU class takes it (stated, not measured).
 
     Parameters
     ----------
-    klass : str
-        The GPU's efficiency class (:attr:`GPU.arch_class`) [1].
+    kernel : {"gather", "cast"}
+        The kernel [1].
 
     Returns
     -------
@@ -188,16 +209,15 @@ def gather_fraction(klass) -> float:
 
     Examples
     --------
-    2.399 TB/s of the H200's 4.8 TB/s:
-
-    >>> round(gather_fraction("hopper"), 4), gather_fraction("blackwell") == 2.399 / 4.8
-    (0.4998, True)
+    >>> round(kernel_fraction("gather"), 4), round(kernel_fraction("cast"), 4)
+    (0.4998, 0.6511)
 
     References
     ----------
     .. [tileops-moe-permute] tile-ai/TileOPs PR #2125 (MoePrePermuteFwdOp on an H200).
+    .. [rocm-te-mxfp8-quantize] ROCm/TransformerEngine PR #598 (CAST_ONLY, the B200 column).
     """
-    return GATHER_FRACTION.get(klass, GATHER_FRACTION["hopper"])
+    return KERNEL_FRACTION[kernel][1]
 
 
 # REF: vendor datasheets (dense = "with sparsity" / 2).  Each locator names the document.
@@ -460,56 +480,3 @@ for _c in (
             "ways), 400 Gb/s per GPU", intra_link="infinity-fabric"),
 ):
     register_cluster(_c)
-
-
-# REF: rocm-te-mxfp8-quantize (ROCm/TransformerEngine pull request #598, "Mxfp8 grouped and
-# multi quantize", Single Kernel Optimization Results, CAST_ONLY, column "B200 (us)": NVIDIA
-# Transformer Engine's MXFP8 quantize kernel timed on a B200 beside the ROCm port): BF16 input
-# 8192 x 8192, both directions (row-wise and column-wise FP8 copies, an E8M0 scale per 32
-# elements each), 52.34 us.  The kernel reads 2 bytes an element and writes 1 + 1 and
-# 2 x 1/32 scale bytes: (4 + 1/16) x 8192^2 bytes = 272,629,760 bytes / 52.34 us = 5.209 TB/s,
-# against the B200's 8 TB/s: 0.6511 (row-wise alone, 34.84 us: (3 + 1/32) x 8192^2 bytes,
-# 5.839 TB/s, 0.730).  memsym prices Transformer Engine's MXFP8 casts both ways (two copies,
-# memsym.timing.quantize.cast_copies), so the both-directions figure.  Per efficiency class
-# where a measurement is published: only Blackwell's is; blackwell-ultra takes it (an
-# assumption: no B300 / GB300 measurement was found); Hopper and older have no MXFP8.
-CAST_FRACTION = {"blackwell": (4 + 1 / 16) * 8192 ** 2 / 52.34e-6 / 8e12}
-#: Where :data:`CAST_FRACTION` is measured (a key of memsym/references.toml, the locator).
-CAST_FRACTION_SOURCE = ("rocm-te-mxfp8-quantize", "PR #598, Single Kernel Optimization Results, "
-                        "CAST_ONLY, BF16 both 8192x8192: B200 52.34 us")
-
-
-def cast_fraction(klass) -> float:
-    r"""Fraction of the datasheet HBM bandwidth Transformer Engine's MXFP8 cast reaches [1].
-
-    .. math:: f = \frac{(2 + 2 + 2/32)\,M N}{t\, B_{datasheet}}
-
-    The MXFP8 quantize kernel reads the bf16 tensor (2 bytes an element) and writes a
-    row-wise and a column-wise FP8 copy (1 byte each) with an E8M0 scale per 32 elements
-    each; the one published timing (:data:`CAST_FRACTION`, B200, M = N = 8192,
-    t = 52.34 us) is the blackwell class's and every other class takes it (stated, not
-    measured).
-
-    Parameters
-    ----------
-    klass : str
-        The GPU's efficiency class (:attr:`GPU.arch_class`) [1].
-
-    Returns
-    -------
-    float
-        The fraction [1].
-
-    Examples
-    --------
-    (4 + 1/16) x 8192^2 bytes in 52.34 us of the B200's 8 TB/s:
-
-    >>> f = cast_fraction("blackwell")
-    >>> round(f, 4), cast_fraction("blackwell-ultra") == f
-    (0.6511, True)
-
-    References
-    ----------
-    .. [rocm-te-mxfp8-quantize] ROCm/TransformerEngine PR #598 (CAST_ONLY, the B200 column).
-    """
-    return CAST_FRACTION.get(klass, CAST_FRACTION["blackwell"])

@@ -29,8 +29,8 @@ if __package__ in (None, ""):  # run as `python tools/time_accuracy.py`: this ch
     sys.path.insert(0, str(ROOT))
 
 from memsym.errors import InvalidValueError, MemsymError  # noqa: E402
-from memsym.hardware import (CAST_FRACTION_SOURCE, GATHER_FRACTION_SOURCE,  # noqa: E402
-                             cast_fraction, cluster as _cluster, gather_fraction, gpu as _gpu)
+from memsym.hardware import (KERNEL_FRACTION, cluster as _cluster, gpu as _gpu,  # noqa: E402
+                             kernel_fraction)
 from memsym.job import Training  # noqa: E402
 from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
@@ -834,17 +834,17 @@ def accuracy_markdown() -> str:
               "sort, unpermute; under",
               "DeepEP / HybridEP the landed tokens permuted into their experts' rows and back) "
               "run at the fraction of",
-              f"HBM bandwidth a published permute kernel reaches, {gather_fraction('hopper'):.4f} "
-              f"(`memsym.hardware.gather_fraction`: {GATHER_FRACTION_SOURCE[0]},",
-              f"{GATHER_FRACTION_SOURCE[1]}); the other classes take that one",
+              f"HBM bandwidth a published permute kernel reaches, {kernel_fraction('gather'):.4f} "
+              f"(`memsym.hardware.kernel_fraction`: {KERNEL_FRACTION['gather'][2][0]},",
+              f"{KERNEL_FRACTION['gather'][2][1]}); the other classes take that one",
               "measurement.  Before (every copy at the datasheet rate, the flex dispatcher's "
               "counted as the all-to-all",
               "dispatcher's; ceilings and floor fixed then) the all-runs error was 11.38 %, MoE "
               "15.1 %, B300 22.4 % (this page",
               "at 13ec6ae).  Transformer Engine's MXFP8 casts run at the fraction of HBM "
-              f"bandwidth its cast kernel reaches, {cast_fraction('blackwell'):.4f}",
-              f"(`memsym.hardware.cast_fraction`: {CAST_FRACTION_SOURCE[0]}, "
-              f"{CAST_FRACTION_SOURCE[1]});",
+              f"bandwidth its cast kernel reaches, {kernel_fraction('cast'):.4f}",
+              f"(`memsym.hardware.kernel_fraction`: {KERNEL_FRACTION['cast'][2][0]}, "
+              f"{KERNEL_FRACTION['cast'][2][1]});",
               "the other recipes' casts at the datasheet rate.  Before (the MXFP8 casts at the "
               "datasheet rate; ceilings", "and floor fixed then) the all-runs error was "
               "9.41 %, MoE 12.30 % (this page at 056f9fd)."]

@@ -57,7 +57,7 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "GEMM_PRECISIONS", "GEMM_INPUT_BYTE
 #: mtp_num_layers = 0 (the loss beside one decoder layer only), blackwell/bf16 stays 0.507
 #: (calibrate gives 0.5072).  And again when memsym.timing.moe_copies priced the dispatcher's
 #: row copies as gathers at the fraction of HBM bandwidth a published permute kernel reaches
-#: (memsym.hardware.gather_fraction, 0.4998) and the flex dispatcher's as it runs them (each
+#: (memsym.hardware.kernel_fraction, 0.4998) and the flex dispatcher's as it runs them (each
 #: landed token permuted into its experts' rows on arrival, no chunk sort): blackwell/bf16
 #: 0.507 -> 0.510, the ceilings whose runs' bf16 output layer follows it 0.527 -> 0.525
 #: (blackwell/fp8), 0.650 -> 0.647 (blackwell-ultra/fp8), 0.461 -> 0.458 (blackwell-ultra/fp4).
@@ -90,7 +90,7 @@ __all__ = ["GEMM_CEILING", "SHARED_CEILING", "GEMM_PRECISIONS", "GEMM_INPUT_BYTE
 #: norm outputs cast by a kernel of their own, as Transformer Engine runs them; that change
 #: also priced NVFP4's amax pass on every cast: blackwell-ultra/fp4 0.458 -> 0.484; 0.512 and
 #: 0.632 once memsym.timing.quantize.cast_rate priced the MXFP8 casts at the fraction of HBM
-#: bandwidth Transformer Engine's cast kernel is measured at, memsym.hardware.cast_fraction,
+#: bandwidth Transformer Engine's cast kernel is measured at, memsym.hardware.kernel_fraction,
 #: 0.6511, not the datasheet rate; the fp8, fp4 and bf16 ceilings stay).  Hopper
 #: has no MXFP8 (Transformer Engine's _compute_mxfp8_support: compute capability 10.0+).
 #: The other classes (ada, cdna3) carry the Hopper value (an assumption, not a calibration;

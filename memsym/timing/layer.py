@@ -194,7 +194,7 @@ def _compute(x, st: Settings, dev, gemms, knobs, eta_gemm, *, moe: bool, mixer: 
         f_q, b_q = cast_bytes(gemms, fp8_element_bytes(st), copies,
                               **cast_kernels(prec, st.fp8_recipe))
         # at the fraction of HBM bandwidth the recipe's cast kernel reaches (MXFP8: measured)
-        rate = cast_rate(prec, st.fp8_recipe, dev.arch_class)
+        rate = cast_rate(prec, st.fp8_recipe)
         f_mem, b_mem = f_mem + memory_time(f_q, dev) / rate, b_mem + memory_time(b_q, dev) / rate
     return f_gemm, b_gemm, f_att, b_att, f_mem, b_mem
 

@@ -569,7 +569,7 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     if precision in ("fp8", "fp4"):
         dev = _gpu(device)
         cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe, dev.non_tn_fp8_gemm),
-                           device) / cast_rate(precision, fp8_recipe, dev.arch_class)
+                           device) / cast_rate(precision, fp8_recipe)
     eager_f, eager_b = eager_seconds(gemms, device)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
             copies + cast + eager_f, copies + eager_b)

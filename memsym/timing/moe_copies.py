@@ -10,7 +10,7 @@ returned rows back onto their tokens (``scatter_add_`` / ``index_add_``) [megatr
 gather reads rows at scattered addresses one row per slot, and reaches about half of the HBM
 bandwidth a streaming kernel does: the one published measurement, an MoE permute of 4,096
 tokens, top-8, hidden 7168 on an H200, moves (4,096 + 32,768) rows of 14 KB in 0.220 ms,
-2.40 TB/s of the datasheet's 4.8 [tileops-moe-permute] (:func:`memsym.hardware.gather_fraction`).
+2.40 TB/s of the datasheet's 4.8 [tileops-moe-permute] (:func:`memsym.hardware.kernel_fraction`).
 Its bytes count each token row read once (its :math:`k` copies come from cache) and each
 routed row written once; the permute here is counted the same way, so the measured kernel is
 priced at its measured time.  The router's score function and top-k stream the logits, at
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware import gather_fraction, gpu
+from ..hardware import gpu, kernel_fraction
 from .efficiency import as_array, memory_time
 
 __all__ = ["ROUTER_BYTES_PER_LOGIT", "router_bytes", "gathered_bytes", "dispatch_bytes",
@@ -190,7 +190,7 @@ def dispatch_seconds(tokens, sent, received, h, E, local, device, *, width: int 
 
     the router's pass streaming at the datasheet HBM bandwidth, the rows moved by index
     (:func:`gathered_bytes`) at the fraction :math:`f` a gather reaches
-    (:func:`memsym.hardware.gather_fraction`, 0.4998 measured on an H200).
+    (:func:`memsym.hardware.kernel_fraction`, 0.4998 measured on an H200).
 
     Parameters
     ----------
@@ -232,4 +232,4 @@ def dispatch_seconds(tokens, sent, received, h, E, local, device, *, width: int 
     dev = gpu(device)
     rows = gathered_bytes(tokens, sent, received, h, local, width=width, landed=landed)
     return (memory_time(router_bytes(tokens, E), dev)
-            + memory_time(rows, dev) / gather_fraction(dev.arch_class))
+            + memory_time(rows, dev) / kernel_fraction("gather"))

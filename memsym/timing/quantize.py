@@ -132,7 +132,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware import cast_fraction
+from ..hardware import kernel_fraction
 
 __all__ = ["NORM_FUSED", "UNQUANTIZED", "NOT_CAST_FORWARD", "PER_TENSOR_RECIPES", "cast_copies",
            "current_scaling", "amax_pass", "cast_kernels", "cast_bytes", "cast_rate"]
@@ -308,7 +308,7 @@ def cast_kernels(precision: str, fp8_recipe=None) -> dict:
             "norm_amax": fp4}
 
 
-def cast_rate(precision: str, fp8_recipe, klass) -> float:
+def cast_rate(precision: str, fp8_recipe) -> float:
     r"""Fraction of the datasheet HBM bandwidth a recipe's casts are priced at [1].
 
     .. math:: f = \begin{cases} f_{MXFP8} & \text{FP8 under MXFP8 block scaling} \\
@@ -316,7 +316,7 @@ def cast_rate(precision: str, fp8_recipe, klass) -> float:
 
     Transformer Engine's MXFP8 quantize kernel (row-wise and column-wise copies with their
     E8M0 scales) is timed at 65 % of the B200's HBM bandwidth
-    (:func:`memsym.hardware.cast_fraction`); every MXFP8 cast memsym prices (the GEMM inputs
+    (:func:`memsym.hardware.kernel_fraction`); every MXFP8 cast memsym prices (the GEMM inputs
     and output gradients, the norm outputs, the experts' grouped input) runs it.  The
     per-tensor FP8 casts (``cast_transpose``, the unary cast, the amax pass) and NVFP4's are
     other kernels with no published timing found, priced at the datasheet rate.
@@ -327,8 +327,6 @@ def cast_rate(precision: str, fp8_recipe, klass) -> float:
         The GEMM precision (``"fp4"``: NVFP4).
     fp8_recipe : {None, "delayed", "tensorwise", "mxfp8"}
         The FP8 recipe (None: Megatron's default, delayed).
-    klass : str
-        The GPU's efficiency class (:attr:`memsym.devices.GPU.arch_class`).
 
     Returns
     -------
@@ -337,17 +335,17 @@ def cast_rate(precision: str, fp8_recipe, klass) -> float:
 
     Examples
     --------
-    >>> round(cast_rate("fp8", "mxfp8", "blackwell"), 4)
+    >>> round(cast_rate("fp8", "mxfp8"), 4)
     0.6511
-    >>> cast_rate("fp8", "tensorwise", "blackwell"), cast_rate("fp4", None, "blackwell")
+    >>> cast_rate("fp8", "tensorwise"), cast_rate("fp4", None)
     (1.0, 1.0)
 
     References
     ----------
     .. [rocm-te-mxfp8-quantize] ROCm/TransformerEngine PR #598 (the B200 timing of NVIDIA
-       Transformer Engine's MXFP8 cast: :data:`memsym.hardware.CAST_FRACTION`).
+       Transformer Engine's MXFP8 cast: :data:`memsym.hardware.KERNEL_FRACTION`).
     """
-    return cast_fraction(klass) if precision == "fp8" and fp8_recipe == "mxfp8" else 1.0
+    return kernel_fraction("cast") if precision == "fp8" and fp8_recipe == "mxfp8" else 1.0
 
 
 def cast_bytes(gemms, width, copies=2, amax=False, norm_cast=False, norm_amax=False):
