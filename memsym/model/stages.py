@@ -24,7 +24,7 @@ from ..text import shared_doc
 # ----------------------------------------------------------------------------------------------
 
 __all__ = ["StageParameters", "check_layout", "stage_layers", "layer_parameters", "stage_parameters",
-           "kind_counts",
+           "kind_counts", "layer_kinds",
            "layer_kind_pattern", "hybrid_kinds", "mamba_values", "mtp_layer_kinds", "mtp_parameters"]
 
 _doc = shared_doc(layout_params="""
@@ -176,11 +176,24 @@ def stage_layers(arch: Architecture, p: int = 1, stage: int = 0,
     return range(start, start + sizes[stage])
 
 
-def kind_counts(pattern, layers) -> collections.Counter:
-    """How many of ``layers`` (indices into ``pattern``) have each kind ``pattern`` gives.
+def layer_kinds(pattern, layers) -> list:
+    """The kinds ``pattern`` gives ``layers`` (indices into it), in order.
 
-    A stage's layers are a ``range`` (:func:`stage_layers`): counted on a slice of the
-    pattern, in C, not index by index (a 10^6-layer model in 1000 stages: limits.LIMITS).
+    A stage's layers are a ``range`` (:func:`stage_layers`): read as a slice of the pattern,
+    in C, not index by index (a 10^6-layer model in 1000 stages: limits.LIMITS).
+
+    Examples
+    --------
+    >>> layer_kinds((True, False, False, True), range(1, 4)), layer_kinds((1, 2, 3), (0, 2))
+    ([False, False, True], [1, 3])
+    """
+    if isinstance(layers, range) and layers.step == 1:
+        return list(pattern[layers.start:layers.stop])
+    return [pattern[i] for i in layers]
+
+
+def kind_counts(pattern, layers) -> collections.Counter:
+    """How many of ``layers`` (indices into ``pattern``) have each kind (:func:`layer_kinds`).
 
     Examples
     --------
@@ -189,9 +202,7 @@ def kind_counts(pattern, layers) -> collections.Counter:
     >>> kind_counts((True, False, False, True), (0, 3))
     Counter({True: 2})
     """
-    if isinstance(layers, range) and layers.step == 1:
-        return collections.Counter(pattern[layers.start:layers.stop])
-    return collections.Counter(pattern[i] for i in layers)
+    return collections.Counter(layer_kinds(pattern, layers))
 
 
 def layer_parameters(arch: Architecture, moe=False) -> dict:

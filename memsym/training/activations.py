@@ -36,7 +36,8 @@ from ..unchecked_job import UncheckedJob, unchecked
 from .bf16_layers import bf16_activation_excess
 from .layer_model import layer_model_of
 from .traits import (activation_width, autotp_logits, boundary_bytes, cp_a2a_on, logits_gathered,
-                     loss_kind, output_stage, resolve_arch, sequence_parallel_on, stage_role)
+                     loss_kind, output_stage, residual_width, resolve_arch, sequence_parallel_on,
+                     stage_role)
 
 #: memsym's own derivation of the terms without a published source (MTP, working set).
 _DERIVED = Source("memsym-derivation", "memsym/training/activations.py, stage_activations")
@@ -120,8 +121,7 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
             tied=not x.untie_embeddings_and_output_weights, weight_cast=not chunked)))
     if chunked:   # TRL's chunked loss: no lm_head input or logits kept, the packed rows instead
         kept = tuple(term for term in out.terms if term.key not in ("output_input", "logits"))
-        width = 4 if training.states.autocast else activation_width(training)
-        return Total(out.name, (*kept, *chunked_loss_activations(width).terms))
+        return Total(out.name, (*kept, *chunked_loss_activations(residual_width(training)).terms))
     if loss_kind(layout, training) == "te":
         return rb.with_te_logits(out)
     return Total(out.name, tm.gathered_logits(out.terms, autotp_logits(training))) \
@@ -209,8 +209,7 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     pattern = models.moe_layer_pattern(x)
     pl = layout.pipeline_layout
     rng = models.stage_layers(x, layout.p, stage, layout.first_stage_layers, layout.last_stage_layers, pl)
-    kinds = list(pattern[rng.start:rng.stop]) if isinstance(rng, range) and rng.step == 1 \
-        else [pattern[i] for i in rng]
+    kinds = models.stages.layer_kinds(pattern, rng)
     hybrid = models.stages.hybrid_kinds(x, rng)
     # one kind in the whole model: no MoE layer or every layer MoE (the pattern's cached count,
     # not a set of its 10^6 entries per stage)

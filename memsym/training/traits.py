@@ -78,6 +78,19 @@ def activation_width(training: Training) -> int:
     return 4 if training.states.precision == "fp32" and training.states.autocast is None else 2
 
 
+def residual_width(training: Training) -> int:
+    """Bytes per element of the residual stream's hidden states: 4 over fp32 weights, with or
+    without torch.autocast (``residual + out`` promotes to fp32: :mod:`memsym.terms.autocast`),
+    else 2.
+
+    Examples
+    --------
+    >>> residual_width(Training()), residual_width(Training(precision="fp32", autocast="bf16"))
+    (2, 4)
+    """
+    return 4 if training.states.precision == "fp32" else 2
+
+
 def cp_a2a_on(layout: Layout, training: Training, symbolic: bool = False) -> bool | None:
     """Whether the attention runs the all-to-all (Ulysses) context-parallel method at c > 1:
     Megatron's ``--cp-comm-type a2a`` (Transformer Engine) or DeepSpeed Ulysses; None where

@@ -32,7 +32,7 @@ from ..values import as_expr
 from .activations import output_layer_activations, resolved_stage_activations
 from .model_states import STEP_STATE_KEYS, stage_has_experts, state_terms, state_training
 from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
-                     loss_kind, output_stage, sequence_parallel_on)
+                     loss_kind, output_stage, residual_width, sequence_parallel_on)
 
 #: The phases of one training step whose peaks memsym compares (on the most-loaded stage):
 #: the end of the forward, the loss's backward (the first of the backward: every activation
@@ -305,7 +305,7 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
     output layer's activations freed (``output_freed``)."""
     kind, amp = loss_kind(layout, training), bool(training.states.autocast)
     if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks): nothing gathered
-        fwd = (chunked_loss_forward(amp, 4 if amp else activation_width(training)),)
+        fwd = (chunked_loss_forward(amp, residual_width(training)),)
         bwd = (chunked_loss_backward(amp),)
     else:
         fwd, bwd = _loss_transients(kind)
