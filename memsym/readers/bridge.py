@@ -498,8 +498,9 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     if resolve_model(preset).num_experts:   # the flex dispatcher's DeepEP / HybridEP buffers
         opts.update(recipe_dispatcher(values, reading.get("computed") or ()))
     opts.update(_vocab(values, label, notes, reading.get("computed") or ()))
-    vocab = opts.get("vocab_size") or resolve_model(preset).vocab_size
-    if not values.get("tokenizer.use_tokenizer_vocab_size", True) and vocab % opts.get("t", 1):
+    unpadded = not values.get("tokenizer.use_tokenizer_vocab_size", True)
+    vocab = (opts.get("vocab_size") or resolve_model(preset).vocab_size) if unpadded else 0
+    if vocab % opts.get("t", 1):
         # Megatron-core d98e8a64dd tensor_parallel/utils.py:118 divides the rows evenly
         raise InvalidValueError(f"model.tensor_model_parallel_size {opts.get('t', 1)} does not "
                                 f"divide the vocabulary of {vocab} rows, which this recipe keeps "

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ..limits import check_limit
+from ..text import short
 from ._values import MAX_SEQ, whole
 from .hf_trainer_args import flag_value
 
@@ -221,7 +222,7 @@ def _read_loss(v, out) -> None:
                                 "not the nll loss's fp32 one: not modelled (give nll or "
                                 "chunked_nll)")
     if loss not in ("nll", "chunked_nll"):
-        raise InvalidValueError(f"loss_type {loss[:20]}: TRL supports nll, dft and chunked_nll "
+        raise InvalidValueError(f"loss_type {short(loss, 20)}: TRL supports nll, dft and chunked_nll "
                                 "(sft_trainer.py:1320-1324)")
     out.chunked_loss = loss == "chunked_nll"
     peft = "use_peft" in v and flag_value(v["use_peft"], "use_peft")
