@@ -11,6 +11,7 @@ argument table (which options take values, which it models), and published confi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 
@@ -219,6 +220,23 @@ def test_contradictions_are_refused(capsys):
                   "--world-size", 1, "--bf16", "--precision", "fp16"]):
         code, out, err = run(capsys, "estimate", *argv)
         assert code == 2 and out == "" and err.count("\n") == 1, err
+
+
+def test_padded_vocab_size_beside_a_model_is_its_rows_on_memsyms_layout(capsys, tmp_path):
+    # Megatron builds args.padded_vocab_size rows as given (gpt_builders.py:89) and splits them
+    # evenly over TP (tensor_parallel/utils.py:118): the rows meet memsym's --tp
+    argfile = tmp_path / "args.txt"
+    argfile.write_text("--padded-vocab-size 32002\n", encoding="utf-8")
+    base = ["llama2-7b", "--world-size", 8, "--args-file", argfile]
+    code, out, err = run(capsys, "estimate", *base, "--tp", 4)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "size 4 does not divide the vocabulary of 32002 rows" in err
+    rows = estimate_json(capsys, *base, "--tp", 2)["params"]
+    arch = dataclasses.replace(preset("llama2-7b"), vocab_size=32002,
+                               make_vocab_size_divisible_by=1)
+    # 2 x 4096 more rows than the published 32000 (Llama 2's untied embedding and output layer)
+    assert rows == parameter_count(preset("llama2-7b")) + 2 * 2 * 4096
+    assert rows == parameter_count(arch, t=2, pad_vocab=True)
 
 
 def test_memsym_options_are_honoured_in_the_megatron_reading(capsys):

@@ -233,6 +233,32 @@ def test_swiglu_ffn_rule_as_megatron_computes_it():
     assert job.architecture["ffn_hidden_size"] == int((4 * 4096 * 2 / 3) / 64) * 64 == 10880
 
 
+def test_padded_vocab_size_is_the_rows_megatron_builds():
+    # gpt_builders.py:89 builds GPTModel(vocab_size=args.padded_vocab_size); build_tokenizer.py
+    # (:113-114, :149-152) pads the tokenizer's vocabulary only while it is None: 1002 rows, not
+    # 1000 padded to a multiple of 128 x 2
+    kw = dict(num_layers=4, hidden_size=64, num_attention_heads=8, max_position_embeddings=128)
+    extra = _gpt_extra(4, 64, 4 * 64, 128)
+    for given in (["--padded-vocab-size", "1002"],
+                  ["--no-pad-vocab-size", "--padded-vocab-size", "1002"]):
+        job = read(*given, "--tensor-model-parallel-size", "2")
+        arch = Architecture(**job.architecture)
+        assert parameter_count(arch, t=2, pad_vocab=True) == port_count(kw, 1002) + extra
+        assert job.ignored == () and any("--padded-vocab-size 1002" in n for n in job.notes)
+    plain = Architecture(**read("--tensor-model-parallel-size", "2").architecture)
+    assert parameter_count(plain, t=2, pad_vocab=True) == port_count(kw, 1024) + extra
+
+
+def test_unpadded_vocab_rows_must_split_over_tp():
+    # tensor_parallel/utils.py:118: divide(global_vocab_size, world_size) asserts
+    with pytest.raises(InvalidValueError, match="size 4 does not divide the vocabulary of 1002"):
+        read("--padded-vocab-size", "1002", "--tensor-model-parallel-size", "4")
+    # without the rows or a tokenizer to pad, GPTModel gets vocab_size=None (a checkpoint's
+    # arguments set it, --use-checkpoint-args, checkpointing.py:2349)
+    with pytest.raises(InvalidValueError, match="add --padded-vocab-size N"):
+        read("--no-pad-vocab-size")
+
+
 def test_max_position_defaults_to_seq_with_note_and_is_enforced():
     base = BASE[:8] + BASE[10:]     # without "--max-position-embeddings 128"
     job = read(base=base)

@@ -373,6 +373,10 @@ def job_from_args(args, **override):
             (arch if key in _ARCH_FIELDS else opts)[key] = value
         notes += o.notes
         ignored += [w for w in o.ignored if w not in ignored]
+        if "vocab_size" in o.options:   # --padded-vocab-size: the rows, as they stand
+            from ..readers._values import check_unpadded_vocab
+            check_unpadded_vocab(arch["vocab_size"], opts.get("t", 1), "the tensor-parallel size",
+                                 "--padded-vocab-size")
         if "--cross-entropy-loss-fusion" in pasted and opts.get("cross_entropy_fusion_impl") == "te":
             from ..readers.recipe_mechanisms import TE_LOSS_REFUSED
             raise InvalidValueError(TE_LOSS_REFUSED)   # as Megatron-LM's validate_args

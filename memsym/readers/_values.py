@@ -85,6 +85,49 @@ def recipe_flag(values, key: str, default=False):
     return v
 
 
+def check_unpadded_vocab(rows: int, t: int, setting: str, why: str) -> None:
+    """Refuse a vocabulary kept unpadded that tensor parallelism cannot split evenly.
+
+    Megatron-core's vocab-parallel embedding and output layer give each of the ``t`` ranks
+    ``rows / t`` rows (``divide`` asserts it), so a vocabulary that no padding rounds up to a
+    multiple of ``t`` stops the launch.
+
+    Parameters
+    ----------
+    rows : int
+        The embedding's rows [tokens], as the framework builds them.
+    t : int
+        Tensor-parallel size [GPUs].
+    setting : str
+        The argument that sets ``t``, as the user spelled it.
+    why : str
+        What keeps the vocabulary unpadded, as the user spelled it.
+
+    Raises
+    ------
+    InvalidValueError
+        ``t`` does not divide ``rows``.
+
+    References
+    ----------
+    Megatron-LM ``megatron/core/tensor_parallel/utils.py:118`` at ``d98e8a64dd``
+    (``VocabUtility.vocab_range_from_global_vocab_size``: ``divide(global_vocab_size,
+    world_size)``).
+
+    Examples
+    --------
+    >>> check_unpadded_vocab(151936, 8, "--tp", "--padded-vocab-size")
+    >>> check_unpadded_vocab(151935, 8, "--tp", "--padded-vocab-size")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: --tp 8 does not divide the vocabulary of 151935 rows, which --padded-vocab-size keeps unpadded: Megatron-core's vocab-parallel embedding splits it evenly
+    """
+    if rows % t:
+        raise InvalidValueError(f"{setting} {t} does not divide the vocabulary of {rows} rows, "
+                                f"which {why} keeps unpadded: Megatron-core's vocab-parallel "
+                                "embedding splits it evenly")
+
+
 def read_bounded(path, what: str, limit: int = MAX_BYTES_INPUT, errors: str = "strict") -> str:
     """The text of the regular file ``path``, refused above ``limit`` bytes (one line each).
 

@@ -37,7 +37,7 @@ from ..errors import InvalidValueError, UnknownNameError
 from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
-from ._values import MAX_ARGS, MAX_GPUS, recipe_flag
+from ._values import MAX_ARGS, MAX_GPUS, check_unpadded_vocab, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
 from ._bridge_finetune import FINETUNE_RECIPES
 from .bridge_models import HF_PRESETS, recipe_model
@@ -500,12 +500,8 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     opts.update(_vocab(values, label, notes, reading.get("computed") or ()))
     unpadded = not values.get("tokenizer.use_tokenizer_vocab_size", True)
     vocab = (opts.get("vocab_size") or resolve_model(preset).vocab_size) if unpadded else 0
-    if vocab % opts.get("t", 1):
-        # Megatron-core d98e8a64dd tensor_parallel/utils.py:118 divides the rows evenly
-        raise InvalidValueError(f"model.tensor_model_parallel_size {opts.get('t', 1)} does not "
-                                f"divide the vocabulary of {vocab} rows, which this recipe keeps "
-                                "unpadded (tokenizer.use_tokenizer_vocab_size False): Megatron-"
-                                "core's vocab-parallel embedding splits it evenly")
+    check_unpadded_vocab(vocab, opts.get("t", 1), "model.tensor_model_parallel_size",
+                         "this recipe (tokenizer.use_tokenizer_vocab_size False)")
     world = reading["world_size"]
     if world is not None:
         opts["world_size"] = world

@@ -27,6 +27,7 @@ from ..vocabulary import FP8_RECIPE_COUNTED_AS, recompute_modules
 from ._values import (MAX_GPUS, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
                       MAX_VOCAB)
 from .megatron_architecture import (POSITION_EMBEDDING_TYPES, counted_position_type,
+                                    megatron_padded_vocab,
                                     hybrid_override, megatron_architecture)
 from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  MEGATRON_FSDP_SCHEMES, MODELLED, SCHEDULE_ENTRY, TABLE,
@@ -271,7 +272,7 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "transformer_impl", "recompute_modules", "moe_layer_recompute", "use_megatron_fsdp",
     "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
-    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "fp8_recipe", "fp4",
+    "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "padded_vocab_size", "fp8_recipe", "fp4",
     "fp4_recipe", "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype",
     "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub", *CUDA_GRAPH_DESTS,
     *(d for d, _ in MUON_DESTS)}
@@ -364,9 +365,9 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     if r.given("rampup_batch_size") or r.given("step_batch_size_schedule"):
         r.note("batch-size ramp-up or schedule: memory and time are estimated at the final "
                "global batch size (--global-batch-size)")
-    if raw.get("pad_vocab_size", True) is False:
-        raise InvalidValueError("--no-pad-vocab-size: the unpadded vocabulary then comes from a "
-                                "checkpoint, which memsym cannot read")
+    # the MODEL's layout is the job's (memsym's options beside these): the tensor-parallel size
+    # is checked against the rows where the two meet (memsym.cli.training_options)
+    megatron_padded_vocab(r, opts, 1)
     ub = megatron_ub_option(r, tp_comm_overlap or r.flag("tp_comm_overlap"))
     if ub is not None:
         opts["tp_comm_overlap_cfg"] = ub

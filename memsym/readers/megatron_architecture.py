@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 
 from ..errors import InvalidValueError
-from ._values import MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB, decimal
+from ._values import (MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB,
+                      check_unpadded_vocab, decimal)
 from .megatron_arguments import KNOWN_TOKENIZER_VOCAB, MegatronArguments
 from .megatron_pattern import parse_hybrid_pattern, parse_moe_layer_freq, unified_hybrid_pattern
 
 __all__ = ["POSITION_EMBEDDING_TYPES", "counted_position_type", "megatron_architecture",
-           "hybrid_override"]
+           "megatron_padded_vocab", "hybrid_override"]
 
 #: The values ``--position-embedding-type`` accepts (args: its choices).
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
@@ -263,6 +264,66 @@ def _tokenizer_vocab_note(name: str, size: int) -> str:
             "--vocab-size N to use another)")
 
 
+def megatron_padded_vocab(r: MegatronArguments, fields: dict, t: int) -> bool:
+    """Whether ``--padded-vocab-size N`` fixes the model's vocabulary rows, and if so put them
+    in ``fields`` (``vocab_size`` N, unpadded); ``--no-pad-vocab-size`` without it is refused.
+
+    The embedding and output layer have ``args.padded_vocab_size`` rows (gpt_builders.py:89).
+    ``build_tokenizer`` computes it from the tokenizer only when it is None and
+    ``--no-pad-vocab-size`` is not given (build_tokenizer.py:113-114, 127-128, 149-152), so a
+    given ``--padded-vocab-size`` is the row count as it stands, which tensor parallelism must
+    divide (:func:`memsym.readers._values.check_unpadded_vocab`).  Without either, the rows
+    come from a checkpoint's arguments (``--use-checkpoint-args``, checkpointing.py:2349).
+
+    Parameters
+    ----------
+    r : MegatronArguments
+        The command's values.
+    fields : dict
+        Architecture field -> value; ``vocab_size`` and ``make_vocab_size_divisible_by`` are
+        set when ``--padded-vocab-size`` is given.
+    t : int
+        The job's tensor-parallel size [GPUs].
+
+    Returns
+    -------
+    bool
+        True when the command fixes the rows.
+
+    Raises
+    ------
+    InvalidValueError
+        ``--no-pad-vocab-size`` alone, or a tensor-parallel size that does not divide N.
+
+    References
+    ----------
+    Megatron-LM ``gpt_builders.py``, ``megatron/core/tokenizers/utils/build_tokenizer.py``,
+    ``megatron/training/checkpointing.py`` at ``d98e8a64dd``.
+
+    Examples
+    --------
+    >>> r = MegatronArguments({"padded_vocab_size": "128256"}, {})
+    >>> fields = {}
+    >>> megatron_padded_vocab(r, fields, 8), fields
+    (True, {'vocab_size': 128256, 'make_vocab_size_divisible_by': 1})
+    """
+    if r.given("padded_vocab_size"):
+        fields["vocab_size"] = r.int("padded_vocab_size", hi=MAX_VOCAB)
+        fields["make_vocab_size_divisible_by"] = 1
+        check_unpadded_vocab(fields["vocab_size"], t, "the tensor-parallel size",
+                             r.name("padded_vocab_size"))
+        r.note(f"{r.name('padded_vocab_size')} {fields['vocab_size']}: the embedding and output "
+               "layer have exactly these rows (Megatron pads only a vocabulary it computes "
+               "from the tokenizer)")
+        return True
+    if r.raw.get("pad_vocab_size", True) is False:
+        raise InvalidValueError("--no-pad-vocab-size without --padded-vocab-size: Megatron then "
+                                "takes the vocabulary rows from a checkpoint's arguments "
+                                "(--use-checkpoint-args), which memsym cannot read; add "
+                                "--padded-vocab-size N (the rows, divisible by the TP size)")
+    return False
+
+
 def _vocab(r: MegatronArguments, a: dict):
     """The vocabulary size [tokens] and its padding multiple."""
     # build_tokenizer.py: NullTokenizer/TikTokenizer take --vocab-size; the others read their
@@ -271,9 +332,8 @@ def _vocab(r: MegatronArguments, a: dict):
     model = r.raw.get("tokenizer_model")
     a["make_vocab_size_divisible_by"] = r.int("make_vocab_size_divisible_by", 128,
                                               hi=MAX_VOCAB)
-    if r.raw.get("pad_vocab_size", True) is False:
-        raise InvalidValueError("--no-pad-vocab-size: the unpadded vocabulary then comes from a "
-                                "checkpoint, which memsym cannot read")
+    if megatron_padded_vocab(r, a, r.int("tensor_model_parallel_size", 1)):
+        return
     if r.given("vocab_size"):
         a["vocab_size"] = r.int("vocab_size", hi=MAX_VOCAB)
         if kind not in ("NullTokenizer", "TikTokenizer", "NullMultimodalTokenizer", None):
