@@ -631,7 +631,8 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
     mtype = _TEXT_CONFIG[mtype][0] if mtype in _TEXT_CONFIG else mtype
     # EXAONE 3.x and InternLM3 configs build transformers' LlamaForCausalLM
     pkg = {"gemma3_text": "gemma3", "llama4_text": "llama4", "exaone": "llama",
-           "internlm3": "llama"}.get(mtype, mtype)
+           "internlm3": "llama", "qwen3_5_text": "qwen3_5",
+           "qwen3_5_moe_text": "qwen3_5_moe"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
     # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to

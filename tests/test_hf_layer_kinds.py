@@ -1,4 +1,4 @@
-"""DBRX, DeepSeek-V3.2, Qwen3-Next, LFM2, MiniMax-01, GPT-OSS's swiglu_limit from config.json.
+"""DBRX, DeepSeek-V3.2, Qwen3-Next, Qwen3.5, LFM2, MiniMax-01, GPT-OSS's swiglu_limit from config.json.
 
 Same oracle as ``tests/test_hf_newer_types.py``: transformers (5.25.0 when checked) builds
 ``AutoModelForCausalLM.from_config`` of the very file memsym reads, on the meta device, and
@@ -22,7 +22,8 @@ from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropou
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 from in_process import estimate
 
-TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2", "minimax"}
+TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2", "minimax", "qwen3_5_text",
+         "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
 
 # transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig
 # does not default: a file without it cannot be built (the published one has it)
@@ -39,6 +40,18 @@ _Q3N = {"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 4,
         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
         "linear_value_head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
         "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24, **_TOKENS}
+
+# Qwen3.5: Qwen3-Next's mixers, a dense MLP in every layer (qwen3_5_text) or MoE with a gated
+# shared expert in every layer (qwen3_5_moe_text: no mlp_only_layers, no decoder_sparse_step);
+# the vision-language files wrap them in text_config
+_Q35 = {k: v for k, v in _Q3N.items() if k not in ("num_experts", "num_experts_per_tok",
+                                                     "moe_intermediate_size",
+                                                     "shared_expert_intermediate_size")}
+_Q35["model_type"] = "qwen3_5_text"
+_Q35_MOE = {k: v for k, v in _Q3N.items() if k != "intermediate_size"}
+_Q35_MOE["model_type"] = "qwen3_5_moe_text"
+_Q35_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2,
+               "out_hidden_size": 64}
 
 # LFM2: short-convolution and attention layers, the MLP width adjusted from block_ff_dim
 _LFM2 = {"model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 4,
@@ -79,6 +92,23 @@ SMALL = {
         "tie_word_embeddings": True},
     "qwen3_next-dense": {**_Q3N, "num_experts": 0},
     "qwen3_next-interval-2": {**_Q3N, "full_attention_interval": 2},
+    # Qwen3.5 dense; tied, attention every other layer; a file that still spells
+    # Qwen3-Next's MoE pattern fields (Qwen3_5MoeDecoderLayer builds experts in every layer)
+    "qwen3_5_text": _Q35,
+    "qwen3_5_text-tied-interval-2": {**_Q35, "tie_word_embeddings": True,
+                                     "full_attention_interval": 2},
+    "qwen3_5_moe_text": _Q35_MOE,
+    "qwen3_5_moe_text-sparse-step-ignored": {**_Q35_MOE, "decoder_sparse_step": 2,
+                                             "mlp_only_layers": [0], "attention_bias": True},
+    # the vision-language files: AutoModelForCausalLM builds Qwen3_5ForCausalLM /
+    # Qwen3_5MoeForCausalLM of text_config alone (its own tie_word_embeddings, not the top
+    # level's); a text_config without the core sizes takes the text config class's defaults
+    "qwen3_5": {"model_type": "qwen3_5", "vision_config": _Q35_VISION, **_TOKENS,
+                "tie_word_embeddings": True,
+                "text_config": {k: v for k, v in _Q35.items() if k != "model_type"}},
+    "qwen3_5_moe": {"model_type": "qwen3_5_moe", "vision_config": _Q35_VISION, **_TOKENS,
+                    "text_config": {**{k: v for k, v in _Q35_MOE.items() if k != "model_type"},
+                                    "tie_word_embeddings": True}},
     # LFM2: listed layer types, intermediate_size adjusted (2/3, x1, to a multiple of 16), tied;
     # or full_attn_idxs, block_ff_dim over intermediate_size, a 1.3 multiplier, biased 4-tap
     # convs, tie_embedding false over the tied default; or no adjustment; or an integer
@@ -187,6 +217,25 @@ REAL["qwen3-next-80b-a3b"] = {
     "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
     "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
     "tie_word_embeddings": False, "intermediate_size": 5120, "max_position_embeddings": 262144}
+
+
+# https://huggingface.co/Qwen/Qwen3.6-35B-A3B, "Model Overview" (read in a public copy of the
+# card; Qwen3.6 keeps Qwen3.5-MoE's model_type and classes, transformers' qwen3_5_moe docs): hidden
+# 2048, vocabulary 248320, 40 layers laid out 10 x (3 x (Gated DeltaNet -> MoE) + 1 x (Gated
+# Attention -> MoE)), Gated DeltaNet 32 V and 16 QK heads of 128, attention 16 Q and 2 KV heads
+# of 256, 256 experts, 8 routed + 1 shared, expert size 512; "35B in total and 3B activated",
+# with its vision encoder.  Not on the card: tie_word_embeddings (false, Qwen3_5MoeTextConfig's
+# default) and the conv kernel (4, the default).
+REAL["qwen3.6-35b-a3b"] = {
+    "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+    "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2},
+    "text_config": {"hidden_size": 2048, "num_hidden_layers": 40, "vocab_size": 248320,
+                    "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+                    "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                    "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                    "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+                    "shared_expert_intermediate_size": 512, "full_attention_interval": 4,
+                    "tie_word_embeddings": False}}
 
 
 @pytest.mark.torch
@@ -316,7 +365,28 @@ def test_qwen3_next_hand_count_and_the_published_totals(tmp_path):
     assert arch.layer_mixers == ("gdn", "gdn", "gdn", "attention") * 12
 
 
-@pytest.mark.parametrize("case", ["qwen3_next", "minimax"])
+def test_qwen3_6_moe_hand_count_and_card(tmp_path):
+    # Qwen3_5MoeGatedDeltaNet: in_proj_qkv h (2 H_k d_k + H_v d_v), in_proj_z h H_v d_v,
+    # in_proj_b and in_proj_a h H_v each (Qwen3-Next's in_proj_qkvz and in_proj_ba, split),
+    # conv1d k (2 H_k d_k + H_v d_v), dt_bias and A_log H_v each, norm d_v, out_proj
+    # H_v d_v h; the attention, MoE block and norms as Qwen3-Next's (above), MoE in all 40
+    h, L, V, E, f_e, f_sh, a, g, d = 2048, 40, 248320, 256, 512, 512, 16, 2, 256
+    hk, hv, dk, dv, k = 16, 32, 128, 128, 4
+    gdn = (h * (2 * hk * dk + hv * dv) + h * hv * dv + 2 * h * hv + k * (2 * hk * dk + hv * dv)
+           + 2 * hv + dv + hv * dv * h)
+    att = h * 2 * a * d + 2 * h * g * d + a * d * h + 2 * d
+    moe = E * h + E * 3 * h * f_e + 3 * h * f_sh + h
+    total = 2 * V * h + 30 * gdn + 10 * att + L * (moe + 2 * h) + h
+    arch = from_hf_config(_write(tmp_path, REAL["qwen3.6-35b-a3b"], "q36"))
+    assert parameter_count(arch) == total
+    assert arch.layer_mixers == ("gdn", "gdn", "gdn", "attention") * 10
+    assert arch.moe_layer_freq == (1,) * 40
+    # the card: 35B in total (the vision encoder with it) and 3B activated
+    assert _billions(parameter_count(arch)) == 35
+    assert _billions(active_parameter_count(arch)) == 3
+
+
+@pytest.mark.parametrize("case", ["qwen3_next", "minimax", "qwen3_5", "qwen3_5_moe"])
 def test_an_estimate_of_the_linear_attention_mixers_runs(tmp_path, case, capsys):
     # the Gated DeltaNet and lightning mixers' activations are modelled (see the measurements
     # below): the memory estimate of a small config runs
@@ -503,7 +573,8 @@ def test_the_short_conv_activations_are_measured_in_transformers_layer():
 
 
 @pytest.mark.parametrize("case", ["dbrx-nested", "deepseek_v32", "qwen3_next",
-                                  "lfm2-block-ff-dim-idxs-bias-untied", "minimax"])
+                                  "lfm2-block-ff-dim-idxs-bias-untied", "minimax",
+                                  "qwen3_5_moe"])
 def test_stages_add_up_to_the_count(tmp_path, case):
     # each layer by its own kind: Gated DeltaNet, short convolution, lightning or attention
     assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))

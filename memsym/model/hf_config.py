@@ -32,7 +32,21 @@ _TEXT_CONFIG = {
     "llama4": ("llama4_text", {"hidden_size": 5120, "intermediate_size": 8192,
                                "num_hidden_layers": 48, "num_attention_heads": 40,
                                "vocab_size": 202048}),
+    # Qwen3_5TextConfig / Qwen3_5MoeTextConfig (transformers 5.25.0)
+    "qwen3_5": ("qwen3_5_text", {"hidden_size": 4096, "intermediate_size": 12288,
+                                 "num_hidden_layers": 32, "num_attention_heads": 16,
+                                 "vocab_size": 248320}),
+    "qwen3_5_moe": ("qwen3_5_moe_text", {"hidden_size": 2048, "num_hidden_layers": 40,
+                                         "num_attention_heads": 16, "vocab_size": 248320}),
 }
+# which tie_word_embeddings a vision-language type's causal LM reads: the top-level one
+# (AutoModelForCausalLM builds Gemma3ForConditionalGeneration, whose tie_weights reads its own
+# config) or the text_config's (it builds Llama4ForCausalLM, Qwen3_5ForCausalLM,
+# Qwen3_5MoeForCausalLM of the text config alone); the text config class named in the notes
+_TEXT_TIE = {"gemma3": ("top", True, "Gemma3TextConfig"),
+             "llama4": ("text", None, "Llama4TextConfig"),
+             "qwen3_5": ("text", None, "Qwen3_5TextConfig"),
+             "qwen3_5_moe": ("text", None, "Qwen3_5MoeTextConfig")}
 # model types transformers builds with layers memsym does not model: refused in one line that
 # says so, with no near name suggested (a near name is another model, with another count)
 _NOT_MODELLED: dict = {}
@@ -115,6 +129,9 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "GPTBigCodeForCausalLM": "gpt_bigcode", "StableLmForCausalLM": "stablelm",
              "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "DbrxForCausalLM": "dbrx",
              "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next",
+             "Qwen3_5ForCausalLM": "qwen3_5_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+             "Qwen3_5ForConditionalGeneration": "qwen3_5",
+             "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
              "Lfm2ForCausalLM": "lfm2", "MiniMaxForCausalLM": "minimax",
              "ZambaForCausalLM": "zamba", "Zamba2ForCausalLM": "zamba2"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
@@ -129,24 +146,14 @@ def from_hf_config(path) -> Architecture:
     """Read a local Hugging Face ``config.json`` into an :class:`Architecture` (no network).
 
     Accepted ``model_type`` (or, only when the file has none, the type of ``architectures[0]``):
-    apertus, arcee, bloom, cohere, cohere2, cwm, dbrx, deepseek_v2, deepseek_v3, deepseek_v32
-    (with its sparse-attention indexer), dots1, ernie4_5, ernie4_5_moe, exaone (EXAONE 3.x),
-    exaone4, falcon (both decoder architectures), gemma, gemma2, gemma3 (its text_config),
-    gemma3_text, flex_olmo, glm, glm4, glm4_moe, glm4_moe_lite, gpt2, gpt_bigcode, gpt_neox,
-    gpt_oss, gptj, granite, granitemoe, granitemoeshared, helium, hunyuan_v1_dense,
-    hunyuan_v1_moe, internlm3, llama, llama4 (its text_config), llama4_text, minimax_m2,
-    ministral, ministral3, mistral, mixtral, nemotron, olmo, olmo2, olmo3, olmoe, phi (Phi-1 to
-    Phi-2), phi3 (Phi-3 and Phi-4), phimoe, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss,
-    smollm3, stablelm, starcoder2, vaultgemma, the pure state-space types mamba, falcon_mamba,
-    mamba2 (:mod:`memsym.model.hf_ssm`), and the hybrid types bamba, falcon_h1,
-    granitemoehybrid, jamba, nemotron_h (Mamba / attention), qwen3_next (Gated DeltaNet), lfm2
-    (short convolutions), minimax (lightning attention) (:mod:`memsym.model.hf_hybrid`: mixers
-    in ``layer_mixers``; counts exact, estimates of Mamba-2 and short-convolution mixers), and
-    zamba, zamba2 (Mamba layers with shared transformer blocks, :mod:`memsym.model.hf_zamba`:
-    counts exact, estimates at p = 1, Zamba's under transformers' code).  The core sizes
-    (hidden size, layers, heads, vocabulary, MLP size) must be in the file (a vision-language file's
-    text_config takes its text config class's defaults, as the released gemma3 files need, and
-    says so in the notes); every other field defaults as transformers' config class defaults it,
+    :data:`HF_MODEL_TYPES` (listed by family in docs/validation.md, "config.json"): the
+    Llama-like decoders and MoE families (:mod:`memsym.model.hf_decoders`,
+    :mod:`memsym.model.hf_moe`), the pure state-space types (:mod:`memsym.model.hf_ssm`), the
+    hybrid types (:mod:`memsym.model.hf_hybrid`: mixers in ``layer_mixers``), zamba and zamba2
+    (:mod:`memsym.model.hf_zamba`), and the vision-language files whose language model is read
+    from ``text_config``.  The core sizes (hidden size, layers, heads, vocabulary, MLP size)
+    must be in the file (a vision-language file's text_config takes its text config class's
+    defaults, as the released gemma3 files need, and says so in the notes); every other field defaults as transformers' config class defaults it,
     and the modules are those the transformers model builds, so the parameter count equals
     ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` (transformers 5.24.0, and 5.25.0
     for the types of ``tests/test_hf_more_types.py`` and ``tests/test_hf_layer_kinds.py``; for
@@ -217,7 +224,8 @@ def from_hf_config(path) -> Architecture:
         # the hybrid families (memsym.model.hf_hybrid) and pure Mamba (memsym.model.hf_ssm);
         # tied read after the reader, which spells an alias as transformers reads it (LFM2)
         kw = _LAYERED_READERS[mtype][0](c, notes)
-        tied = c.bool("tie_word_embeddings", _LAYERED_READERS[mtype][1])
+        if file_type == mtype:     # (a vision-language file's was read by _text_config)
+            tied = c.bool("tie_word_embeddings", _LAYERED_READERS[mtype][1])
     else:
         kw = _READERS.get(mtype, read_llama_like)(c, mtype, notes)
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
@@ -279,18 +287,17 @@ def _text_config(c: ConfigFields, mtype: str, notes: list) -> tuple:
     if not isinstance(text, dict):
         raise c._bad(f"field 'text_config' must be an object, got {type(text).__name__}")
     defaulted = sorted(k for k in core if text.get(k) is None)
-    if mtype == "gemma3":
-        # Gemma3ForConditionalGeneration ties lm_head to the language model's embedding by
-        # the top-level tie_word_embeddings (Gemma3Config default True)
-        tied = c.bool("tie_word_embeddings", True)
+    tie_from, tie_default, text_class = _TEXT_TIE[mtype]
+    if tie_from == "top":
+        tied = c.bool("tie_word_embeddings", tie_default)
     c = ConfigFields({**text, **{k: core[k] for k in defaulted}}, f"{c.where} text_config")
-    if mtype == "llama4":
-        # AutoModelForCausalLM builds Llama4ForCausalLM of the text config alone
-        tied = c.bool("tie_word_embeddings", DECODER_DEFAULTS[text_type][0])
+    if tie_from == "text":
+        tied = c.bool("tie_word_embeddings", _LAYERED_READERS[text_type][1]
+                      if text_type in _LAYERED_READERS else DECODER_DEFAULTS[text_type][0])
     notes.append(f"model_type {mtype!r}: the language model (text_config) only; the vision "
                  "encoder and the multimodal projector are not counted")
     if defaulted:
-        notes.append("text_config without " + ", ".join(defaulted) + ": transformers' "
-                     f"{'Gemma3' if mtype == 'gemma3' else 'Llama4'}TextConfig defaults ("
+        notes.append("text_config without " + ", ".join(defaulted) + f": transformers' "
+                     f"{text_class} defaults ("
                      + ", ".join(f"{k}={core[k]}" for k in defaulted) + ")")
     return c, text_type, tied

@@ -298,16 +298,24 @@ def _read_granitemoehybrid(c: ConfigFields, notes: list) -> dict:
     return kw
 
 
-def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
+def _gated_deltanet_stack(c: ConfigFields, experts: str) -> dict:
+    """The Qwen3-Next / Qwen3.5 layer stack; ``experts``: ``"pattern"`` (Qwen3-Next: MoE where
+    mlp_only_layers and decoder_sparse_step say), ``"all"`` (Qwen3.5-MoE) or ``"none"``
+    (Qwen3.5)."""
     # Qwen3NextDecoderLayer: Qwen3NextGatedDeltaNet iff layer_types[i] == "linear_attention"
     # (default: every full_attention_interval-th layer (4) full attention), else
     # Qwen3NextAttention: q_proj h -> 2 a d_h (query and output gate), k, v, o, all with
-    # bias=attention_bias; q_norm, k_norm RMSNorm(head_dim).  Qwen3NextSparseMoeBlock iff
-    # i not in mlp_only_layers and num_experts > 0 and (i + 1) % decoder_sparse_step == 0: a
+    # bias=attention_bias; q_norm, k_norm RMSNorm(head_dim).  Qwen3NextSparseMoeBlock: a
     # router E x h, E gated experts of moe_intermediate_size, a gated shared_expert of
     # shared_expert_intermediate_size and its sigmoid gate h -> 1; else a gated MLP of
     # intermediate_size.  Two RMSNorms per layer (zero-centred: one weight each, as any).
-    kw = _core(c, 2, 32768)
+    # Qwen3_5GatedDeltaNet splits in_proj_qkvz / in_proj_ba into in_proj_qkv, in_proj_z,
+    # in_proj_b, in_proj_a: the same weights and outputs.
+    n_exp = c.int("num_experts", 512 if experts == "pattern" else 256,
+                  allow_zero=True) if experts != "none" else 0
+    kw = _core(c, 2, 32768, ffn=None if experts == "all" else ...)
+    if experts == "all":   # no dense MLP is built: the width is the experts' (never read)
+        kw["ffn_hidden_size"] = c.int("moe_intermediate_size", 512)
     n_layers = kw["num_layers"]
     kw["kv_channels"] = c.int("head_dim", 256)
     if c.data.get("layer_types") is None:
@@ -316,8 +324,8 @@ def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
                  for i in range(n_layers)]
     else:
         kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
-    n_exp = c.int("num_experts", 512, allow_zero=True)
-    pattern = tuple(int(n_exp > 0) * sparse for sparse in c.sparse_step_layers(n_layers))
+    pattern = (tuple(int(n_exp > 0) * sparse for sparse in c.sparse_step_layers(n_layers))
+               if experts == "pattern" else (int(n_exp > 0),) * n_layers)
     kw.update(layer_mixers=tuple("gdn" if k == "linear_attention" else "attention"
                                  for k in kinds),
               attention_bias=c.bool("attention_bias", False), qk_layernorm=True,
@@ -331,14 +339,34 @@ def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
               gdn_conv_kernel=c.int("linear_conv_kernel_dim", 4))
     if kw["gdn_value_heads"] % kw["gdn_key_heads"]:
         raise c._bad("linear_num_value_heads must be a multiple of linear_num_key_heads "
-                     "(Qwen3NextGatedDeltaNet splits the value heads over the key heads)")
+                     "(the Gated DeltaNet splits the value heads over the key heads)")
     if any(pattern):
-        kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 10),
+        kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok",
+                                                           10 if experts == "pattern" else 8),
                   moe_ffn_hidden_size=c.int("moe_intermediate_size", 512),
                   moe_shared_expert_intermediate_size=c.int("shared_expert_intermediate_size",
                                                             512),
                   moe_shared_expert_gate=True, moe_layer_freq=pattern, moe_router_bias=False)
     return kw
+
+
+def _read_qwen3_next(c: ConfigFields, notes: list) -> dict:
+    # Qwen3NextSparseMoeBlock iff i not in mlp_only_layers and num_experts > 0 and
+    # (i + 1) % decoder_sparse_step == 0 (Qwen3NextConfig: num_experts 512, top-k 10)
+    return _gated_deltanet_stack(c, "pattern")
+
+
+def _read_qwen3_5_text(c: ConfigFields, notes: list) -> dict:
+    # Qwen3_5DecoderLayer: Qwen3_5MLP(config, intermediate_size) in every layer
+    # (Qwen3_5TextConfig removes the expert fields and mlp_only_layers)
+    return _gated_deltanet_stack(c, "none")
+
+
+def _read_qwen3_5_moe_text(c: ConfigFields, notes: list) -> dict:
+    # Qwen3_5MoeDecoderLayer: a Qwen3_5MoeSparseMoeBlock (Qwen3-Next's) in every layer, no
+    # dense MLP (Qwen3_5MoeTextConfig has no intermediate_size, mlp_only_layers or
+    # decoder_sparse_step: num_experts 256, top-k 8)
+    return _gated_deltanet_stack(c, "all")
 
 
 def _lfm2_ffn(c: ConfigFields) -> int:
@@ -416,6 +444,9 @@ HYBRID_READERS = {
     "granitemoehybrid": (_read_granitemoehybrid, False, {"attention_dropout": 0.0}),
     # Qwen3NextConfig: tie_word_embeddings False, attention_dropout 0.0 (transformers 5.25.0)
     "qwen3_next": (_read_qwen3_next, False, {"attention_dropout": 0.0}),
+    # Qwen3_5TextConfig, Qwen3_5MoeTextConfig (Qwen3NextConfig's subclasses): the same defaults
+    "qwen3_5_text": (_read_qwen3_5_text, False, {"attention_dropout": 0.0}),
+    "qwen3_5_moe_text": (_read_qwen3_5_moe_text, False, {"attention_dropout": 0.0}),
     # Lfm2Config: tie_word_embeddings True; Lfm2Attention applies no dropout
     "lfm2": (_read_lfm2, True, {}),
     # MiniMaxConfig: tie_word_embeddings False, attention_dropout 0.0
