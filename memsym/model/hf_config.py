@@ -49,7 +49,24 @@ _TEXT_TIE = {"gemma3": ("top", True, "Gemma3TextConfig"),
              "qwen3_5_moe": ("text", None, "Qwen3_5MoeTextConfig")}
 # model types transformers builds with layers memsym does not model: refused in one line that
 # says so, with no near name suggested (a near name is another model, with another count)
-_NOT_MODELLED: dict = {}
+_NOT_MODELLED: dict = {
+    # transformers 5.25.0 modeling_gemma4.py: Gemma4TextAttention's per-layer head sizes and KV
+    # heads (per_layer_config), layers that reuse an earlier layer's keys and values and build
+    # no k/v projection (kv_sharing_modes), global layers without v_proj (attention_k_eq_v),
+    # a double-wide MLP on the sharing layers, per-layer input embeddings
+    # (hidden_size_per_layer_input) and a dense MLP beside the experts (enable_moe_block)
+    "gemma4_text": "Gemma 4's per-layer head sizes, key/value sharing across layers, per-layer "
+                   "input embeddings and dense MLP beside the experts are not in memsym's "
+                   "Architecture",
+    "gemma4": "Gemma 4's per-layer head sizes, key/value sharing across layers, per-layer input "
+              "embeddings and dense MLP beside the experts are not in memsym's Architecture",
+    # modeling_deepseek_v4.py: hyper-connections (hc_mult residual streams mixed by Sinkhorn
+    # iterations), compressed attention per layer (compress_rates), grouped low-rank output
+    # projection (o_groups, o_lora_rank)
+    "deepseek_v4": "DeepSeek-V4's hyper-connection residual streams, compressed sparse "
+                   "attention and grouped low-rank output projection are not in memsym's "
+                   "Architecture",
+}
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
 # modules and attention's dropout read; gpt2's hidden_dropout and the classifier/summary
