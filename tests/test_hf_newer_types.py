@@ -28,7 +28,7 @@ from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropou
 # the model types this file covers (the older ones are in tests/test_hf_configs.py)
 NEWER_TYPES = {"llama4_text", "llama4", "gemma3", "olmoe", "smollm3", "glm4", "glm4_moe",
                "ernie4_5", "ernie4_5_moe", "seed_oss", "exaone4", "hunyuan_v1_dense", "apertus",
-               "arcee", "dots1"}
+               "arcee", "dots1", "exaone_moe"}
 
 _VISION = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
            "intermediate_size": 32}
@@ -65,6 +65,18 @@ SMALL = {
                                                            intermediate_size=32,
                                                            intermediate_size_mlp=96,
                                                            num_local_experts=4)},
+    # EXAONE MoE: EXAONE 4's attention, DeepSeek-V3's MoE after the first dense layer, one
+    # shared expert; or the layers mlp_layer_types lists, two shared experts, tied; or every
+    # layer MoE with no shared expert
+    "exaone_moe": _small("exaone_moe", num_experts=4, num_experts_per_tok=2,
+                         moe_intermediate_size=16, head_dim=16),
+    "exaone_moe-layer-types-2-shared-tied": _small(
+        "exaone_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        num_shared_experts=2, mlp_layer_types=["sparse", "dense", "sparse"],
+        tie_word_embeddings=True),
+    "exaone_moe-all-moe-no-shared": _small("exaone_moe", num_experts=4, num_experts_per_tok=2,
+                                           moe_intermediate_size=16, first_k_dense_replace=0,
+                                           num_shared_experts=0),
     "olmoe": _small("olmoe", num_experts=4, num_experts_per_tok=2),
     "olmoe-bias-tied": _small("olmoe", num_experts=4, num_experts_per_tok=2, attention_bias=True,
                               tie_word_embeddings=True),

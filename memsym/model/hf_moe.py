@@ -53,6 +53,28 @@ def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+def _read_exaone_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # ExaoneMoeDecoderLayer (OlmoeDecoderLayer's input and post-attention RMSNorms) around
+    # Exaone4Attention (q, k, v, o bias=False; q_norm, k_norm RMSNorm(head_dim); sliding
+    # layers change no parameter) and ExaoneMoeSparseMoEBlock iff mlp_layer_types[i] ==
+    # "sparse" (default: the first first_k_dense_replace layers dense): DeepSeek-V3's router
+    # E x h (e_score_correction_bias an nn.Buffer), E gated experts of moe_intermediate_size
+    # and a gated shared MLP of num_shared_experts * moe_intermediate_size; else a gated
+    # Qwen2MoeMLP of intermediate_size.  ExaoneMoeConfig's defaults: 64 experts, top-8, 1024
+    # wide, one shared, first layer dense; MTP weights are not loaded (mtp.* ignored)
+    kw = decoder_fields(c, mtype)
+    n_layers = kw["num_layers"]
+    pattern = (_mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
+               else _first_dense_pattern(c, n_layers, 1))
+    n_exp, moe_f = c.int("num_experts", 64), c.int("moe_intermediate_size", 1024)
+    n_shared = c.int("num_shared_experts", 1, allow_zero=True)
+    kw.update(qk_layernorm=True, num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 8),
+              moe_ffn_hidden_size=moe_f, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_layer_freq=pattern, moe_router_bias=False)
+    _uncounted_notes(c, notes, pattern, n_exp, "ExaoneMoe", mtp=False)
+    return kw
+
+
 def _uncounted_notes(c: ConfigFields, notes: list, pattern, n_exp: int, cls: str, *, mtp: bool) -> None:
     """Say what a DeepSeek-V3-style config holds that transformers' ``cls`` model does not
     build as parameters: the routers' e_score_correction_bias (an nn.Buffer) and, where the
@@ -278,5 +300,6 @@ def _read_dbrx(c: ConfigFields, mtype: str, notes: list) -> dict:
 MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
                "deepseek_v32": _read_deepseek_v32, "dbrx": _read_dbrx,
                "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
-               "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite}
+               "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite,
+               "exaone_moe": _read_exaone_moe}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
