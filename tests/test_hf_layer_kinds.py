@@ -23,7 +23,7 @@ from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 from in_process import estimate
 
 TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2", "minimax", "qwen3_5_text",
-         "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
+         "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "lfm2_moe"}
 
 # transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig
 # does not default: a file without it cannot be built (the published one has it)
@@ -122,6 +122,18 @@ SMALL = {
     "lfm2-no-adjust": {**_LFM2, "intermediate_size": 96, "block_auto_adjust_ff_dim": False},
     "lfm2-int-multiplier-head-dim": {**_LFM2, "intermediate_size": 96,
                                      "block_ffn_dim_multiplier": 2, "head_dim": 8},
+    # LFM2-MoE: LFM2's mixers, two dense layers then MoE (no shared expert), tied; or every
+    # layer MoE, biased convs, untied by tie_embedding; or every layer dense
+    "lfm2_moe": {**_LFM2, "model_type": "lfm2_moe", "intermediate_size": 96,
+                 "moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                 "layer_types": ["conv", "conv", "full_attention", "conv"]},
+    "lfm2_moe-all-moe-bias-untied": {
+        **_LFM2, "model_type": "lfm2_moe", "intermediate_size": 96, "moe_intermediate_size": 16,
+        "num_experts": 4, "num_experts_per_tok": 2, "num_dense_layers": 0, "conv_bias": True,
+        "conv_L_cache": 4, "tie_embedding": False,
+        "layer_types": ["full_attention", "conv", "conv", "full_attention"]},
+    "lfm2_moe-dense": {**_LFM2, "model_type": "lfm2_moe", "intermediate_size": 96,
+                       "num_dense_layers": 4, "layer_types": ["conv", "full_attention"] * 2},
     # MiniMax-01: the default alternation; or seven-to-one as published, a head_dim, tied
     "minimax": _MINIMAX,
     "minimax-layer-types-head-dim-tied": {
@@ -386,7 +398,32 @@ def test_qwen3_6_moe_hand_count_and_card(tmp_path):
     assert _billions(active_parameter_count(arch)) == 3
 
 
-@pytest.mark.parametrize("case", ["qwen3_next", "minimax", "qwen3_5", "qwen3_5_moe"])
+@pytest.mark.parametrize("layers, experts, width, attention, total, active", [
+    (24, 32, 1792, 6, 8.3, 1.5),      # LFM2-8B-A1B
+    (40, 64, 1536, 10, 23.8, 2.3),    # LFM2-24B-A2B
+])
+def test_lfm2_moe_published_totals(tmp_path, layers, experts, width, attention, total, active):
+    # Liquid AI's LFM2-24B-A2B release post ("same hidden dimension (2048) and attention
+    # configuration as LFM2-8B-A1B", 24 -> 40 layers, 32 -> 64 experts, top-4, expert size 1536
+    # vs 1792, the first two layers dense, 10 attention layers of 40; "24 billion total
+    # parameters ... 2.3B active") and LFM2-8B-A1B's (18 short-convolution and 6 GQA blocks,
+    # vocabulary 65,536; 8.3B total, 1.5B active).  Not stated: the dense layers' width and the
+    # heads (Lfm2MoeConfig's defaults, 7168 and 32 / 8) and where the attention layers sit
+    # (the count does not depend on it)
+    kinds = ["conv"] * layers
+    for i in range(attention):
+        kinds[2 + i * (layers // attention)] = "full_attention"
+    cfg = {**_LFM2, "model_type": "lfm2_moe", "hidden_size": 2048, "num_hidden_layers": layers,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 65536,
+           "intermediate_size": 7168, "moe_intermediate_size": width, "num_experts": experts,
+           "num_experts_per_tok": 4, "num_dense_layers": 2, "layer_types": kinds}
+    arch = from_hf_config(_write(tmp_path, cfg))
+    assert _billions(parameter_count(arch), 1) == total
+    # the posts give the active count to one decimal, rounded or cut (8B: 1.557B counted)
+    assert abs(active_parameter_count(arch) / 10**9 - active) < 0.1
+
+
+@pytest.mark.parametrize("case", ["qwen3_next", "minimax", "qwen3_5", "qwen3_5_moe", "lfm2_moe"])
 def test_an_estimate_of_the_linear_attention_mixers_runs(tmp_path, case, capsys):
     # the Gated DeltaNet and lightning mixers' activations are modelled (see the measurements
     # below): the memory estimate of a small config runs
@@ -444,6 +481,7 @@ def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
     (_small("gemma4_text"), "key/value sharing across layers"),
     ({"model_type": "gemma4", "text_config": _small("gemma4_text")}, "per-layer input"),
     (_small("deepseek_v4"), "hyper-connection residual streams"),
+    ({**_LFM2, "model_type": "lfm2_moe", "intermediate_size": 96}, "missing field 'layer_types'"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:

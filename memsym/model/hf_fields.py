@@ -39,7 +39,7 @@ FIELD_LIMITS = {
     "original_max_position_embeddings": "max_position_embeddings",
     "num_local_experts": "num_experts", "num_experts": "num_experts",
     "n_routed_experts": "num_experts", "n_shared_experts": "num_experts",
-    "num_shared_experts": "num_experts",
+    "num_shared_experts": "num_experts", "num_dense_layers": "num_layers",
     "num_experts_per_tok": "moe_router_topk", "experts_per_token": "moe_router_topk",
     "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
     "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",

@@ -411,6 +411,38 @@ def _read_lfm2(c: ConfigFields, notes: list) -> dict:
     return kw
 
 
+def _read_lfm2_moe(c: ConfigFields, notes: list) -> dict:
+    # Lfm2MoeDecoderLayer: LFM2's mixers (Lfm2ShortConv where layer_types[i] == "conv", else
+    # Lfm2Attention: q, k, v, out_proj without bias, q_layernorm and k_layernorm), operator_norm
+    # and ffn_norm; a gated Lfm2MoeMLP of intermediate_size as given (Lfm2MLP's width
+    # adjustment is not inherited) in the first num_dense_layers layers, else
+    # Lfm2MoeSparseMoeBlock: a router E x h (its expert_bias an nn.Buffer), E gated experts of
+    # moe_intermediate_size, no shared expert.  Lfm2MoeConfig has no default layer_types, which
+    # every layer indexes: a file without it cannot be built.
+    if "tie_embedding" in c.data:
+        c.data = {**c.data, "tie_word_embeddings": c.data["tie_embedding"]}
+    kw = _core(c, 8, 128000, ffn=7168)
+    n_layers = kw["num_layers"]
+    if c.data.get("layer_types") is None:
+        raise c._bad("missing field 'layer_types' (Lfm2MoeConfig has no default and every "
+                     "LFM2-MoE layer reads its entry: transformers cannot build the model)")
+    kinds = _layer_types(c, "layer_types", n_layers, ("conv", "full_attention"))
+    dense = c.int("num_dense_layers", 2, allow_zero=True)
+    pattern = tuple(int(i >= dense) for i in range(n_layers))
+    kw.update(layer_mixers=tuple("conv" if k == "conv" else "attention" for k in kinds),
+              qk_layernorm=True, short_conv_kernel=c.int("conv_L_cache", 3),
+              short_conv_bias=c.bool("conv_bias", False))
+    if any(pattern):
+        n_exp = c.int("num_experts", 32)
+        kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 4),
+                  moe_ffn_hidden_size=c.int("moe_intermediate_size", 1792),
+                  moe_layer_freq=pattern, moe_router_bias=False)
+        if c.bool("use_expert_bias", True):
+            notes.append(f"expert_bias ({sum(pattern)} x {n_exp}) not counted: a buffer, not a "
+                         "parameter, in transformers' Lfm2MoeSparseMoeBlock")
+    return kw
+
+
 def _read_minimax(c: ConfigFields, notes: list) -> dict:
     # MiniMaxDecoderLayer: MiniMaxLightningAttention iff layer_types[i] == "linear_attention"
     # (default: odd layers), else MiniMaxAttention (q, k, v, o without bias; head_dim, or
@@ -449,6 +481,8 @@ HYBRID_READERS = {
     "qwen3_5_moe_text": (_read_qwen3_5_moe_text, False, {"attention_dropout": 0.0}),
     # Lfm2Config: tie_word_embeddings True; Lfm2Attention applies no dropout
     "lfm2": (_read_lfm2, True, {}),
+    # Lfm2MoeConfig: tie_word_embeddings True; no dropout applied
+    "lfm2_moe": (_read_lfm2_moe, True, {}),
     # MiniMaxConfig: tie_word_embeddings False, attention_dropout 0.0
     "minimax": (_read_minimax, False, {"attention_dropout": 0.0}),
 }
