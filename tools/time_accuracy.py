@@ -38,7 +38,7 @@ from memsym.model.pipeline_layout import PipelineLayout  # noqa: E402
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe  # noqa: E402
 from memsym.readers.recipe_mechanisms import recipe_dispatcher  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
-from memsym.timing import efficiency, moe_host  # noqa: E402
+from memsym.timing import efficiency, expert_casts, moe_host  # noqa: E402
 from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.layer import layer_time  # noqa: E402
@@ -847,7 +847,34 @@ def accuracy_markdown() -> str:
               f"{KERNEL_FRACTION['cast'][2][1]});",
               "the other recipes' casts at the datasheet rate.  Before (the MXFP8 casts at the "
               "datasheet rate; ceilings", "and floor fixed then) the all-runs error was "
-              "9.41 %, MoE 12.30 % (this page at 056f9fd)."]
+              "9.41 %, MoE 12.30 % (this page at 056f9fd).",
+              "", "Through Transformer Engine 2.14 (the containers through 26.04.01, every "
+              "Megatron-Bridge row here;",
+              "Megatron-Bridge issue #2885) the routed experts' MXFP8 casts are a kernel per "
+              "local expert, their weights",
+              "cast per expert once a step and their scales swizzled every pass "
+              "(`memsym.timing.expert_casts`,",
+              "`Settings.expert_quantize`): each cast takes at least the "
+              f"{expert_casts.CAST_FLOOR * 1e6:.2f} us a small MXFP8 cast takes on a B200",
+              "(Transformer Engine PR #2634), whatever its bytes.  The host floor refixed "
+              "(6.672 -> 6.469 ms), the",
+              "ceilings unchanged.  Before (this page at 1179e11): all runs 9.35 %, MoE "
+              "12.08 %, dense 6.31 %, B200",
+              "10.38 %, B300 18.54 %, GB200 9.06 %, GB300 7.53 %, blackwell-ultra / mxfp8 / "
+              "MoE 12.70 % (-12.31 %",
+              "signed); after: 9.36 %, 12.11 %, 6.31 %, 10.11 %, 18.75 %, 9.17 %, 7.64 %, "
+              "12.95 % (-12.64 %).  The",
+              "mechanism does not close the gap that follows the local expert count: at MBS 8 "
+              "(the B300 / GB300",
+              "Qwen3-30B-A3B rows, 16,384 rows an expert) every cast is above the floor, and "
+              "the BF16 GPT-OSS 120B",
+              "rows with 16 local experts, which cast nothing, are as far off (-26 to -31 %).  "
+              "With the floor added",
+              "to every cast (an upper bound: the source's small casts are launch-bound) and "
+              "the host floor refixed",
+              "(6.376 ms): all runs 9.15 %, MoE 11.70 %, B300 17.72 %, blackwell-ultra / mxfp8 "
+              "/ MoE 12.08 %",
+              "(-11.54 %)."]
     lines += ["", "B200 and GB200 (Blackwell) share one class (`blackwell`), B300 and GB300",
               "(Blackwell Ultra) another (`blackwell-ultra`, memsym.hardware), each GPU priced at",
               "its own datasheet peak and bandwidths.  The blackwell fp8 ceiling is fixed after",

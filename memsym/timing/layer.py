@@ -341,7 +341,8 @@ def _expert_parallel(x, st: Settings, gemms, dev, clu, t, e, t_e, T, *, eta_gemm
     # all-to-alls by where EP ranks sit, expert-TP AG/RS, dispatcher copies (.moe)
     f_ep, b_ep, f_b, b_b, f_c, b_c = moe_layer_extras(
         gemms, tok, x.k, e, t_e, clu, dev, prec,
-        fp8_recipe="nvfp4" if prec == "fp4" else st.fp8_recipe, dispatcher=st.moe_dispatcher)
+        fp8_recipe="nvfp4" if prec == "fp4" else st.fp8_recipe, dispatcher=st.moe_dispatcher,
+        expert_quantize=st.expert_quantize)
     ep_raw = [f_ep, b_ep, f_b, b_b]
     if overlap.ep_a2a:
         def seconds(which, experts):

@@ -53,6 +53,7 @@ from .collectives import (LINK_LATENCY, collective_bytes, collective_time, group
                           intra_bandwidth, nvlink_domain)
 from .efficiency import (GEMM_INPUT_BYTES, K0, LAUNCH_OVERHEAD, TILES, ArrayMemo, as_array,
                          ceiling, gemm_time, memory_time, peak_precision)
+from .expert_casts import unfused_seconds
 from .flex_dispatch import FLEX_DISPATCHERS, destinations_per_token, flex_alltoall_time
 from .moe_copies import ROUTER_BYTES_PER_LOGIT, dispatch_bytes, dispatch_seconds
 from .moe_eager import eager_seconds
@@ -476,7 +477,8 @@ def _dispatch_traffic(tokens, h, E, k, e, t_e, cluster, dispatcher):
 
 
 def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, *,
-                     fp8_recipe: str | None = None, dispatcher: str = "alltoall"):
+                     fp8_recipe: str | None = None, dispatcher: str = "alltoall",
+                     expert_quantize: str = "per-expert"):
     r"""What one MoE layer adds on one GPU beyond its GEMMs and memory-bound bytes [s, bytes].
 
     .. math:: t_{fwd} = 2\,t_{a2a} + t_{etp} + t_{count},\ t_{bwd} = 2\,t_{a2a} + t_{etp},
@@ -523,6 +525,8 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
         The token dispatcher: the flex backends send a token once per rank and per NVLink
         domain it reaches (:func:`memsym.timing.flex_dispatch.flex_alltoall_time`), the
         others one row per routed expert.
+    expert_quantize : {"per-expert", "grouped"}
+        Under MXFP8, a cast kernel per local expert or one for all (:mod:`.expert_casts`).
 
     Examples
     --------
@@ -559,17 +563,16 @@ def moe_layer_extras(gemms, tokens, k, e, t_e, cluster, device, precision: str, 
     seconds, sent, landed = _dispatch_traffic(tokens, h, int(np.ravel(E)[0]), k, e, t_e,
                                               cluster, dispatcher)
     etp_s, etp_b = expert_tp_collectives(held * t_e, t_e, cluster)
-    n = as_array(e) * t_e
     counts = token_count_gather_time(E, e, t_e, cluster)
-    counts_b = collective_bytes("all-gather", 8.0 * E * n, n)
+    counts_b = collective_bytes("all-gather", 8.0 * E * as_array(e) * t_e, as_array(e) * t_e)
     received = as_array(fc1.M) * fc1.count
     copies = dispatch_seconds(tokens, tokens * k, received, h, E, fc1.count, device,
                               landed=landed)
-    cast = 0.0
-    if precision in ("fp8", "fp4"):
-        dev = _gpu(device)
-        cast = memory_time(grouped_quantize_bytes(received, h, fp8_recipe, dev.non_tn_fp8_gemm),
-                           device) / cast_rate(precision, fp8_recipe)
+    cast = 0.0 if precision not in ("fp8", "fp4") else memory_time(grouped_quantize_bytes(
+        received, h, fp8_recipe, _gpu(device).non_tn_fp8_gemm), device) / cast_rate(
+        precision, fp8_recipe)
     eager_f, eager_b = eager_seconds(gemms, device)
+    # under MXFP8, the expert path's cast kernels beyond their bytes and the weights' swizzles
+    un_f, un_b = unfused_seconds(gemms, device, precision, fp8_recipe, expert_quantize)
     return (seconds + etp_s + counts, seconds + etp_s, sent + etp_b + counts_b, sent + etp_b,
-            copies + cast + eager_f, copies + eager_b)
+            copies + cast + eager_f + un_f, copies + eager_b + un_b)

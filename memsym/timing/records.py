@@ -177,6 +177,12 @@ class Settings:
         Megatron's ``bias_activation_fusion`` (default on, as memsym's jobs): off, a clamped
         quick-GeGLU's experts run the eager ``glu`` (moe/experts.py:995-1016 at d98e8a64dd,
         :func:`memsym.timing.moe_eager.eager_glu_bytes`) in place of the fused kernel.
+    expert_quantize : {"per-expert", "grouped"}
+        How Transformer Engine casts the routed experts' tensors under MXFP8
+        (:mod:`memsym.timing.expert_casts`): ``"per-expert"``, a kernel per local expert, as
+        TE through 2.14 does, the NeMo / Megatron-Bridge releases through 26.04.01
+        (Megatron-Bridge issue #2885: the expert path's casts unfused, the fused one "delayed to
+        26.06"); ``"grouped"``, one kernel for all local experts (TE pull request #2769, 2.15).
     mtp_recompute : bool
         Under full recompute, whether the backward reruns the MTP depths' checkpointed block
         (their projection and layer, :func:`memsym.timing.mtp.mtp_settings`): Megatron's
@@ -215,6 +221,7 @@ class Settings:
     muon_nesterov: bool = False
     mla_down_proj_fusion: bool = False
     mtp_recompute: bool = True
+    expert_quantize: str = "per-expert"
     bias_activation_fusion: bool = True
     whole_embedding: bool = False
     gathered_logits: bool = False

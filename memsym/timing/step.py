@@ -32,7 +32,8 @@ from ..hardware import Cluster, cluster_for, gpu as _gpu
 from ..term import Source
 from . import data_parallel
 from .data_parallel import data_parallel_sync, gather_wait_fraction, parameters_per_gpu
-from .gemm import shape_of
+from .expert_casts import EXPERT_QUANTIZE, expert_weight_cast_seconds
+from .gemm import layer_gemms, shape_of
 from .efficiency import as_array
 from .makespan import pipeline_parts
 from .mean_layer import bf16_layer_excess, layer_parts, mean_layer
@@ -153,6 +154,8 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                               pp["pipeline"], p=p, m=m, t=t, c=c, d=d, e=e, t_e=t_e_,
                               ends_gpu=ends_gpu, muon=(arch, layers_max),
                               gather_wait=gather_wait_fraction(x, e, t_e_, d))
+    sync["optimizer"] = sync["optimizer"] + _expert_weight_casts(  # expert weights, once a step
+        x, st, dev, (t, c, e, t_e_, b), layers_max)
     step = pp["pipeline"] + pp["edges"] + sync["dp"] + sync["optimizer"]
     per_stage_mb = m * layers_max
     out = {"step": step, "pipeline": pp["pipeline"] + pp["edges"], "bubble": pp["bubble"],
@@ -166,6 +169,19 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
             sync["edp"], st.grad_bytes, dense_gpu, expert_gpu, pp["p2p"], pp["msg"],
             (sync["rs"], sync["ag"], sync["once"], sync["again"]), ends_gpu=ends_gpu))
     return out
+
+
+def _expert_weight_casts(x, st, dev, knobs, layers_max):
+    """Seconds of one step's MXFP8 casts of the busiest rank's local expert weights, on the
+    first micro-batch or by the FP8 parameters' refresh after the update
+    (:func:`.expert_casts.expert_weight_cast_seconds` per MoE layer, its share of the rank's
+    layers); zero but under MXFP8 on a MoE model."""
+    if not (x.E and st.precision == "fp8" and st.fp8_recipe == "mxfp8"):
+        return 0.0
+    t, c, e, t_e, b = knobs
+    gemms = layer_gemms(x, st.seq_length, b, t, c, e, t_e, moe=True)
+    return (layers_max * x.L_moe / x.L
+            * expert_weight_cast_seconds(gemms, dev, st.expert_quantize))
 
 
 def _check_settings(st, overlap, dev) -> None:
@@ -204,6 +220,7 @@ def _check_settings(st, overlap, dev) -> None:
         choose("recompute module", mod, RECOMPUTE_MODULES)
     choose("pipeline schedule", st.schedule, ("1f1b", "gpipe"))
     choose("MoE dispatcher", st.moe_dispatcher, MOE_DISPATCHERS)
+    choose("expert quantize path", st.expert_quantize, EXPERT_QUANTIZE)
 
 
 def _layout_knobs(t, p, d, c, e, v, b, m, t_e) -> tuple:
