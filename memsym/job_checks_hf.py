@@ -8,7 +8,7 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .job_record import Layout, Training
-from .terms.autocast import AUTOCAST_MODEL_TYPES
+from .terms.autocast import AUTOCAST_LAYERS, AUTOCAST_MODEL_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 
 __all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast", "check_chunked_loss"]
@@ -73,6 +73,7 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
         return
     choose("autocast dtype", dtype, ("bf16", "fp16"))
     kind = (x.extra or {}).get("hf_model_type")
+    activation = (x.extra or {}).get("hf_activation")
     said = (f"precision {training.states.precision} (autocast here is over fp32 weights)"
             if training.states.precision != "fp32" else
             f"framework {training.framework}" if not framework_record(
@@ -85,7 +86,11 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             "eager attention (flash_attention off)" if not training.memory.flash_attention else
             f"a {str(kind)[:40]} model (a config.json of type "
             + ", ".join(AUTOCAST_MODEL_TYPES) + ")"
-            if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else None)
+            if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else
+            # GPT-2's gelu_new was measured (its pow in fp32 under CUDA's autocast)
+            f"a gpt2 model of activation_function {str(activation)[:40]} (gelu_new is "
+            "counted)" if AUTOCAST_LAYERS[kind].get("tanh_gelu") and activation != "gelu_new"
+            else None)
     if said is not None:
         raise InvalidValueError(
             f"autocast {dtype} over fp32 weights is counted for transformers' "

@@ -150,16 +150,18 @@ def test_autocast_runs_the_matmuls_at_its_dtype(capsys, tiny):
 
 
 def test_autocast_on_a_model_it_was_not_measured_on_is_refused(capsys, tmp_path):
-    """GPT-2 (LayerNorm, Conv1D, gelu_new's pow: an fp32 op under CUDA's autocast, not the
-    CPU's) is refused in one line naming what is counted."""
+    """GPT-NeoX (LayerNorm, a fused query_key_value, partial RoPE, exact GeLU; not measured
+    under autocast) is refused in one line naming what is counted (GPT-2 is counted:
+    tests/test_autocast_gpt2.py)."""
     import json
-    folder = tmp_path / "gpt2"
+    folder = tmp_path / "neox"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({
-        "model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000,
-        "n_positions": 1024}), encoding="utf-8")
+        "model_type": "gpt_neox", "hidden_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 1000}),
+        encoding="utf-8")
     line = refused_line(capsys, _launch(str(folder)))
-    assert "not a gpt2 model" in line and "llama/mistral/qwen2/qwen3" in line
+    assert "not a gpt_neox model" in line and "llama/mistral/qwen2/qwen3/gpt2" in line
 
 
 @pytest.mark.parametrize("opts, said", [

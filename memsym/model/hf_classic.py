@@ -22,7 +22,10 @@ def _read_gpt2(c: ConfigFields, mtype: str, notes: list) -> dict:
                 num_attention_heads=c.int(("n_head", "num_attention_heads")),
                 ffn_hidden_size=c.int("n_inner", 4 * hs), vocab_size=c.int("vocab_size"),
                 max_position_embeddings=c.int(("n_positions", "max_position_embeddings"), 1024),
-                add_bias_linear=True)
+                add_bias_linear=True,
+                # GPT2Config's default gelu_new (transformers 5.25.0 configuration_gpt2.py:83),
+                # read for autocast: its pow is an fp32 op under CUDA's (memsym.terms.autocast)
+                extra={"hf_activation": c.str("activation_function", "gelu_new")})
 
 
 def _read_gpt_neox(c: ConfigFields, mtype: str, notes: list) -> dict:

@@ -22,7 +22,7 @@ from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bits
-from ..terms.autocast import autocast_layer_excess
+from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output
 from ..terms.op_sac import sac_attention_recomputed
@@ -178,11 +178,11 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"), width=w).expr
     if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
         a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
-    # torch.autocast over fp32 weights: the fp32 residual stream's norms and each projection's
-    # own 16-bit cast of it (memsym.terms.autocast; job_checks admits transformers' Llama
-    # family, whose separate q, k, v and gate, up projections are the defaults)
-    autocast = {mode: autocast_layer_excess(mode).expr if training.states.autocast else 0
-                for mode in ("none", "full")}
+    # torch.autocast over fp32 weights: the fp32 residual stream's norms, each projection's own
+    # 16-bit cast of it, as the type's layer meets autocast (job_checks admits AUTOCAST_LAYERS)
+    shape = AUTOCAST_LAYERS.get((x.extra or {}).get("hf_model_type"), {})
+    autocast = {mode: autocast_layer_excess(mode, **shape).expr if training.states.autocast
+                else 0 for mode in ("none", "full")}
 
     @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:

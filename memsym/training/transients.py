@@ -22,7 +22,7 @@ from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments
                      transients as tr)
 from ..model.muon_matrices import muon_matrices
 from ..terms import muon
-from ..terms.autocast import autocast_cached_casts
+from ..terms.autocast import autocast_cached_casts, layer_linear_biases
 from ..terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
 from ..terms.pipelining_buffers import pipelining_recv_buffers
 from ..terms.sharding_transients import fsdp2_stream_pools
@@ -282,12 +282,21 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
 def _add_recompute_absences(out: dict, acts, x, training: Training) -> None:
     """Add to ``out`` (phase -> Terms) full recompute's phases: only the blocks' backward
     rematerialises a layer (``working_set_absent`` in forward and loss-backward), and under
-    autocast its cache holds every layer's weight casts until the forward ends (p = 1:
-    :func:`memsym.terms.autocast.autocast_cached_casts`)."""
+    autocast its cache holds until the forward ends every layer's weight casts (full
+    recompute) and bias casts (p = 1: :func:`memsym.terms.autocast.autocast_cached_casts`)."""
     for ph in ("forward", "loss-backward"):
         out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
-    if training.states.autocast and training.memory.recompute == "full":
-        out["forward"].append(autocast_cached_casts(x.num_layers))
+    if not training.states.autocast:
+        return
+    # the linears' biases (GPT-2's Conv1D, Qwen2's q, k, v) are cast and cached, kept by no
+    # backward; Q, K, V and O follow attention_bias, else add_bias_linear (as the counts do)
+    attn = x.add_bias_linear if x.attention_bias is None else x.attention_bias
+    biases = layer_linear_biases(bool(attn or x.add_qkv_bias), bool(attn),
+                                 bool(x.add_bias_linear), x.gated)
+    if training.memory.recompute == "full":
+        out["forward"].append(autocast_cached_casts(x.num_layers, gated=x.gated, biases=biases))
+    elif biases != 0:
+        out["forward"].append(autocast_cached_casts(x.num_layers, weights=False, biases=biases))
 
 
 @functools.lru_cache(maxsize=4096)

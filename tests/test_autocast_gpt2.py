@@ -1,0 +1,224 @@
+"""torch.autocast over fp32 weights on GPT-2 (run_clm.py's ``--dtype float32 --fp16`` /
+``--bf16``, the Hugging Face tutorial's fine-tune) against transformers' own
+``GPT2LMHeadModel`` and by-hand sums (memsym.terms.autocast).
+
+The oracle: torch's MemTracker on transformers' GPT2LMHeadModel on the CPU, float32 under
+``torch.autocast("cpu", torch.bfloat16)`` (as Accelerate runs the Trainer's forward) against
+bfloat16 weights.  GPT-2 meets ops whose autocast dtype differs between CUDA and the CPU
+(``LayerNorm``, gelu_new's ``pow``: fp32 on CUDA, left to their input's dtype on the CPU), so
+they run in CUDA's dtypes (:func:`_cuda_policy`) and the measurement is what a GPU run keeps,
+but for two named CPU kernels' differences (:func:`_cpu_only`).  Sizes: h = 128, 2 heads of
+64, f = 4h, 2 layers, V = 1000, tied lm_head; s = 128 (--block_size), b = 2, tau = sb = 256.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from in_process import json_report, refused_line
+
+H, HEADS, LAYERS, V, POSITIONS = 128, 2, 2, 1000, 256
+F, S, B = 4 * H, 128, 2
+TAU = S * B
+# wte, wpe; per layer ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (weights and biases); ln_f
+PARAMS = V * H + POSITIONS * H + LAYERS * (2 * H + 3 * H * H + 3 * H + H * H + H + 2 * H
+                                           + H * F + F + F * H + H) + 2 * H
+W_LAYER = 3 * H * H + H * H + 2 * H * F             # c_attn, attn.c_proj, c_fc, mlp.c_proj
+B_LAYER = 3 * H + H + F + H                         # their biases
+ALLOCATED = ("--metric", "allocated")               # no allowance: phases are allocations alone
+
+
+def _config(tmp_path, **extra) -> str:
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "gpt2", "n_embd": H, "n_layer": LAYERS, "n_head": HEADS, "vocab_size": V,
+        "n_positions": POSITIONS, **extra}), encoding="utf-8")
+    return str(folder)
+
+
+def _launch(model, *extra, dtype="float32", autocast="--bf16"):
+    return ["estimate", "torchrun", "--nproc_per_node", "2", "run_clm.py", "--model_name_or_path",
+            model, "--dtype", dtype, autocast, "--block_size", str(S),
+            "--per_device_train_batch_size", str(B), "--output_dir", "o", *extra, "--gpu",
+            "h100-80gb", *ALLOCATED]
+
+
+def _by_hand(checkpointing: bool) -> dict:
+    """autocast - bf16, phase by phase, written out from modeling_gpt2.py under CUDA's
+    autocast (memsym.terms.autocast's derivation): per layer ln_1's and ln_2's fp32 inputs
+    (+2 tau h each), gelu_new's fp32 pow input, tanh and 1 + tanh (+2 x 4 tau h each), the
+    16-bit copies of c_attn, c_proj, c_fc, c_proj; the final ln_f's fp32 input and the tied
+    wte's 16-bit copy for lm_head; the biases' casts in autocast's cache to the forward's end;
+    the states 2 + 2 + 2 + 4 bytes a parameter more (fp32 weights, param.grad, DDP's buckets,
+    AdamW's moments)."""
+    states = (2 + 2 + 2 + 4) * PARAMS
+    layer = 2 * 2 * TAU * H + 3 * 2 * TAU * F + 2 * W_LAYER
+    output = 2 * TAU * H + 2 * V * H
+    if not checkpointing:
+        want = {"forward": states + LAYERS * (layer + 2 * B_LAYER) + output,
+                "loss-backward": states + LAYERS * layer + output,     # autocast exited
+                "backward": states + LAYERS * layer}                    # output freed
+    else:
+        checkpoints = LAYERS * 2 * TAU * H          # each layer's input is the fp32 residual
+        want = {"forward": states + checkpoints + output + LAYERS * 2 * (W_LAYER + B_LAYER),
+                "loss-backward": states + checkpoints + output,
+                "backward": states + checkpoints + layer}              # one layer rebuilt
+    want["optimizer"] = states
+    return want
+
+
+def test_the_gpt2_excess_is_the_derivation():
+    """memsym's terms, symbol for symbol, against the by-hand excess."""
+    from memsym.symbols import a, b, c, d_h, f, g, h, s
+    from memsym.terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess, layer_linear_biases
+    import sympy as sp
+    excess = autocast_layer_excess(**AUTOCAST_LAYERS["gpt2"]).expr.xreplace({c: 1})
+    by_hand = 4 * s * b * h + 6 * s * b * f + 2 * (2 * h * a * d_h + 2 * h * g * d_h + 2 * h * f)
+    assert sp.expand(excess - by_hand) == 0
+    assert layer_linear_biases(True, True, True, False).subs(
+        {h: H, a: HEADS, g: HEADS, d_h: H // HEADS, f: F}) == B_LAYER
+    assert autocast_layer_excess("full", **AUTOCAST_LAYERS["gpt2"]).expr.xreplace({c: 1}) == (
+        2 * s * b * h)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_float32_gpt2_under_bf16_is_the_bf16_job_plus_autocasts_bytes(
+        capsys, tmp_path, checkpointing):
+    """``--dtype float32 --bf16`` against ``--dtype bfloat16 --bf16``: each phase's
+    difference is the by-hand sum."""
+    model = _config(tmp_path)
+    extra = ["--gradient_checkpointing"] if checkpointing else []
+    fp32 = json_report(capsys, _launch(model, *extra))
+    bf16 = json_report(capsys, _launch(model, *extra, dtype="bfloat16"))
+    assert fp32["training"]["autocast"] == "bf16" and bf16["training"]["autocast"] is None
+    want = _by_hand(checkpointing)
+    assert {ph: fp32["phases"][ph] - bf16["phases"][ph] for ph in want} == want
+
+
+def test_the_tutorial_command_gets_a_total(capsys, tmp_path):
+    """The issue's command (GPT-2 small's config, --fp16 over float32 weights) is estimated,
+    and fp16's autocast keeps what bf16's does (both 2 bytes)."""
+    folder = tmp_path / "g2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257,
+        "n_positions": 1024}), encoding="utf-8")
+    args = ["estimate", "accelerate", "launch", "--num_processes", "2", "run_clm.py",
+            "--model_name_or_path", str(folder), "--per_device_train_batch_size", "4",
+            "--block_size", "1024", "--do_train", "--dtype", "float32"]
+    fp16 = json_report(capsys, [*args, "--fp16"])
+    assert fp16["training"]["autocast"] == "fp16" and fp16["bytes"]["total"] > 0
+    assert json_report(capsys, [*args, "--bf16"])["bytes"] == fp16["bytes"]
+    # the peak (the forward's end) against --dtype bfloat16 --bf16, by hand at GPT-2 small:
+    # 12 layers of 4 tau h + 6 tau f + 2 x 12 h^2 and 2 x 6,912 bias casts; ln_f's fp32 input
+    # and the tied wte's 16-bit copy (tau = 4 x 1024, h = 768, f = 3072, V = 50257)
+    bf16 = json_report(capsys, [*args[:-1], "bfloat16", "--bf16"])
+    tau, h, f = 4 * 1024, 768, 3072
+    want = 12 * (4 * tau * h + 6 * tau * f + 2 * 12 * h * h + 2 * 6912) + 2 * tau * h + (
+        2 * 50257 * h)
+    assert fp16["bytes"]["activations"] - bf16["bytes"]["activations"] == want
+
+
+def test_another_gpt2_activation_is_refused(capsys, tmp_path):
+    """Only gelu_new (GPT2Config's default) was measured: its pow is what CUDA's autocast
+    runs in fp32; another activation is refused in one line naming it."""
+    line = refused_line(capsys, _launch(_config(tmp_path, activation_function="gelu_fast")))
+    assert "activation_function gelu_fast" in line and "gelu_new" in line
+
+
+# --- a real engine: torch's MemTracker on transformers' own GPT2LMHeadModel on the CPU -------
+def _cuda_policy(torch):
+    """CUDA's autocast dtypes for the ops of GPT-2 that CPU autocast runs otherwise, as kernels
+    of CPU autocast's dispatch key (live while the returned Library is): CUDA runs
+    ``layer_norm`` and ``pow`` in fp32 (torch 2.13.0 aten/src/ATen/autocast_mode.h
+    ``AT_FORALL_FP32``), the CPU registers neither (:func:`test_the_emulated_ops_are_cudas_own`)
+    and runs them in their input's dtype.  ``addmm``, ``linear`` and SDPA are 16-bit on
+    both."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def fp32(op):
+        def kernel(*args):
+            with torch.autocast("cpu", enabled=False):     # redispatch below autocast
+                return op(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                            else x for x in args))
+        return kernel
+
+    lib.impl("layer_norm", fp32(torch.ops.aten.layer_norm.default), "AutocastCPU")
+    lib.impl("pow.Tensor_Scalar", fp32(torch.ops.aten.pow.Tensor_Scalar), "AutocastCPU")
+    return lib
+
+
+def test_the_emulated_ops_are_cudas_own():
+    """This torch's CUDA autocast has its own kernel for the two ops, the CPU's none."""
+    torch = pytest.importorskip("torch")
+    cuda = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA"))
+    cpu = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU"))
+    for op in ("aten::layer_norm", "aten::pow.Tensor_Scalar"):
+        assert op in cuda and op not in cpu, op
+
+
+def _cpu_only(checkpointing: bool) -> int:
+    """What the CPU's kernels keep beyond CUDA's in autocast - bf16: native_layer_norm on the
+    CPU keeps mean and rstd in its input's dtype (fp32 under autocast, 4 + 4 bytes a token;
+    bf16 without, 2 + 2) where CUDA keeps fp32 in both (+4 tau for each norm that keeps them:
+    ln_f, and the layers' ln_1 and ln_2 without checkpointing); the embedding dropout on the
+    CPU keeps ``input * noise``'s noise in the input's dtype (fp32: +2 tau h) where CUDA's
+    native_dropout keeps a bool mask in both (torch aten/src/ATen/native/Dropout.cpp)."""
+    norms = 1 + (0 if checkpointing else 2 * LAYERS)
+    return norms * 4 * TAU + 2 * TAU * H
+
+
+def _tracked(dtype: str, checkpointing: bool) -> dict:
+    """Activation bytes (MemTracker's ACT + TEMP) of the two-layer GPT-2's training forward at
+    the forward's end and as the loss's backward starts, the model in ``dtype`` (float32
+    under CPU bf16 autocast with CUDA's dtypes, :func:`_cuda_policy`; bfloat16 without),
+    config dropout (0.1), SDPA, use_cache off as the Trainer sets it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_embd=H, n_layer=LAYERS, n_head=HEADS, vocab_size=V,
+                                  n_positions=POSITIONS, use_cache=False, bos_token_id=None,
+                                  eos_token_id=None, attn_implementation="sdpa")
+    model = transformers.GPT2LMHeadModel(cfg).to(getattr(torch, dtype)).train()
+    if checkpointing:
+        model.activation_checkpointing_enable()      # --gradient_checkpointing's call
+    ids = torch.randint(0, V, (B, S))
+    mt = tracker.MemTracker()
+    mt.track_external(model)
+    policy = _cuda_policy(torch) if dtype == "float32" else None
+    with mt:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "float32"):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    del policy                                        # CPU autocast's own kernels again
+    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == "GPT2LMHeadModel")
+
+    def kept(state) -> int:
+        (snap,) = root.snapshots[state][0].values()
+        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
+                                                       tracker._MemRefType.TEMP))
+    return {"forward": kept(tracker._ModState.POST_FW),
+            "loss-backward": kept(tracker._ModState.PRE_BW)}
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_torchs_memory_tracker_sees_autocasts_bytes_where_memsym_counts_them(
+        capsys, tmp_path, checkpointing):
+    """autocast - bf16 as torch's MemTracker measures transformers' GPT2LMHeadModel = memsym's
+    phase difference less the states', plus the CPU kernels' own (:func:`_cpu_only`), at the
+    forward's end (autocast's cache still holding the biases' casts, and under checkpointing
+    every weight's) and as the loss's backward starts."""
+    model = _config(tmp_path)
+    extra = ["--gradient_checkpointing"] if checkpointing else []
+    memsym = {dtype: json_report(capsys, _launch(model, *extra, dtype=dtype))["phases"]
+              for dtype in ("float32", "bfloat16")}
+    measured = {dtype: _tracked(dtype, checkpointing) for dtype in ("float32", "bfloat16")}
+    states = (2 + 2 + 2 + 4) * PARAMS
+    for phase in ("forward", "loss-backward"):
+        ours = memsym["float32"][phase] - memsym["bfloat16"][phase] - states
+        assert measured["float32"][phase] - measured["bfloat16"][phase] == (
+            ours + _cpu_only(checkpointing)), phase
