@@ -8,7 +8,7 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .job_record import Layout, Training
-from .terms.autocast import AUTOCAST_LAYERS, AUTOCAST_MODEL_TYPES
+from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 
 __all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast", "check_chunked_loss"]
@@ -67,7 +67,8 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
     """``torch.autocast`` over fp32 weights (:mod:`memsym.terms.autocast`) is counted as the
     Hugging Face Trainer runs it: plain DDP of transformers' model code (framework deepspeed,
     sharding ddp), fp32 weights, full training, one GPU per replica, SDPA, no recompute or
-    full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`)."""
+    full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`), with the
+    activation measured where the config names one (:data:`AUTOCAST_ACTIVATIONS`)."""
     dtype = training.states.autocast
     if dtype is None:
         return
@@ -87,10 +88,10 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"a {str(kind)[:40]} model (a config.json of type "
             + ", ".join(AUTOCAST_MODEL_TYPES) + ")"
             if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else
-            # GPT-2's gelu_new was measured (its pow in fp32 under CUDA's autocast)
-            f"a gpt2 model of activation_function {str(activation)[:40]} (gelu_new is "
-            "counted)" if AUTOCAST_LAYERS[kind].get("tanh_gelu") and activation != "gelu_new"
-            else None)
+            # the activation measured (gelu_new's pow is fp32 under CUDA's autocast, F.gelu not)
+            f"a {kind} model of activation {str(activation)[:40]} ("
+            f"{AUTOCAST_ACTIVATIONS[kind]} is counted)" if kind in AUTOCAST_ACTIVATIONS
+            and activation != AUTOCAST_ACTIVATIONS[kind] else None)
     if said is not None:
         raise InvalidValueError(
             f"autocast {dtype} over fp32 weights is counted for transformers' "

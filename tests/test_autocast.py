@@ -150,18 +150,18 @@ def test_autocast_runs_the_matmuls_at_its_dtype(capsys, tiny):
 
 
 def test_autocast_on_a_model_it_was_not_measured_on_is_refused(capsys, tmp_path):
-    """GPT-NeoX (LayerNorm, a fused query_key_value, partial RoPE, exact GeLU; not measured
-    under autocast) is refused in one line naming what is counted (GPT-2 is counted:
-    tests/test_autocast_gpt2.py)."""
+    """Phi (one LayerNorm feeding separate q, k, v and the MLP in parallel, gelu_new, a biased
+    lm_head; not measured under autocast) is refused in one line naming what is counted
+    (GPT-2 and GPT-NeoX are counted: tests/test_autocast_gpt2.py)."""
     import json
-    folder = tmp_path / "neox"
+    folder = tmp_path / "phi"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({
-        "model_type": "gpt_neox", "hidden_size": 256, "num_hidden_layers": 2,
+        "model_type": "phi", "hidden_size": 256, "num_hidden_layers": 2,
         "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 1000}),
         encoding="utf-8")
     line = refused_line(capsys, _launch(str(folder)))
-    assert "not a gpt_neox model" in line and "llama/mistral/qwen2/qwen3/gpt2" in line
+    assert "not a phi model" in line and "llama/mistral/qwen2/qwen3/gpt2/gpt_neox" in line
 
 
 @pytest.mark.parametrize("opts, said", [
@@ -228,3 +228,45 @@ def test_torchs_memory_tracker_sees_autocasts_bytes_where_memsym_counts_them(
     for phase in ("forward", "loss-backward"):
         ours = memsym["float32"][phase] - memsym["bfloat16"][phase] - (2 + 2 + 2 + 4) * TINY
         assert measured["float32"][phase] - measured["bfloat16"][phase] == ours + rope, phase
+
+
+def test_qwen2s_qkv_bias_casts_stay_in_autocasts_cache_to_the_forwards_end(capsys, tmp_path):
+    """Qwen2's q, k, v biases are cast with their linears and cached until the forward ends,
+    kept by no backward: between the forward's end and the loss's backward autocast's job
+    frees 2 L (a + 2g) d_h bytes more than bf16's (a = 4, g = 2, d_h = 64), in memsym's phases
+    and as torch's MemTracker measures transformers' Qwen2ForCausalLM."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    model = tiny_llama(tmp_path, model_type="qwen2", num_key_value_heads=2)
+    want = 2 * LAYERS * (4 + 2 * 2) * 64
+
+    def freed(phases):
+        return phases["forward"] - phases["loss-backward"]
+    ours = {dtype: freed(json_report(capsys, _launch(model, dtype=dtype))["phases"])
+            for dtype in ("float32", "bfloat16")}
+    assert ours["float32"] - ours["bfloat16"] == want
+
+    def measured(dtype):
+        torch.manual_seed(0)
+        cfg = transformers.Qwen2Config(hidden_size=H, num_hidden_layers=LAYERS,
+                                       num_attention_heads=4, num_key_value_heads=2,
+                                       intermediate_size=F, vocab_size=V, use_cache=False,
+                                       tie_word_embeddings=False, attn_implementation="sdpa")
+        net = transformers.Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).train()
+        ids = torch.randint(0, V, (2, 128))
+        mt = tracker.MemTracker()
+        mt.track_external(net)
+        with mt:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "float32"):
+                loss = net(input_ids=ids, labels=ids).loss
+            loss.backward()
+        root = next(st for st in mt.memory_tracking.values()
+                    if st.mod_fqn == "Qwen2ForCausalLM")
+
+        def kept(state) -> int:
+            (snap,) = root.snapshots[state][0].values()
+            return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
+                                                           tracker._MemRefType.TEMP))
+        return kept(tracker._ModState.POST_FW) - kept(tracker._ModState.PRE_BW)
+    assert measured("float32") - measured("bfloat16") == want

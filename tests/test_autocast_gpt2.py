@@ -1,14 +1,15 @@
 """torch.autocast over fp32 weights on GPT-2 (run_clm.py's ``--dtype float32 --fp16`` /
-``--bf16``, the Hugging Face tutorial's fine-tune) against transformers' own
-``GPT2LMHeadModel`` and by-hand sums (memsym.terms.autocast).
+``--bf16``, the Hugging Face tutorial's fine-tune) and GPT-NeoX (Pythia) against transformers'
+own ``GPT2LMHeadModel`` / ``GPTNeoXForCausalLM`` and by-hand sums (memsym.terms.autocast).
 
-The oracle: torch's MemTracker on transformers' GPT2LMHeadModel on the CPU, float32 under
+The oracle: torch's MemTracker on transformers' model on the CPU, float32 under
 ``torch.autocast("cpu", torch.bfloat16)`` (as Accelerate runs the Trainer's forward) against
-bfloat16 weights.  GPT-2 meets ops whose autocast dtype differs between CUDA and the CPU
+bfloat16 weights.  Both meet ops whose autocast dtype differs between CUDA and the CPU
 (``LayerNorm``, gelu_new's ``pow``: fp32 on CUDA, left to their input's dtype on the CPU), so
 they run in CUDA's dtypes (:func:`_cuda_policy`) and the measurement is what a GPU run keeps,
-but for two named CPU kernels' differences (:func:`_cpu_only`).  Sizes: h = 128, 2 heads of
-64, f = 4h, 2 layers, V = 1000, tied lm_head; s = 128 (--block_size), b = 2, tau = sb = 256.
+but for the CPU kernels' named differences (:func:`_cpu_only`).  Sizes: h = 128, 2 heads of
+64, f = 4h, 2 layers, V = 1000 (GPT-2's lm_head tied, GPT-NeoX's embed_out not); s = 128
+(--block_size), b = 2, tau = sb = 256.
 """
 
 from __future__ import annotations
@@ -22,20 +23,27 @@ from in_process import json_report, refused_line
 H, HEADS, LAYERS, V, POSITIONS = 128, 2, 2, 1000, 256
 F, S, B = 4 * H, 128, 2
 TAU = S * B
-# wte, wpe; per layer ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (weights and biases); ln_f
-PARAMS = V * H + POSITIONS * H + LAYERS * (2 * H + 3 * H * H + 3 * H + H * H + H + 2 * H
-                                           + H * F + F + F * H + H) + 2 * H
-W_LAYER = 3 * H * H + H * H + 2 * H * F             # c_attn, attn.c_proj, c_fc, mlp.c_proj
+# per layer: two LayerNorms (weight and bias), the fused q, k, v, the attention's output, the
+# MLP's two (weights and biases: GPT-2's c_attn, c_proj, c_fc, c_proj; GPT-NeoX's
+# query_key_value, dense, dense_h_to_4h, dense_4h_to_h); the final LayerNorm
+LAYER_PARAMS = 2 * 2 * H + 3 * H * H + 3 * H + H * H + H + H * F + F + F * H + H
+PARAMS = {"gpt2": V * H + POSITIONS * H + LAYERS * LAYER_PARAMS + 2 * H,   # wte, wpe (tied)
+          "gpt_neox": 2 * V * H + LAYERS * LAYER_PARAMS + 2 * H}         # embed_in, embed_out
+W_LAYER = 3 * H * H + H * H + 2 * H * F             # the four weights
 B_LAYER = 3 * H + H + F + H                         # their biases
+ROTARY = int(H // HEADS * 0.25)                     # GPTNeoXConfig's partial_rotary_factor
 ALLOCATED = ("--metric", "allocated")               # no allowance: phases are allocations alone
 
 
-def _config(tmp_path, **extra) -> str:
-    folder = tmp_path / "gpt2"
+def _config(tmp_path, family="gpt2", **extra) -> str:
+    folder = tmp_path / family
     folder.mkdir()
+    fields = {"n_embd": H, "n_layer": LAYERS, "n_head": HEADS, "n_positions": POSITIONS} \
+        if family == "gpt2" else {"hidden_size": H, "num_hidden_layers": LAYERS,
+                                  "num_attention_heads": HEADS, "intermediate_size": F,
+                                  "max_position_embeddings": POSITIONS}
     (folder / "config.json").write_text(json.dumps({
-        "model_type": "gpt2", "n_embd": H, "n_layer": LAYERS, "n_head": HEADS, "vocab_size": V,
-        "n_positions": POSITIONS, **extra}), encoding="utf-8")
+        "model_type": family, "vocab_size": V, **fields, **extra}), encoding="utf-8")
     return str(folder)
 
 
@@ -46,16 +54,19 @@ def _launch(model, *extra, dtype="float32", autocast="--bf16"):
             "h100-80gb", *ALLOCATED]
 
 
-def _by_hand(checkpointing: bool) -> dict:
-    """autocast - bf16, phase by phase, written out from modeling_gpt2.py under CUDA's
-    autocast (memsym.terms.autocast's derivation): per layer ln_1's and ln_2's fp32 inputs
-    (+2 tau h each), gelu_new's fp32 pow input, tanh and 1 + tanh (+2 x 4 tau h each), the
-    16-bit copies of c_attn, c_proj, c_fc, c_proj; the final ln_f's fp32 input and the tied
-    wte's 16-bit copy for lm_head; the biases' casts in autocast's cache to the forward's end;
-    the states 2 + 2 + 2 + 4 bytes a parameter more (fp32 weights, param.grad, DDP's buckets,
-    AdamW's moments)."""
-    states = (2 + 2 + 2 + 4) * PARAMS
-    layer = 2 * 2 * TAU * H + 3 * 2 * TAU * F + 2 * W_LAYER
+def _by_hand(checkpointing: bool, family: str = "gpt2", parallel: bool = True) -> dict:
+    """autocast - bf16, phase by phase, written out from modeling_gpt2.py (modeling_gpt_neox.py)
+    under CUDA's autocast (memsym.terms.autocast's derivation): per layer the LayerNorms' fp32
+    inputs (+2 tau h each; GPT-NeoX's parallel residual: one input for both), GPT-2's gelu_new
+    pow input, tanh and 1 + tanh in fp32 (+2 x 4 tau h each; GPT-NeoX's F.gelu: none), the
+    16-bit copies of the four weights; the final LayerNorm's fp32 input and the output layer's
+    16-bit weight (GPT-2's tied wte); the biases' casts in autocast's cache to the forward's
+    end; the states 2 + 2 + 2 + 4 bytes a parameter more (fp32 weights, param.grad, DDP's
+    buckets, AdamW's moments)."""
+    states = (2 + 2 + 2 + 4) * PARAMS[family]
+    norms = 1 if family == "gpt_neox" and parallel else 2
+    gelu = 3 * 2 * TAU * F if family == "gpt2" else 0
+    layer = norms * 2 * TAU * H + gelu + 2 * W_LAYER
     output = 2 * TAU * H + 2 * V * H
     if not checkpointing:
         want = {"forward": states + LAYERS * (layer + 2 * B_LAYER) + output,
@@ -84,17 +95,21 @@ def test_the_gpt2_excess_is_the_derivation():
         2 * s * b * h)
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_a_float32_gpt2_under_bf16_is_the_bf16_job_plus_autocasts_bytes(
-        capsys, tmp_path, checkpointing):
+CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
+         ("gpt_neox", True, True), ("gpt_neox", False, False)]   # family, parallel, checkpointing
+
+
+@pytest.mark.parametrize("family, parallel, checkpointing", CASES)
+def test_a_float32_model_under_bf16_is_the_bf16_job_plus_autocasts_bytes(
+        capsys, tmp_path, family, parallel, checkpointing):
     """``--dtype float32 --bf16`` against ``--dtype bfloat16 --bf16``: each phase's
     difference is the by-hand sum."""
-    model = _config(tmp_path)
+    model = _config(tmp_path, family, **({} if parallel else {"use_parallel_residual": False}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
     fp32 = json_report(capsys, _launch(model, *extra))
     bf16 = json_report(capsys, _launch(model, *extra, dtype="bfloat16"))
     assert fp32["training"]["autocast"] == "bf16" and bf16["training"]["autocast"] is None
-    want = _by_hand(checkpointing)
+    want = _by_hand(checkpointing, family, parallel)
     assert {ph: fp32["phases"][ph] - bf16["phases"][ph] for ph in want} == want
 
 
@@ -122,11 +137,14 @@ def test_the_tutorial_command_gets_a_total(capsys, tmp_path):
     assert fp16["bytes"]["activations"] - bf16["bytes"]["activations"] == want
 
 
-def test_another_gpt2_activation_is_refused(capsys, tmp_path):
-    """Only gelu_new (GPT2Config's default) was measured: its pow is what CUDA's autocast
-    runs in fp32; another activation is refused in one line naming it."""
-    line = refused_line(capsys, _launch(_config(tmp_path, activation_function="gelu_fast")))
-    assert "activation_function gelu_fast" in line and "gelu_new" in line
+@pytest.mark.parametrize("family, field, measured", [
+    ("gpt2", "activation_function", "gelu_new"), ("gpt_neox", "hidden_act", "gelu")])
+def test_another_activation_is_refused(capsys, tmp_path, family, field, measured):
+    """Only the config's default activation was measured (GPT-2's gelu_new, whose pow CUDA's
+    autocast runs in fp32; GPT-NeoX's F.gelu, which it leaves in 16 bits); another is
+    refused in one line naming it."""
+    line = refused_line(capsys, _launch(_config(tmp_path, family, **{field: "gelu_fast"})))
+    assert f"a {family} model of activation gelu_fast ({measured} is counted)" in line
 
 
 # --- a real engine: torch's MemTracker on transformers' own GPT2LMHeadModel on the CPU -------
@@ -160,30 +178,43 @@ def test_the_emulated_ops_are_cudas_own():
         assert op in cuda and op not in cpu, op
 
 
-def _cpu_only(checkpointing: bool) -> int:
+def _cpu_only(checkpointing: bool, family: str) -> int:
     """What the CPU's kernels keep beyond CUDA's in autocast - bf16: native_layer_norm on the
     CPU keeps mean and rstd in its input's dtype (fp32 under autocast, 4 + 4 bytes a token;
-    bf16 without, 2 + 2) where CUDA keeps fp32 in both (+4 tau for each norm that keeps them:
-    ln_f, and the layers' ln_1 and ln_2 without checkpointing); the embedding dropout on the
-    CPU keeps ``input * noise``'s noise in the input's dtype (fp32: +2 tau h) where CUDA's
-    native_dropout keeps a bool mask in both (torch aten/src/ATen/native/Dropout.cpp)."""
+    bf16 without, 2 + 2) where CUDA keeps fp32 in both (+4 tau for each LayerNorm call that
+    keeps them: the final one, and the layers' two without checkpointing, parallel residual
+    or not); GPT-2's embedding dropout on the CPU keeps ``input * noise``'s noise in the
+    input's dtype (fp32: +2 tau h) where CUDA's native_dropout keeps a bool mask in both
+    (torch aten/src/ATen/native/Dropout.cpp); GPT-NeoX's RoPE cos and sin, one [1, s, r]
+    storage each for the model (``cos.to(x.dtype)``: fp32 under autocast), which memsym leaves
+    out as for Llama (tests/test_autocast.py): 2 x 2 s r more (GPT-NeoX's dropouts are 0)."""
     norms = 1 + (0 if checkpointing else 2 * LAYERS)
-    return norms * 4 * TAU + 2 * TAU * H
+    return norms * 4 * TAU + (2 * TAU * H if family == "gpt2" else 2 * 2 * S * ROTARY)
 
 
-def _tracked(dtype: str, checkpointing: bool) -> dict:
-    """Activation bytes (MemTracker's ACT + TEMP) of the two-layer GPT-2's training forward at
+def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True) -> dict:
+    """Activation bytes (MemTracker's ACT + TEMP) of the two-layer model's training forward at
     the forward's end and as the loss's backward starts, the model in ``dtype`` (float32
     under CPU bf16 autocast with CUDA's dtypes, :func:`_cuda_policy`; bfloat16 without),
-    config dropout (0.1), SDPA, use_cache off as the Trainer sets it."""
+    its config's dropout (GPT-2's 0.1, GPT-NeoX's 0), SDPA, use_cache off as the Trainer sets
+    it."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_embd=H, n_layer=LAYERS, n_head=HEADS, vocab_size=V,
-                                  n_positions=POSITIONS, use_cache=False, bos_token_id=None,
-                                  eos_token_id=None, attn_implementation="sdpa")
-    model = transformers.GPT2LMHeadModel(cfg).to(getattr(torch, dtype)).train()
+    common = dict(vocab_size=V, use_cache=False, bos_token_id=None, eos_token_id=None,
+                  attn_implementation="sdpa")
+    if family == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=H, n_layer=LAYERS, n_head=HEADS,
+                                      n_positions=POSITIONS, **common)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.GPTNeoXConfig(
+            hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            intermediate_size=F, max_position_embeddings=POSITIONS,
+            use_parallel_residual=parallel, **common)
+        model = transformers.GPTNeoXForCausalLM(cfg)
+    model = model.to(getattr(torch, dtype)).train()
     if checkpointing:
         model.activation_checkpointing_enable()      # --gradient_checkpointing's call
     ids = torch.randint(0, V, (B, S))
@@ -195,7 +226,8 @@ def _tracked(dtype: str, checkpointing: bool) -> dict:
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
     del policy                                        # CPU autocast's own kernels again
-    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == "GPT2LMHeadModel")
+    root = next(st for st in mt.memory_tracking.values()
+                if st.mod_fqn == type(model).__name__)
 
     def kept(state) -> int:
         (snap,) = root.snapshots[state][0].values()
@@ -205,20 +237,21 @@ def _tracked(dtype: str, checkpointing: bool) -> dict:
             "loss-backward": kept(tracker._ModState.PRE_BW)}
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("family, parallel, checkpointing", CASES)
 def test_torchs_memory_tracker_sees_autocasts_bytes_where_memsym_counts_them(
-        capsys, tmp_path, checkpointing):
-    """autocast - bf16 as torch's MemTracker measures transformers' GPT2LMHeadModel = memsym's
-    phase difference less the states', plus the CPU kernels' own (:func:`_cpu_only`), at the
+        capsys, tmp_path, family, parallel, checkpointing):
+    """autocast - bf16 as torch's MemTracker measures transformers' own model = memsym's phase
+    difference less the states', plus the CPU kernels' own (:func:`_cpu_only`), at the
     forward's end (autocast's cache still holding the biases' casts, and under checkpointing
     every weight's) and as the loss's backward starts."""
-    model = _config(tmp_path)
+    model = _config(tmp_path, family, **({} if parallel else {"use_parallel_residual": False}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
     memsym = {dtype: json_report(capsys, _launch(model, *extra, dtype=dtype))["phases"]
               for dtype in ("float32", "bfloat16")}
-    measured = {dtype: _tracked(dtype, checkpointing) for dtype in ("float32", "bfloat16")}
-    states = (2 + 2 + 2 + 4) * PARAMS
+    measured = {dtype: _tracked(family, dtype, checkpointing, parallel)
+                for dtype in ("float32", "bfloat16")}
+    states = (2 + 2 + 2 + 4) * PARAMS[family]
     for phase in ("forward", "loss-backward"):
         ours = memsym["float32"][phase] - memsym["bfloat16"][phase] - states
         assert measured["float32"][phase] - measured["bfloat16"][phase] == (
-            ours + _cpu_only(checkpointing)), phase
+            ours + _cpu_only(checkpointing, family)), phase

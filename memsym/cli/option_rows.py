@@ -117,9 +117,9 @@ def _state_rows():
            "--fp16 over fp32 weights)",
            help="torch.autocast over --precision fp32 weights, as the Hugging Face Trainer's "
            "--bf16 / --fp16 runs a float32 checkpoint (plain DDP, --framework deepspeed "
-           "--sharding ddp; transformers' Llama, Mistral, Qwen2, Qwen3, GPT-2 layers): a cached "
-           "16-bit "
-           "copy of every linear weight, an fp32 residual stream, matmuls at that dtype"),
+           "--sharding ddp; transformers' Llama, Mistral, Qwen2, Qwen3, GPT-2, GPT-NeoX layers): a "
+           "cached 16-bit copy of every linear weight, an fp32 residual stream, matmuls at that "
+           "dtype"),
         option("--fp8-recipe", group="states", type=T.choice("FP8 recipe", FP8_RECIPES),
            field="fp8_recipe", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
            source="memsym.job.DEFAULTS: per-tensor scaling (delayed and tensorwise counted alike)",

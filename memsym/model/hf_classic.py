@@ -37,7 +37,9 @@ def _read_gpt_neox(c: ConfigFields, mtype: str, notes: list) -> dict:
                 position_embedding_type="rope",
                 max_position_embeddings=c.int("max_position_embeddings", 2048),
                 add_bias_linear=True, attention_bias=c.bool("attention_bias", True),
-                parallel_attention=c.bool("use_parallel_residual", True))
+                parallel_attention=c.bool("use_parallel_residual", True),
+                # GPTNeoXConfig's default (configuration_gpt_neox.py:66), read for autocast
+                extra={"hf_activation": c.str("hidden_act", "gelu")})
 
 
 def _read_gptj(c: ConfigFields, mtype: str, notes: list) -> dict:

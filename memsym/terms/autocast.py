@@ -47,8 +47,8 @@ autocast runs in 16 bits differs between CUDA and the CPU for some ops (``pow``,
 ``aten/src/ATen/autocast_mode.h``, ``AT_FORALL_FP32``); the Llama layer's path meets none of
 them in a 16-bit input, so its CPU measurement is the CUDA count.
 
-**GPT-2** (transformers' ``GPT2Block``, ``modeling_gpt2.py:248-312``) meets three of them, and
-its count is CUDA's: ``ln_1`` and ``ln_2`` are ``nn.LayerNorm``, an fp32 op on CUDA, which keeps
+**GPT-2** (transformers' ``GPT2Block``, ``modeling_gpt2.py:248-312``) meets two of them
+(``layer_norm``, ``pow``; eager attention's softmax too, refused), and its count is CUDA's: ``ln_1`` and ``ln_2`` are ``nn.LayerNorm``, an fp32 op on CUDA, which keeps
 its fp32 input (the residual, :math:`+2\tau h` each beyond the 16-bit model's 2-byte one) and
 returns fp32, which the fused ``c_attn`` (``Conv1D``: ``torch.addmm``, lower precision) and
 ``c_fc`` each cast once (no extra cast: :math:`n_{qkv} = n_{up} = 1`); ``gelu_new``
@@ -58,7 +58,8 @@ returns fp32, which the fused ``c_attn`` (``Conv1D``: ``torch.addmm``, lower pre
 one), :math:`3 \cdot 2\tau f` beyond the 16-bit model's three 2-byte tensors; the product is
 fp32 and ``mlp.c_proj`` casts it to 16 bits, as the 16-bit model keeps its 16-bit product.
 The attention (SDPA on ``c_attn``'s 16-bit output), both dropouts after the 16-bit ``c_proj``
-outputs and the loss (``logits.float()``) are as in the 16-bit model.  Per layer,
+outputs, the embedding dropout (on the fp32 embedding, but CUDA's ``native_dropout`` keeps a
+1-byte mask either way) and the loss (``logits.float()``) are as in the 16-bit model.  Per layer,
 
 .. math::
 
@@ -69,6 +70,16 @@ and the biases' casts (``addmm``'s ``self``: :func:`layer_linear_biases`) stay i
 cache alone until the forward ends (:func:`autocast_cached_casts`).  Measured on
 transformers' ``GPT2LMHeadModel`` (float32 under CPU autocast with CUDA's fp32 ops emulated,
 against bfloat16) with ``MemTracker`` in ``tests/test_autocast_gpt2.py``.
+
+**GPT-NeoX** (Pythia; ``modeling_gpt_neox.py:228-270``) is GPT-2's count without ``gelu_new``:
+its ``hidden_act`` ``gelu`` is ``F.gelu``, on no autocast list, so it runs on the 16-bit
+``dense_h_to_4h`` output as in 16 bits; its fused ``query_key_value`` and ``dense_h_to_4h``
+cast their LayerNorms' fp32 outputs once each; under ``use_parallel_residual`` (its default)
+both LayerNorms read the same fp32 residual, kept once (:math:`+2\tau h`, :math:`+4\tau h`
+with sequential residuals).  Its RoPE tables are built in the hidden states' dtype
+(``cos.to(x.dtype)``, fp32 under autocast), one storage for the model, left to the model as
+for Llama; they promote the rotated Q and K to fp32, which SDPA casts back to 16 bits.
+Measured on ``GPTNeoXForCausalLM`` in ``tests/test_autocast_gpt2.py``.
 
 References
 ----------
@@ -81,7 +92,9 @@ References
    projections), :308, :314 (the residual adds); ``models/gpt2/modeling_gpt2.py:187`` (c_attn),
    :225 (c_proj), :241-244 (``GPT2MLP.forward``), :276, :285, :307, :310 (``GPT2Block``'s norms
    and residual adds), :619 (ln_f), :698 (lm_head); ``activations.py:65-66``
-   (``NewGELUActivation``); ``pytorch_utils.py:119`` (``Conv1D.forward``: ``torch.addmm``).
+   (``NewGELUActivation``); ``pytorch_utils.py:119`` (``Conv1D.forward``: ``torch.addmm``);
+   ``models/gpt_neox/modeling_gpt_neox.py:41-48`` (``GPTNeoXMLP``), :91-97 (the RoPE tables in
+   ``x.dtype``), :249-268 (``GPTNeoXLayer.forward``).
 """
 
 from __future__ import annotations
@@ -92,29 +105,37 @@ from ..symbols import V, a, d_h, f, g, h
 from ..term import Source, Term
 from .transformer_layer import token_split
 
-__all__ = ["AUTOCAST_LAYERS", "AUTOCAST_MODEL_TYPES", "layer_linear_weights",
-           "layer_linear_biases", "autocast_layer_excess", "autocast_output",
-           "autocast_cached_casts"]
+__all__ = ["AUTOCAST_LAYERS", "AUTOCAST_MODEL_TYPES", "AUTOCAST_ACTIVATIONS",
+           "layer_linear_weights", "layer_linear_biases", "autocast_layer_excess",
+           "autocast_output", "autocast_cached_casts"]
 
 #: transformers model types whose decoder layer under autocast memsym counts, with the
 #: :func:`autocast_layer_excess` keywords of its layer (measured: tests/test_autocast.py,
 #: tests/test_autocast_gpt2.py).  The Llama family: LlamaRMSNorm, separate q, k, v and gate, up
 #: projections, SDPA (Mistral's layer is generated from Llama's, modular_mistral.py); GPT-2:
-#: LayerNorm, the fused c_attn and c_fc (Conv1D), gelu_new (its config's default activation;
-#: another is refused, memsym.job_checks_hf.check_autocast).
+#: LayerNorm, the fused c_attn and c_fc (Conv1D), gelu_new; GPT-NeoX (Pythia): LayerNorm, the
+#: fused query_key_value and dense_h_to_4h, exact GeLU, partial RoPE.
 AUTOCAST_LAYERS = {"llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {},
                    "gpt2": dict(qkv_projections=1, up_projections=1, gated=False,
-                                tanh_gelu=True)}
+                                tanh_gelu=True),
+                   "gpt_neox": dict(qkv_projections=1, up_projections=1, gated=False)}
 AUTOCAST_MODEL_TYPES = tuple(AUTOCAST_LAYERS)
+#: The activation measured for a type whose config.json names one (GPT2Config's
+#: activation_function, GPTNeoXConfig's hidden_act: their defaults, transformers 5.25.0
+#: configuration_gpt2.py:83, configuration_gpt_neox.py:66); another is refused
+#: (memsym.job_checks_hf.check_autocast): whether its ops are fp32 under CUDA's autocast.
+AUTOCAST_ACTIVATIONS = {"gpt2": "gelu_new", "gpt_neox": "gelu"}
 
 _LAYER = Source("hf-transformers-5-25", "models/llama/modeling_llama.py:62-67 (LlamaRMSNorm on "
                 "the fp32 residual), :163-164, :244-246 (each projection casts its fp32 input), "
                 ":308, :314 (residual adds promote to fp32); torch autocast_mode.cpp cached_cast")
-_GPT2 = Source("hf-transformers-5-25", "models/gpt2/modeling_gpt2.py:276, :307 (nn.LayerNorm, "
+_LAYERNORM = Source("hf-transformers-5-25", "models/gpt2/modeling_gpt2.py:276, :307 (nn.LayerNorm, "
                "an fp32 op under CUDA autocast, keeps the fp32 residual), :187, :241-243 (one "
                "cast of each norm's fp32 output), :285, :310 (residual adds promote to fp32); "
                "activations.py:65-66 (gelu_new's pow, fp32 on CUDA: torch 2.13 "
-               "aten/src/ATen/autocast_mode.h AT_FORALL_FP32); pytorch_utils.py:119 (addmm)")
+               "aten/src/ATen/autocast_mode.h AT_FORALL_FP32); pytorch_utils.py:119 (addmm); "
+               "models/gpt_neox/modeling_gpt_neox.py:249-268 (GPTNeoXLayer.forward: the "
+               "parallel residual's LayerNorms read one fp32 residual), :46-48 (exact GeLU)")
 _CASTS = Source("pytorch-autocast", "aten/src/ATen/autocast_mode.cpp cached_cast (fp32 leaves "
                 "that require grad, kept until the outermost autocast exits); torch 2.13 "
                 "torch/amp/autocast_mode.py:218")
@@ -192,18 +213,19 @@ def layer_linear_biases(qkv: bool, out: bool, mlp: bool, gated: bool = True) -> 
 
 def autocast_layer_excess(recompute: str = "none", *, qkv_projections: int = 3,
                           up_projections: int = 2, gated: bool = True,
-                          tanh_gelu: bool = False) -> Term:
+                          tanh_gelu: bool = False, norm_tensors: int = 2) -> Term:
     r"""What a decoder layer keeps under autocast over fp32 weights beyond its 16-bit self.
 
     Per layer [bytes]:
 
     .. math::
 
-        \text{kept: } 4\tau h + 2\tau h\,(n_{qkv} + n_{up} - 2) + [\mathrm{gelu}]\,6\tau f
-        + 2 W_\ell, \qquad \text{full recompute: } 2\tau h
+        \text{kept: } 2 n_{\mathrm{norm}}\tau h + 2\tau h\,(n_{qkv} + n_{up} - 2)
+        + [\mathrm{gelu}]\,6\tau f + 2 W_\ell, \qquad \text{full recompute: } 2\tau h
 
-    The two norms' fp32 tensors beyond their 16-bit ones (:math:`2 \cdot 2\tau h`: an
-    RMSNorm's normalised tensor, a LayerNorm's input), the extra 16-bit casts of the norms'
+    The norms' fp32 tensors beyond their 16-bit ones (:math:`n_{\mathrm{norm}} \cdot 2\tau h`:
+    an RMSNorm's normalised tensor, a LayerNorm's input; GPT-NeoX's parallel residual feeds
+    both LayerNorms one residual, kept once), the extra 16-bit casts of the norms'
     fp32 outputs, one per projection beyond the first, GPT-2's ``gelu_new`` input, ``tanh``
     output and ``1 + tanh`` in fp32 (``pow`` is an fp32 op under CUDA's autocast), and the
     16-bit copies of the layer's linear weights (:func:`layer_linear_weights`) its matmuls
@@ -222,6 +244,9 @@ def autocast_layer_excess(recompute: str = "none", *, qkv_projections: int = 3,
         A gated MLP (three weight matrices), else two [1].
     tanh_gelu : bool
         transformers' ``gelu_new`` (``NewGELUActivation``), whose ``pow`` runs in fp32 [1].
+    norm_tensors : int
+        :math:`n_{\mathrm{norm}}`, the norms' distinct fp32 tensors: 2, or 1 where both
+        LayerNorms read the same residual (GPT-NeoX's ``use_parallel_residual``) [1].
 
     Examples
     --------
@@ -242,25 +267,35 @@ def autocast_layer_excess(recompute: str = "none", *, qkv_projections: int = 3,
     ...     4 * 4096 * 768 + 6 * 4096 * 3072 + 24 * 768**2)
     True
 
+    Pythia-1B (GPT-NeoX, h = 2048, f = 8192, parallel residual) at s = 2048, b = 1:
+    2 tau h + 2 x 12 h^2.
+
+    >>> neox = autocast_layer_excess(qkv_projections=1, up_projections=1, gated=False,
+    ...                              norm_tensors=1)
+    >>> neox.evaluate(s=2048, b=1, c=1, h=2048, a=8, g=8, d_h=256, f=8192) == (
+    ...     2 * 2048 * 2048 + 24 * 2048**2)
+    True
+
     References
     ----------
     .. [hf-transformers-5-25] transformers 5.25.0 ``models/llama/modeling_llama.py:62-67``,
        :163-164, :244-246, :308, :314; ``models/gpt2/modeling_gpt2.py:276-310``,
-       ``activations.py:65-66``; measured in ``tests/test_autocast.py`` and
+       ``activations.py:65-66``; ``models/gpt_neox/modeling_gpt_neox.py:249-268``
+       (``GPTNeoXLayer.forward``); measured in ``tests/test_autocast.py`` and
        ``tests/test_autocast_gpt2.py``.
     .. [pytorch-autocast] ``aten/src/ATen/autocast_mode.cpp`` (``cached_cast``).
     """
     tok, _ = token_split(False)
-    src = _LAYER if gated else _GPT2
+    src = _LAYER if gated else _LAYERNORM
     if recompute == "full":
         return Term("autocast_checkpoint", 2 * tok * h, "the checkpointed layer input is the "
                     "fp32 residual (2 bytes an element beyond a 16-bit one)", src,
                     label="autocast fp32 checkpoint")
     casts = qkv_projections + up_projections - 2
     gelu = 3 * 2 * tok * f if tanh_gelu else 0
-    return Term("autocast_layer", 2 * 2 * tok * h + 2 * tok * h * casts + gelu
+    return Term("autocast_layer", norm_tensors * 2 * tok * h + 2 * tok * h * casts + gelu
                 + 2 * layer_linear_weights(gated),
-                "autocast over fp32 weights: the two norms' fp32 tensors, "
+                f"autocast over fp32 weights: the norms' {norm_tensors} fp32 tensors, "
                 f"{casts} more 16-bit casts of their fp32 outputs (one per projection)"
                 + (", gelu_new's fp32 pow input, tanh and 1 + tanh" if tanh_gelu else "")
                 + " and the 16-bit copies of the layer's linear weights", src,

@@ -178,11 +178,7 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"), width=w).expr
     if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
         a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
-    # torch.autocast over fp32 weights: the fp32 residual stream's norms, each projection's own
-    # 16-bit cast of it, as the type's layer meets autocast (job_checks admits AUTOCAST_LAYERS)
-    shape = AUTOCAST_LAYERS.get((x.extra or {}).get("hf_model_type"), {})
-    autocast = {mode: autocast_layer_excess(mode, **shape).expr if training.states.autocast
-                else 0 for mode in ("none", "full")}
+    autocast = _autocast_excess(x, training)
 
     @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
@@ -205,6 +201,17 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
             + autocast.get(mode, 0)
 
     return per_layer, MappingProxyType(common), mods, shared
+
+
+def _autocast_excess(x, training: Training) -> dict:
+    """torch.autocast over fp32 weights, by the layer's recompute: the fp32 residual stream's
+    norms, each projection's own 16-bit cast of it, the weights' casts, as the model type's
+    layer meets autocast (memsym.terms.autocast; job_checks admits AUTOCAST_LAYERS); under a
+    parallel residual both norms read one residual."""
+    shape = dict(AUTOCAST_LAYERS.get((x.extra or {}).get("hf_model_type"), {}),
+                 norm_tensors=1 if x.parallel_attention else 2)
+    return {mode: autocast_layer_excess(mode, **shape).expr if training.states.autocast
+            else 0 for mode in ("none", "full")}
 
 
 def _peft_adapters(x, layer, training: Training, common: dict, moe: bool) -> sp.Expr:
