@@ -10,6 +10,7 @@ from .frameworks import framework as framework_record
 from .job_record import Layout, Training
 from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
+from .text import printable
 
 __all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast", "check_chunked_loss"]
 
@@ -89,7 +90,7 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             + ", ".join(AUTOCAST_MODEL_TYPES) + ")"
             if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else
             # the activation measured (gelu_new's pow is fp32 under CUDA's autocast, F.gelu not)
-            f"a {kind} model of activation {str(activation)[:40]} ("
+            f"a {kind} model of activation {printable(str(activation), 40)} ("
             f"{AUTOCAST_ACTIVATIONS[kind]} is counted)" if kind in AUTOCAST_ACTIVATIONS
             and activation != AUTOCAST_ACTIVATIONS[kind] else None)
     if said is not None:
