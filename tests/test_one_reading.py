@@ -22,11 +22,8 @@ from hypothesis import strategies as st
 from memsym.cli import main
 from memsym.model import Architecture, parameter_count, preset
 from memsym.readers.launch_script import read_launch_script
-from memsym.readers.megatron_arguments import (MEMORY_NOT_MODELLED as _MEMORY_NOT_MODELLED,
-                                              MODELLED as _MODELLED, MODELOPT as _MODELOPT,
-                                              STRUCTURE_NOT_MODELLED as _STRUCTURE_NOT_MODELLED,
-                                              TABLE as _TABLE,
-                                              VALUE_NOT_MODELLED as _VALUE_NOT_MODELLED)
+from memsym.readers.megatron_arguments import MODELOPT as _MODELOPT, TABLE as _TABLE
+from memsym.readers.megatron_effects import NO_EFFECT as _NO_EFFECT
 from test_readers_megatron import EXPECTED, SCRIPTS
 from in_process import run
 
@@ -303,15 +300,17 @@ def _estimate_options() -> set:
     return {o for a in sub.choices["estimate"]._actions for o in a.option_strings}
 
 
-# Megatron flags memsym neither models nor refuses, so each is listed as ignored; not
-# ModelOpt's options (noted: read only once ModelOpt is enabled), nor the flags that are also
-# memsym's own options (bare --finetune is memsym's --finetune full:
-# honoured, not ignored; test_megatrons_bare_finetune_flag_is_full_fine_tuning)
+# Megatron flags without effect on a step (memsym.readers.megatron_effects.NO_EFFECT), so
+# each is listed as ignored; not the ones read beside an argument memsym reads (a MODEL's
+# SwiGLU reads --no-bias-swiglu-fusion), nor the flags that are also memsym's own options
+# (bare --finetune is memsym's --finetune full: honoured, not ignored;
+# test_megatrons_bare_finetune_flag_is_full_fine_tuning)
 _MEMSYMS_OWN = _estimate_options()
+_WITHOUT_EFFECT = set().union(*(dests for reason, dests in _NO_EFFECT.items()
+                                if not reason.startswith("read only beside an argument memsym "
+                                                         "reads")))
 _HARMLESS = sorted(n for n, (dest, arity, _) in _TABLE.items()
-                   if dest not in _MODELLED and dest not in _STRUCTURE_NOT_MODELLED
-                   and dest not in _MEMORY_NOT_MODELLED and dest not in _VALUE_NOT_MODELLED
-                   and arity in (0, 1)
+                   if dest in _WITHOUT_EFFECT and arity in (0, 1)
                    and n.startswith("--") and not n.startswith(("--nproc", "--nnodes"))
                    and n not in _MEMSYMS_OWN and n not in _MODELOPT)
 _JOBS = [["llama2-7b", "--seq-length", "2048", "--tp", "2"],

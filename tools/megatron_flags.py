@@ -293,9 +293,9 @@ def _sandbox(root: pathlib.Path):
 # ----------------------------------------------------------------------------------------------
 # the table
 # ----------------------------------------------------------------------------------------------
-def _tables(source=VENDORED) -> tuple[dict, dict]:
-    """Megatron's options and ModelOpt's, each ``{option: (dest, arity, constant)}`` in the
-    parser's order, from the parser ``pretrain_gpt.py`` builds when ModelOpt imports."""
+def _parser(source=VENDORED) -> tuple[argparse.ArgumentParser, int]:
+    """The parser ``pretrain_gpt.py`` builds when ModelOpt imports, and how many of its actions
+    are Megatron's own (ModelOpt's follow)."""
     root = check_source(source)
     try:
         with _sandbox(root):
@@ -311,7 +311,24 @@ def _tables(source=VENDORED) -> tuple[dict, dict]:
         raise InvalidValueError(f"building Megatron's parser imported {err.name!r}, which "
                                 f"tools/megatron_flags.py neither runs nor stands in for (add "
                                 f"it to PINNED, BARE or STUBS)") from None
+    return parser, own
+
+
+def _tables(source=VENDORED) -> tuple[dict, dict]:
+    """Megatron's options and ModelOpt's, each ``{option: (dest, arity, constant)}`` in the
+    parser's order, from the parser ``pretrain_gpt.py`` builds when ModelOpt imports."""
+    parser, own = _parser(source)
     return _rows(parser._actions[:own]), _rows(parser._actions[own:])
+
+
+def defaults(source=VENDORED) -> dict:
+    """``{dest: default}`` of Megatron's own options, as its parser holds them (the first
+    action of a dest; ``argparse.SUPPRESS`` where the parser suppresses it)."""
+    parser, own = _parser(source)
+    out = {}
+    for action in parser._actions[:own]:
+        out.setdefault(action.dest, action.default)
+    return out
 
 
 def _rows(actions) -> dict[str, tuple]:

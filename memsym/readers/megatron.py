@@ -152,11 +152,12 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
     ignored = []
     for name in order:
         dest = TABLE[name][0]
+        if (dest == UB_DEST and ub is not None) or (dest == _SWIGLU_FUSION and r.flag("swiglu")) \
+                or (dest == _GELU_FUSION and r.flag("quick_geglu")):
+            continue        # read here, where it acts
         if r.not_modelled(name, dest):
             continue        # noted: it changes memory or time, so it is not "without effect"
-        if dest not in MODELLED and not (dest == UB_DEST and ub is not None) \
-                and not (dest == _SWIGLU_FUSION and r.flag("swiglu")) \
-                and not (dest == _GELU_FUSION and r.flag("quick_geglu")):
+        if dest not in MODELLED:
             ignored.append(name)
     defaults = tuple((option, value, where) for option, dests, value, where in MEGATRON_DEFAULTS
                      if not any(r.given(d) for d in dests))
@@ -254,10 +255,9 @@ _OVERRIDE_SWITCHES = {
 }
 
 #: Accepted with a model and changing nothing memsym counts (the model's own vocabulary and
-#: fp32 gradient accumulation stand; buckets, grouped GEMMs, the expert-bias buffer, and the
-#: native fused loss, which keeps the fp32 softmax memsym counts).
-_OVERRIDE_NO_EFFECT = {"accumulate_allreduce_grads_in_fp32", "ddp_bucket_size",
-                       "moe_grouped_gemm", "moe_router_enable_expert_bias", "tokenizer_type",
+#: fp32 gradient accumulation stand; grouped GEMMs, the expert-bias buffer, and the native
+#: fused loss, which keeps the fp32 softmax memsym counts).
+_OVERRIDE_NO_EFFECT = {"accumulate_allreduce_grads_in_fp32", "moe_grouped_gemm", "moe_router_enable_expert_bias", "tokenizer_type",
                        "tokenizer_model", "vocab_file", "cross_entropy_loss_fusion"}
 
 
@@ -519,6 +519,7 @@ def _override_ignored(r: MegatronArguments, order: list, read=()) -> list:
         elif dest in _OVERRIDE_HANDLED or dest in read or dest in _HYBRID_DESTS:
             continue
         elif dest in _OVERRIDE_NO_EFFECT or dest not in MODELLED:
+            # not_modelled noted every dest neither read nor without effect (NO_EFFECT)
             ignored.append(name)
         else:
             # the optimizer-state dtypes of the precision-aware optimizer, Megatron-FSDP's

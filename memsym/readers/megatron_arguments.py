@@ -25,10 +25,15 @@ from ..text import looks_like_option, option_values   # argparse's rules, shared
 from ..vocabulary import MEGATRON_FSDP_SCHEMES
 from ._megatron_flags import FLAGS
 from ._megatron_modelopt_flags import MODELOPT
+# the reviewed classification of every argument memsym does not read (re-exported)
+from .megatron_effects import (INERT, MEGATRON_REFUSES, MEMORY_NOT_MODELLED,
+                               STRUCTURE_NOT_MODELLED, TIME_NOT_MODELLED, VALUE_NOT_MODELLED,
+                               no_effect_reason, same_value)
 from ._values import MAX_ARGS, MAX_GPUS, MAX_SEQ, MAX_WORD, whole
 
 __all__ = ["MEGATRON_FSDP_SCHEMES", "MEGATRON_DEFAULTS", "TABLE", "MODELLED",
-           "STRUCTURE_NOT_MODELLED", "MEMORY_NOT_MODELLED", "KNOWN_TOKENIZER_VOCAB",
+           "STRUCTURE_NOT_MODELLED", "MEMORY_NOT_MODELLED", "TIME_NOT_MODELLED",
+           "VALUE_NOT_MODELLED", "KNOWN_TOKENIZER_VOCAB",
            "RECOMPUTE_MODULES", "SCHEDULE_ENTRY", "megatron_arity", "ArgumentError",
            "parse_megatron_argv", "MegatronArguments"]
 
@@ -135,7 +140,7 @@ MODELLED = {
     "data_parallel_sharding_strategy", "megatron_fsdp_main_grads_dtype",
     "megatron_fsdp_main_params_dtype", "megatron_fsdp_grad_comm_dtype", "use_torch_fsdp2",
     "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub",
-    "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "tp_comm_overlap",
+    "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "cp_comm_type", "cpu_offloading_num_layers", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
     "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope_deprecated", "enable_cuda_graph",
@@ -146,43 +151,12 @@ MODELLED = {
     "mla_down_proj_fusion",
 }
 
-#: Accepted, but they change the model's structure in ways memsym's Architecture cannot express:
-#: refused rather than silently dropped (the count would be wrong).
-STRUCTURE_NOT_MODELLED = {
-    "heterogeneous_layers_config_path": "heterogeneous per-layer configurations",
-    "experimental_attention_variant": "gated-delta-net / DSA attention variants",
-    "num_experts_per_layer": "per-layer expert counts",
-    # ModelOpt's options (pretrain_gpt.py:83-90, :525-526): these two switch on its model
-    # builder (model_provider.py:55-57; post_training/utils.py:19-30), a distillation teacher
-    "modelopt_enabled": "ModelOpt's model builder",
-    "export_kd_teacher_load": "a ModelOpt distillation teacher beside the model",
-}
-
 #: ModelOpt's other options: read only by its model builder (post_training/model_builder.py)
 #: or its own scripts (examples/post_training/modelopt), so without effect on pretrain_gpt.py
 #: unless ModelOpt is enabled (noted, not listed as without effect).
 MODELOPT_NOTE = ("a ModelOpt option, read only once ModelOpt is enabled (--modelopt-enabled, "
                  "--export-kd-teacher-load, or a ModelOpt checkpoint at --load, which memsym "
                  "assumes absent): not modelled")
-
-#: Accepted and listed, but they change memory in ways memsym does not model (said in the notes).
-MEMORY_NOT_MODELLED = {
-    "optimizer_cpu_offload": "optimizer CPU offload",
-    "fine_grained_activation_offloading": "fine-grained activation offloading",
-    "moe_expert_capacity_factor": "expert capacity (token dropping)",
-}
-
-#: Accepted, but one value of theirs changes memory or time in a way memsym does not model
-#: (said in the notes, not listed as without effect): (value, what it does).
-VALUE_NOT_MODELLED = {
-    # Emerging-Optimizers scalar_optimizers/base.py:171 (fd77292): Lion keeps exp_avg only,
-    # where memsym counts --muon-scalar-optimizer adam's two moments
-    "muon_scalar_optimizer": ("lion", "Lion as Muon's scalar optimizer (one moment; memsym "
-                                      "counts Adam's two)"),
-    # emerging_optimizers.py:407-437 at d98e8a64dd: linear_qkv orthogonalized whole
-    "muon_split_qkv": (False, "one unsplit QKV matrix in Muon's Newton-Schulz step (memsym "
-                              "times Q, K and V apart)"),
-}
 
 #: Cited vocabulary sizes of tokenizers a launch script names but memsym cannot open.
 KNOWN_TOKENIZER_VOCAB = {
@@ -507,20 +481,37 @@ class MegatronArguments:
         return whole(n, "--nproc_per_node", 1, MAX_GPUS) * whole(nodes, "--nnodes", 1, MAX_GPUS)
 
     def not_modelled(self, name: str, dest: str) -> bool:
-        """Refuse an argument that changes the model's structure beyond memsym's Architecture;
-        note one that changes memory in a way memsym does not model (True when noted)."""
-        if dest in VALUE_NOT_MODELLED and self.raw[dest] == VALUE_NOT_MODELLED[dest][0]:
-            self.note(f"{name}: {VALUE_NOT_MODELLED[dest][1]} is not modelled")
-            return True
-        if self.raw[dest] in (None, False):
+        """Refuse an argument Megatron refuses or that changes the model's structure beyond
+        memsym's Architecture; note one that changes memory or time in a way memsym does not
+        model, or that :mod:`memsym.readers.megatron_effects` does not classify (True when
+        noted).  False: read (MODELLED), without effect, or given at Megatron's default."""
+        if dest in MEGATRON_REFUSES:
+            raise InvalidValueError(MEGATRON_REFUSES[dest])
+        if dest in VALUE_NOT_MODELLED:
+            value, what = VALUE_NOT_MODELLED[dest]
+            if same_value(self.raw[dest], value):
+                self.note(f"{name}: {what} is not modelled")
+                return True
             return False
         if dest in STRUCTURE_NOT_MODELLED:
+            if self.raw[dest] in (None, False):
+                return False
             raise InvalidValueError(f"{name} ({STRUCTURE_NOT_MODELLED[dest]}) changes the model "
                                     "in a way memsym does not model")
-        if dest in MEMORY_NOT_MODELLED:
-            self.note(f"{name}: {MEMORY_NOT_MODELLED[dest]} changes memory and is not modelled")
-            return True
+        for noted, effect in ((MEMORY_NOT_MODELLED, "memory"), (TIME_NOT_MODELLED, "step time")):
+            if dest in noted:
+                # a switch given stores its non-default constant; a value at Megatron's
+                # default (INERT) changes nothing
+                if dest in INERT and same_value(self.raw[dest], INERT[dest]):
+                    return False
+                self.note(f"{name}: {noted[dest]} changes {effect} and is not modelled")
+                return True
         if name in MODELOPT:
             self.note(f"{name}: {MODELOPT_NOTE}")
             return True
+        if dest not in MODELLED and no_effect_reason(dest) is None:
+            self.note(f"{name}: not classified by memsym (its effect on memory and time is "
+                      "unknown): not modelled")
+            return True
         return False
+

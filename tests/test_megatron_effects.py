@@ -1,0 +1,189 @@
+"""Every Megatron-LM argument memsym does not read is classified, and "ignored" means no effect.
+
+Issue 32: an argument memsym neither read nor knew was listed as "ignored (no effect on memory
+or time)", which is false for many (``--fp32-residual-connection``, the offloading options,
+SHARP...).  :mod:`memsym.readers.megatron_effects` is the reviewed table; these tests walk
+every option of Megatron's parser through the reader and check that what it lists as ignored
+is on that table's no-effect list, that the others are noted or refused (on a whole command
+and beside a MODEL alike), and that the defaults the table relies on are Megatron's own (its
+parser, built by tools/megatron_flags.py from the pinned files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from in_process import run
+from memsym.errors import InvalidValueError
+from memsym.readers.megatron import read_megatron_args, read_megatron_overrides
+from memsym.readers.megatron_arguments import MODELLED, MODELOPT, TABLE
+from memsym.readers.megatron_effects import (INERT, MEGATRON_REFUSES, MEMORY_NOT_MODELLED,
+                                             NO_EFFECT, STRUCTURE_NOT_MODELLED,
+                                             TIME_NOT_MODELLED, VALUE_NOT_MODELLED,
+                                             no_effect_reason, same_value)
+
+BASE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+        "--seq-length", "128", "--micro-batch-size", "1", "--vocab-size", "1000",
+        "--tokenizer-type", "NullTokenizer"]
+CLASSES = {"modelled": set(MODELLED), "memory": set(MEMORY_NOT_MODELLED),
+           "time": set(TIME_NOT_MODELLED), "structure": set(STRUCTURE_NOT_MODELLED),
+           "value": set(VALUE_NOT_MODELLED), "refused by Megatron": set(MEGATRON_REFUSES),
+           **{f"no effect: {reason}": set(dests) for reason, dests in NO_EFFECT.items()}}
+#: ModelOpt's options (noted as read only once ModelOpt is on) beside the two that turn it on
+MODELOPT_DESTS = {TABLE[n][0] for n in MODELOPT} - set(STRUCTURE_NOT_MODELLED)
+
+
+def test_every_argument_is_classified_once():
+    dests = {dest for name, (dest, _, _) in TABLE.items() if name not in MODELOPT}
+    for dest in sorted(dests):
+        where = [c for c, members in CLASSES.items() if dest in members]
+        assert len(where) == 1, (dest, where)
+    classified = set().union(*CLASSES.values())
+    # no stale names: each classified dest is an argument Megatron (or torchrun) accepts
+    assert classified - dests - {TABLE[n][0] for n in MODELOPT} == set()
+
+
+def _words(name: str) -> list:
+    """``name`` with a value of its arity: "7", which no INERT value nor VALUE value is."""
+    arity = TABLE[name][1]
+    return [name] if arity == 0 else [name] + ["7"] * (arity if isinstance(arity, int) else 1)
+
+
+UNREAD = sorted(n for n, (dest, _, _) in TABLE.items() if dest not in MODELLED)
+
+
+@pytest.mark.parametrize("name", UNREAD)
+def test_an_argument_is_ignored_only_when_on_the_reviewed_list(name):
+    """Each option of the parser that memsym does not read, given alone on a small command."""
+    dest = TABLE[name][0]
+    try:
+        job = read_megatron_args(BASE + _words(name))
+    except InvalidValueError as err:
+        assert dest in STRUCTURE_NOT_MODELLED or dest in MEGATRON_REFUSES, err
+        return
+    assert dest not in STRUCTURE_NOT_MODELLED and dest not in MEGATRON_REFUSES
+    if name in job.ignored:
+        assert no_effect_reason(dest) is not None or dest in VALUE_NOT_MODELLED, name
+    else:
+        assert any(note.startswith(f"{name}: ") for note in job.notes), (name, job.notes)
+        assert dest in MEMORY_NOT_MODELLED or dest in TIME_NOT_MODELLED \
+            or dest in VALUE_NOT_MODELLED or dest in MODELOPT_DESTS
+
+
+# --no-bias-swiglu-fusion is read beside a MODEL with a SwiGLU (the command line drops it for
+# another, memsym.cli.training_options), and ignored on a command without --swiglu, as Megatron
+# reads it (argument_utils.py:314-319): the one argument whose verdict depends on the model
+@pytest.mark.parametrize("name", [n for n in UNREAD if n != "--no-bias-swiglu-fusion"])
+def test_one_verdict_beside_a_model_and_on_a_whole_command(name):
+    """read_megatron_overrides (a MODEL's changes) gives each the whole command's verdict."""
+    words = _words(name)
+    try:
+        whole = read_megatron_args(BASE + words)
+    except InvalidValueError as err:
+        with pytest.raises(InvalidValueError, match=re.escape(str(err))):
+            read_megatron_overrides(words, num_layers=2)
+        return
+    over = read_megatron_overrides(words, num_layers=2)
+    assert (name in over.ignored) == (name in whole.ignored)
+    assert [n for n in over.notes if n.startswith(name)] == \
+        [n for n in whole.notes if n.startswith(name)]
+
+
+def test_noted_arguments_say_what_they_change():
+    job = read_megatron_args(BASE + ["--fp32-residual-connection", "--use-sharp",
+                                     "--softmax-type", "learnable"])
+    notes = "\n".join(job.notes)
+    assert "--fp32-residual-connection: an fp32 residual stream" in notes
+    assert "changes memory and is not modelled" in notes
+    assert "--use-sharp: SHARP in-network reductions" in notes
+    assert "changes step time and is not modelled" in notes
+    assert "--softmax-type" in notes and job.ignored == ()
+
+
+def test_a_noted_option_at_megatrons_default_changes_nothing():
+    # --softmax-type vanilla, --num-distributed-optimizer-instances 1 (spelled 1.0): defaults
+    job = read_megatron_args(BASE + ["--softmax-type", "vanilla",
+                                     "--num-distributed-optimizer-instances", "1.0"])
+    assert job.ignored == ("--softmax-type", "--num-distributed-optimizer-instances")
+    assert not any("--softmax-type" in n for n in job.notes)
+
+
+@pytest.fixture(scope="module")
+def megatron_defaults():
+    from tools import megatron_flags
+
+    return megatron_flags.defaults()
+
+
+def test_inert_values_are_megatrons_defaults(megatron_defaults):
+    for dest, value in INERT.items():
+        assert same_value(str(megatron_defaults[dest]), value), (dest, megatron_defaults[dest])
+    # the one value VALUE_NOT_MODELLED notes is not the default (else every command has it)
+    for dest, (value, _) in VALUE_NOT_MODELLED.items():
+        assert not same_value(megatron_defaults[dest], value), dest
+
+
+def test_a_noted_switch_given_is_never_megatrons_default(megatron_defaults):
+    """A switch (no value) in a noted set is noted whenever given: its stored constant must then
+    differ from the parser's default (no --x whose default is already True)."""
+    for name, (dest, arity, const) in TABLE.items():
+        if arity == 0 and (dest in MEMORY_NOT_MODELLED or dest in TIME_NOT_MODELLED):
+            assert const != megatron_defaults[dest], name
+
+
+MIRROR = "/work/.mirror/NVIDIA+Megatron-LM/repo"
+CITED = re.compile(r"([\w/]+\.py):(\d+)(?:-(\d+))?\)$")
+
+
+@pytest.mark.skipif(not os.path.isdir(MIRROR), reason="no Megatron-LM git directory here")
+def test_each_cited_line_is_where_megatron_reads_the_argument():
+    files = {}
+    for dest, phrase in {**MEMORY_NOT_MODELLED, **TIME_NOT_MODELLED}.items():
+        found = CITED.search(phrase)
+        assert found is not None, (dest, phrase)     # each names where Megatron reads it
+        path, first, last = found.group(1), int(found.group(2)), found.group(3)
+        if path not in files:
+            files[path] = subprocess.run(
+                ["git", "-C", MIRROR, "show", "d98e8a64dd:" + (
+                    path if path == "pretrain_gpt.py" else f"megatron/{path}")], check=True,
+                capture_output=True, text=True).stdout.splitlines()
+        lines = files[path][first - 4:int(last or first) + 3]
+        assert any(dest in line for line in lines), (dest, path, first)
+
+
+# --- through the command line ----------------------------------------------------------------
+
+PASTED = ["torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", *BASE,
+          "--max-position-embeddings", "128", "--bf16", "--lr", "1e-4"]
+
+
+def test_a_pasted_command_notes_what_it_does_not_model(capsys):
+    code, out, err = run(capsys, "estimate", "--world-size", 8, "--json", "--", *PASTED,
+                         "--fp32-residual-connection", "--overlap-param-gather-with-optimizer-step")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["ignored"] == ["--lr"]
+    assert any(n.startswith("--fp32-residual-connection: ") and "changes memory" in n
+               for n in data["notes"])
+    assert any(n.startswith("--overlap-param-gather-with-optimizer-step: ")
+               and "changes step time" in n for n in data["notes"])
+
+
+@pytest.mark.parametrize("extra", [["--enable-mhc-connections"], ["--spec", "a.b", "c"],
+                                   ["--yaml-cfg", "x.yaml"], ["--mtp-standalone"],
+                                   ["--batch-size", "4"]])
+def test_a_refused_argument_is_one_line_on_both_paths(capsys, tmp_path, extra):
+    code, out, err = run(capsys, "estimate", "--world-size", 8, "--", *PASTED, *extra)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert extra[0] in err
+    argfile = tmp_path / "args.txt"
+    argfile.write_text(" ".join(extra) + "\n", encoding="utf-8")
+    code, out, err2 = run(capsys, "estimate", "llama2-7b", "--world-size", 8, "--args-file",
+                          argfile)
+    assert code == 2 and out == "" and err2.count("\n") == 1, err2
+    assert err2.split(": ", 1)[1] == err.split(": ", 1)[1]
