@@ -11,6 +11,7 @@ parser, built by tools/megatron_flags.py from the pinned files).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import pytest
 
 from in_process import run
 from memsym.errors import InvalidValueError
+from memsym.model import Architecture, parameter_count, preset
 from memsym.readers.megatron import read_megatron_args, read_megatron_overrides
 from memsym.readers.megatron_arguments import MODELLED, MODELOPT, TABLE
 from memsym.readers.megatron_effects import (INERT, MEGATRON_REFUSES, MEMORY_NOT_MODELLED,
@@ -154,6 +156,50 @@ def test_each_cited_line_is_where_megatron_reads_the_argument():
                 capture_output=True, text=True).stdout.splitlines()
         lines = files[path][first - 4:int(last or first) + 3]
         assert any(dest in line for line in lines), (dest, path, first)
+
+
+# --- what is now read ----------------------------------------------------------------------
+
+def _params(*extra) -> int:
+    return parameter_count(Architecture(**read_megatron_args(BASE + list(extra)).architecture))
+
+
+def test_encoder_num_layers_is_num_layers():
+    """validate_args (training/arguments.py:1304-1311): --encoder-num-layers is --num-layers.
+    h = 64, ffn 4h, biases, LayerNorm, learned positions (128), tied embedding of 1000 rows
+    padded to 1024 (make_vocab_size_divisible_by 128): a layer holds 12h^2 + 13h."""
+    h, layers = 64, 6
+    per_layer = 12 * h * h + 13 * h
+    expected = layers * per_layer + 2 * h + 1024 * h + 128 * h
+    base = BASE[2:]
+    assert BASE[:2] == ["--num-layers", "2"]
+    job = read_megatron_args(base + ["--encoder-num-layers", str(layers)])
+    assert parameter_count(Architecture(**job.architecture), pad_vocab=True) == expected
+    assert "--encoder-num-layers" not in job.ignored
+    with pytest.raises(InvalidValueError, match="not both"):
+        read_megatron_args(BASE + ["--encoder-num-layers", "2"])
+    assert read_megatron_overrides(["--encoder-num-layers", "6"], num_layers=2).options == \
+        {"num_layers": 6}
+
+
+def test_attention_output_gate_widens_linear_qkv():
+    """attention.py:1689-1691: linear_qkv's output grows by kv_channels x heads = 64 rows of
+    h = 64 weights and their bias (biases on), in each of the 2 layers."""
+    assert _params("--attention-output-gate") - _params() == 2 * (64 * 64 + 64)
+    assert read_megatron_overrides(["--attention-output-gate"], num_layers=2).options == \
+        {"attention_output_gate": True}
+
+
+def test_attention_output_gate_beside_a_model(capsys, tmp_path):
+    argfile = tmp_path / "args.txt"
+    argfile.write_text("--attention-output-gate\n", encoding="utf-8")
+    code, out, err = run(capsys, "estimate", "llama2-7b", "--world-size", 8, "--args-file",
+                         argfile, "--json")
+    assert code == 0, err
+    # Llama 2 7B: 32 layers, 32 heads of 128, no biases: 32 x 4096 x 4096 more weights
+    gated = dataclasses.replace(preset("llama2-7b"), attention_output_gate=True)
+    assert json.loads(out)["params"] == parameter_count(preset("llama2-7b")) + 32 * 4096 * 4096
+    assert json.loads(out)["params"] == parameter_count(gated)
 
 
 # --- through the command line ----------------------------------------------------------------

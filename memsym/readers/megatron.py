@@ -31,8 +31,8 @@ from .megatron_architecture import (POSITION_EMBEDDING_TYPES, counted_position_t
                                     hybrid_override, megatron_architecture)
 from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  MEGATRON_FSDP_SCHEMES, MODELLED, SCHEDULE_ENTRY, TABLE,
-                                 ArgumentError, MegatronArguments, megatron_arity,
-                                 parse_megatron_argv)
+                                 ArgumentError, MegatronArguments, encoder_layers_alias,
+                                 megatron_arity, parse_megatron_argv)
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from .megatron_precision import (FP4_FORMATS, FP4_RECIPES, FP8_FORMATS, MEGATRON_FP8_RECIPES,
                                  MUON_DESTS, megatron_bf16_layers, megatron_fsdp_options,
@@ -134,6 +134,7 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
     ('--lr',)
     """
     raw, order, spelled = parse_megatron_argv(argv)
+    encoder_layers_alias(raw, spelled)
     r = MegatronArguments(raw, spelled)
     arch = megatron_architecture(r)
     layout = megatron_layout(r, arch)
@@ -252,6 +253,8 @@ _OVERRIDE_SWITCHES = {
     "recompute_activations": ("recompute", "selective"),
     # transformer_config.py:82: one MTP layer built and run mtp_num_layers times
     "mtp_use_repeated_layer": ("mtp_repeated", True),
+    # attention.py:1689-1691: linear_qkv's output grows by a*d_h, the sigmoid output gate
+    "attention_output_gate": ("attention_output_gate", True),
 }
 
 #: Accepted with a model and changing nothing memsym counts (the model's own vocabulary and
@@ -268,7 +271,7 @@ _DISPATCHER_DESTS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
 #: The dests :func:`read_megatron_overrides` reads into options or notes itself.
 _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "add_bias_linear", "position_embedding_type", "add_position_embedding", "moe_layer_freq",
-    "encoder_seq_length", "decoder_seq_length", "fp8", "attention_backend",
+    "encoder_seq_length", "decoder_seq_length", "encoder_num_layers", "fp8", "attention_backend",
     "transformer_impl", "recompute_modules", "moe_layer_recompute", "use_megatron_fsdp",
     "data_parallel_sharding_strategy", "num_layers_per_virtual_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
@@ -335,6 +338,8 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     raw, order, spelled = parse_megatron_argv(argv)
     r = MegatronArguments(raw, spelled)
     opts = {}
+    if r.given("encoder_num_layers"):   # validate_args' alias of --num-layers (args:1304-1311)
+        num_layers = opts["num_layers"] = r.int("encoder_num_layers", hi=MAX_LAYERS)
     _override_switches(r, opts, has_experts)
     # a hybrid layer pattern defines the layers over the MODEL's sizes (hybrid_override)
     hybrid = hybrid_override(r, num_experts=has_experts, mamba=mamba, mtp_layers=mtp_layers)

@@ -119,6 +119,10 @@ def megatron_architecture(r: MegatronArguments) -> dict:
     a["add_qkv_bias"] = r.flag("add_qkv_bias")
     a["untie_embeddings_and_output_weights"] = r.flag("untie_embeddings_and_output_weights")
     a["qk_layernorm"] = r.flag("qk_layernorm")
+    if r.flag("attention_output_gate"):
+        # attention.py:1689-1691 at d98e8a64dd: linear_qkv's output grows by a*d_h, a sigmoid
+        # gate on the attention's output (MLA refuses it, transformer_config.py:3348)
+        a["attention_output_gate"] = True
     a["position_embedding_type"] = _positions(r)
     _max_positions(r, a)
     _vocab(r, a)

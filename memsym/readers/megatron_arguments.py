@@ -102,7 +102,8 @@ TABLE = {**FLAGS, **MODELOPT, **_TORCHRUN, **_MEMSYM, **_LEGACY}
 
 #: Destinations whose value this reader models; every other accepted argument is "ignored".
 MODELLED = {
-    "num_layers", "hidden_size", "num_attention_heads", "group_query_attention", "num_query_groups",
+    "num_layers", "encoder_num_layers", "hidden_size", "num_attention_heads",
+    "group_query_attention", "num_query_groups", "attention_output_gate",
     "kv_channels", "ffn_hidden_size", "swiglu", "quick_geglu", "squared_relu", "normalization",
     "activation_func_clamp_value",
     "vocab_size", "make_vocab_size_divisible_by", "tokenizer_type", "tokenizer_model", "vocab_file",
@@ -515,3 +516,19 @@ class MegatronArguments:
             return True
         return False
 
+
+def encoder_layers_alias(raw: dict, spelled: dict):
+    """``--encoder-num-layers`` read as ``--num-layers``, as Megatron's ``validate_args`` reads
+    it (training/arguments.py:1304-1311 at d98e8a64dd: one of the two, copied to the other).
+
+    >>> raw, spelled = {"encoder_num_layers": "4"}, {"encoder_num_layers": "--encoder-num-layers"}
+    >>> encoder_layers_alias(raw, spelled); raw["num_layers"], spelled["num_layers"]
+    ('4', '--encoder-num-layers')
+    """
+    if "encoder_num_layers" not in raw:
+        return
+    if "num_layers" in raw:
+        raise InvalidValueError("give --num-layers or --encoder-num-layers, not both "
+                                "(Megatron's validate_args)")
+    raw["num_layers"] = raw["encoder_num_layers"]
+    spelled["num_layers"] = spelled["encoder_num_layers"]

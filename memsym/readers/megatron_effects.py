@@ -51,9 +51,6 @@ MEMORY_NOT_MODELLED = {
                               "(core/pipeline_parallel/fine_grained_activation_offload.py:747)",
     "optimizer_offload_fraction": "the share of optimizer states offloaded to the CPU "
                                   "(core/optimizer/__init__.py:536)",
-    "encoder_num_layers": "the layer count, as --num-layers (training/arguments.py:1305-1311)",
-    "attention_output_gate": "attention's sigmoid output gate in linear_qkv "
-                             "(core/transformer/attention.py:1690)",
     "fp32_residual_connection": "an fp32 residual stream under bf16/fp16 "
                                 "(core/models/common/embeddings/language_model_embedding.py:139)",
     "fp16_lm_cross_entropy": "the loss on half-precision logits, without their fp32 copy "
