@@ -169,12 +169,21 @@ def test_megatron_eager_quick_geglu(capsys, unfuse):
             == _LAYERS * _ROWS * (3 + 1 - 2) * _FE * 2
 
 
-def test_gelu_fusion_flag_is_ignored_without_a_gated_unit(capsys):
+def test_gelu_fusion_flag_without_a_gated_unit_is_noted_not_ignored(capsys):
+    # a non-gated GELU MLP's fusion is bias_gelu_fusion's (argument_utils.py:318-319): off, the
+    # bias add and the GELU run apart (mlp.py), one elementwise pass more, the same tensor kept
     plain = [w for w in _CMD if w != "--quick-geglu"]
     from in_process import estimate
     import json
 
     code, out, err = estimate(capsys, *plain, "--no-bias-gelu-fusion")
+    assert code == 0, err
+    data = json.loads(out)
+    assert "--no-bias-gelu-fusion" not in data["ignored"]
+    assert any(n.startswith("--no-bias-gelu-fusion: ") and "changes step time" in n
+               for n in data["notes"])
+    # under --swiglu the fusion is bias_swiglu_fusion's (:314-317): then without effect
+    code, out, err = estimate(capsys, *plain, "--swiglu", "--no-bias-gelu-fusion")
     assert code == 0, err
     assert "--no-bias-gelu-fusion" in json.loads(out)["ignored"]
 

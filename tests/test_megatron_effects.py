@@ -82,15 +82,16 @@ def test_an_argument_is_ignored_only_when_on_the_reviewed_list(name):
 # reads it (argument_utils.py:314-319): the one argument whose verdict depends on the model
 @pytest.mark.parametrize("name", [n for n in UNREAD if n != "--no-bias-swiglu-fusion"])
 def test_one_verdict_beside_a_model_and_on_a_whole_command(name):
-    """read_megatron_overrides (a MODEL's changes) gives each the whole command's verdict."""
+    """read_megatron_overrides (a MODEL's changes) gives each the whole command's verdict
+    (BASE's MLP is a GELU one, so the MODEL's is not gated)."""
     words = _words(name)
     try:
         whole = read_megatron_args(BASE + words)
     except InvalidValueError as err:
         with pytest.raises(InvalidValueError, match=re.escape(str(err))):
-            read_megatron_overrides(words, num_layers=2)
+            read_megatron_overrides(words, num_layers=2, gated=False)
         return
-    over = read_megatron_overrides(words, num_layers=2)
+    over = read_megatron_overrides(words, num_layers=2, gated=False)
     assert (name in over.ignored) == (name in whole.ignored)
     assert [n for n in over.notes if n.startswith(name)] == \
         [n for n in whole.notes if n.startswith(name)]
@@ -233,3 +234,21 @@ def test_a_refused_argument_is_one_line_on_both_paths(capsys, tmp_path, extra):
                           argfile)
     assert code == 2 and out == "" and err2.count("\n") == 1, err2
     assert err2.split(": ", 1)[1] == err.split(": ", 1)[1]
+
+
+def test_gelu_fusion_beside_a_model_follows_its_mlp(capsys, tmp_path):
+    """argument_utils.py:314-319: under a SwiGLU the fusion is bias_swiglu_fusion's, so
+    --no-bias-gelu-fusion is without effect on Llama 2; GPT-3's non-gated GELU MLP runs the
+    bias add and the GELU apart (one elementwise pass more), which is noted."""
+    argfile = tmp_path / "args.txt"
+    argfile.write_text("--no-bias-gelu-fusion\n", encoding="utf-8")
+    seen = {}
+    for model in ("llama2-7b", "gpt3-175b"):
+        code, out, err = run(capsys, "estimate", model, "--world-size", 64, "--tp", 8,
+                             "--args-file", argfile, "--json")
+        assert code in (0, 1), err
+        seen[model] = json.loads(out)
+    assert seen["llama2-7b"]["ignored"] == ["--no-bias-gelu-fusion"]
+    assert "--no-bias-gelu-fusion" not in seen["gpt3-175b"].get("ignored", [])
+    assert any(n.startswith("--no-bias-gelu-fusion: ") and "changes step time" in n
+               for n in seen["gpt3-175b"]["notes"])

@@ -351,7 +351,8 @@ def job_from_args(args, **override):
                                     mamba=bool(base.mamba_inner_size),
                                     mtp_layers=arch.get("mtp_num_layers", base.mtp_num_layers),
                                     tp_comm_overlap=bool(opts.get("tp_comm_overlap")),
-                                    quick_geglu=_quick_geglu(base))
+                                    quick_geglu=_quick_geglu(base),
+                                    gated=bool(arch.get("swiglu", base.swiglu)))
         if "layer_mixers" in o.options:
             # Megatron's validate_args (arguments.py:787-797 at d98e8a64dd): the hybrid pattern
             # gives the layer count, its E symbols the MoE layers, its '/' parts the MTP depths

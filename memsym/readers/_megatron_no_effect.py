@@ -56,9 +56,8 @@ NO_EFFECT = {
         data_parallel_random_init embedding_init_method_std fp8_interval fp8_margin
         glu_linear_offset init_method_std init_method_xavier_uniform
         init_model_with_meta_device layernorm_epsilon layernorm_zero_centered_gamma
-        mhc_init_gating_factor moe_input_jitter_eps moe_mlp_glu_interleave_size
-        moe_router_force_load_balancing moe_router_group_topk moe_router_load_balancing_type
-        moe_router_num_groups moe_router_pre_softmax moe_router_score_function
+        mhc_init_gating_factor moe_mlp_glu_interleave_size moe_router_force_load_balancing
+        moe_router_load_balancing_type moe_router_pre_softmax moe_router_score_function
         moe_router_topk_scaling_factor moe_shared_expert_glu_interleave_size
         moe_single_grouped_bias moe_single_grouped_weight moe_token_drop_policy
         moe_upcycling_granularity moe_use_upcycling mrope_section mup_attn_scale_power

@@ -156,6 +156,9 @@ def read_megatron_args(argv: Sequence[str], *, tp_comm_overlap: bool = False) ->
         if (dest == UB_DEST and ub is not None) or (dest == _SWIGLU_FUSION and r.flag("swiglu")) \
                 or (dest == _GELU_FUSION and r.flag("quick_geglu")):
             continue        # read here, where it acts
+        if dest == _GELU_FUSION and r.flag("swiglu"):
+            ignored.append(name)    # a SwiGLU's fusion is bias_swiglu_fusion's (:314-317)
+            continue
         if r.not_modelled(name, dest):
             continue        # noted: it changes memory or time, so it is not "without effect"
         if dest not in MODELLED:
@@ -283,8 +286,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
 
 def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
                             has_experts: bool = False, mamba: bool = False, mtp_layers: int = 0,
-                            tp_comm_overlap: bool = False,
-                            quick_geglu: bool = False) -> MegatronOverrides:
+                            tp_comm_overlap: bool = False, quick_geglu: bool = False,
+                            gated: bool = True) -> MegatronOverrides:
     """Read Megatron-LM arguments as changes to a model memsym already knows.
 
     With a MODEL (a preset or config.json) the model's recipe is the baseline and each
@@ -316,6 +319,9 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
     quick_geglu : bool
         The model's gated unit is Megatron's quick-GeGLU (GPT-OSS's clamped one), whose fusion
         is ``bias_gelu_fusion``'s (argument_utils.py:318-319), not ``--no-bias-swiglu-fusion``'s.
+    gated : bool
+        The model's MLP is gated (``Architecture.swiglu``): ``--no-bias-gelu-fusion`` is then
+        without effect unless the unit is a quick-GeGLU; a non-gated GELU MLP's is noted.
 
     Returns
     -------
@@ -367,18 +373,15 @@ def read_megatron_overrides(argv: Sequence[str], *, num_layers: int, p: int = 1,
         # the MODEL's experts are dispatched as the command says (a dense model builds no
         # token dispatcher: the flags are then ignored, as Megatron-core ignores them)
         opts.update(megatron_dispatcher(r))
-    if r.given("rampup_batch_size") or r.given("step_batch_size_schedule"):
-        r.note("batch-size ramp-up or schedule: memory and time are estimated at the final "
-               "global batch size (--global-batch-size)")
     # the MODEL's layout is the job's (memsym's options beside these): the tensor-parallel size
     # is checked against the rows where the two meet (memsym.cli.training_options)
     megatron_padded_vocab(r, opts, 1)
     ub = megatron_ub_option(r, tp_comm_overlap or r.flag("tp_comm_overlap"))
     if ub is not None:
         opts["tp_comm_overlap_cfg"] = ub
-    fusion = _override_fusion(r, opts, quick_geglu)
+    fusion, inert = _override_fusion(r, opts, quick_geglu, gated)
     ignored = _override_ignored(r, order, (_DISPATCHER_DESTS if has_experts else ())
-                                + ((UB_DEST,) if ub is not None else ()) + fusion)
+                                + ((UB_DEST,) if ub is not None else ()) + fusion, inert)
     return MegatronOverrides(options=opts, ignored=tuple(ignored), notes=tuple(r.notes))
 
 
@@ -469,7 +472,10 @@ def _override_sharding(r: MegatronArguments, opts: dict):
 
 
 def _override_layout(r: MegatronArguments, opts: dict, num_layers: int, p: int):
-    """The virtual pipeline stages and the launcher's world size."""
+    """The virtual pipeline stages, the launcher's world size and the batch-size ramp-up."""
+    if r.given("rampup_batch_size") or r.given("step_batch_size_schedule"):
+        r.note("batch-size ramp-up or schedule: memory and time are estimated at the final "
+               "global batch size (--global-batch-size)")
     n_layers = r.int("num_layers_per_virtual_pipeline_stage", None, hi=MAX_LAYERS)
     n_stages = r.int("num_virtual_stages_per_pipeline_rank", None, hi=MAX_LAYERS)
     if n_layers is not None and n_stages is not None:
@@ -494,16 +500,20 @@ def _override_layout(r: MegatronArguments, opts: dict, num_layers: int, p: int):
 _HYBRID_DESTS = ("hybrid_layer_pattern", "hybrid_override_pattern", "mtp_hybrid_override_pattern")
 
 
-def _override_fusion(r: MegatronArguments, opts: dict, quick_geglu: bool) -> tuple:
+def _override_fusion(r: MegatronArguments, opts: dict, quick_geglu: bool,
+                     gated: bool = True) -> tuple:
     """The gated unit's ``bias_activation_fusion`` the arguments turn off over the MODEL's
     (argument_utils.py:314-319: ``--no-bias-swiglu-fusion`` a SwiGLU's, ``bias_gelu_fusion``
-    the command's or the MODEL's quick-GeGLU's); returns the dests so read."""
+    the command's or the MODEL's quick-GeGLU's); returns the dests so read, and those without
+    effect on this model (``bias_gelu_fusion`` beside a SwiGLU)."""
     geglu = (r.flag("quick_geglu") or quick_geglu) and not r.flag("swiglu") \
         and not r.flag("squared_relu")
     swiglu_off = r.given(_SWIGLU_FUSION) and not geglu
     if swiglu_off or (geglu and not _gelu_fusion(r)):
         opts["bias_activation_fusion"] = False     # the MODEL's gated unit runs eagerly
-    return ((_SWIGLU_FUSION,) if swiglu_off else ()) + ((_GELU_FUSION,) if geglu else ())
+    gated = (gated or r.flag("swiglu") or r.flag("quick_geglu")) and not r.flag("squared_relu")
+    return (((_SWIGLU_FUSION,) if swiglu_off else ()) + ((_GELU_FUSION,) if geglu else ()),
+            (_GELU_FUSION,) if gated and not geglu else ())
 
 
 def _pattern_dest(r: MegatronArguments) -> str:
@@ -512,14 +522,16 @@ def _pattern_dest(r: MegatronArguments) -> str:
         if any(r.given(d) for d in _HYBRID_DESTS[:2]) else _HYBRID_DESTS[0]
 
 
-def _override_ignored(r: MegatronArguments, order: list, read=()) -> list:
+def _override_ignored(r: MegatronArguments, order: list, read=(), inert=()) -> list:
     """The arguments given that change nothing memsym counts; the others not read are noted
     (or refused, when they change the model's structure).  ``read``: dests read for this
-    model beside :data:`_OVERRIDE_HANDLED`."""
+    model beside :data:`_OVERRIDE_HANDLED`; ``inert``: dests without effect on this model."""
     ignored = []
     for name in order:
         dest = TABLE[name][0]
-        if r.not_modelled(name, dest):
+        if dest in inert:
+            ignored.append(name)
+        elif r.not_modelled(name, dest):
             pass
         elif dest in _OVERRIDE_HANDLED or dest in read or dest in _HYBRID_DESTS:
             continue

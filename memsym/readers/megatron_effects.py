@@ -63,7 +63,6 @@ MEMORY_NOT_MODELLED = {
     "apply_rope_fusion": "the rotary embedding's fused kernel "
                          "(core/models/common/embeddings/rope_utils.py:340)",
     "bias_dropout_fusion": "the fused bias-dropout-add (core/transformer/transformer_layer.py:754)",
-    "bias_gelu_fusion": "the fused bias-GELU of a GELU MLP (training/argument_utils.py:319)",
     "clone_scatter_output_in_embedding": "the embedding output's clone under sequence "
         "parallelism (core/models/common/embeddings/language_model_embedding.py:151)",
     "disable_jit_fuser": "the JIT-fused elementwise kernels (training/global_vars.py:15)",
@@ -146,6 +145,8 @@ MEMORY_NOT_MODELLED = {
                                 "(training/training.py:2140)",
     "gtp_remat_reduce_scatter_with_fp32_accumulation": "fp32 accumulation in the remat "
                                                        "reduce-scatter (training/training.py:2735)",
+    "moe_input_jitter_eps": "a jittered copy of the router's input, kept for its GEMM "
+                            "(core/transformer/moe/router.py:721-728)",
     "moe_router_dtype": "the router's logits and probabilities in fp32/fp64 "
                         "(core/transformer/moe/router.py:107)",
     "moe_router_padding_for_fp8": "tokens per expert padded for FP8 "
@@ -266,12 +267,22 @@ TIME_NOT_MODELLED = {
                           "core/transformer/transformer_config.py:1792-1797)",
     "moe_use_grouped_tensor": "grouped tensors in the experts' GEMMs "
                               "(core/extensions/transformer_engine.py:2497)",
+    # node-limited routing (DeepSeek-V3's): fewer groups a token reaches, so a different
+    # all-to-all traffic than memsym's balanced routing over all expert ranks
+    "moe_router_num_groups": "group-limited routing (core/transformer/moe/router.py:783)",
+    "moe_router_group_topk": "group-limited routing (core/transformer/moe/router.py:784)",
     "moe_router_force_biased": "routing skewed towards some experts "
                                "(core/transformer/moe/router.py:865)",
     "use_grouped_gemm_for_dense_mlp": "a grouped GEMM for the dense MLP "
                                       "(training/models/gpt.py:121)",
     "use_grouped_gemm_for_shared_expert": "a grouped GEMM for the shared experts "
                                           "(core/models/gpt/moe_module_specs.py:32)",
+    # under --swiglu the fusion is bias_swiglu_fusion's and under --quick-geglu memsym reads
+    # it (memsym.readers.megatron): this is a non-gated GELU MLP's, whose fused and eager
+    # paths keep the same f-wide tensor (mlp.py: bias_gelu_impl saves fc1's output, the eager
+    # gelu the biased one) but run one elementwise pass more
+    "bias_gelu_fusion": "the bias add and GELU of a non-gated MLP run apart "
+                        "(training/argument_utils.py:319)",
     "no_persist_layer_norm": "the non-persistent LayerNorm kernel "
                              "(training/argument_utils.py:304)",
     "openai_gelu": "the tanh-approximated GELU (core/transformer/utils.py:66)",
