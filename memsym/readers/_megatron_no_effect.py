@@ -31,11 +31,10 @@ NO_EFFECT = {
         one_logger_async one_logger_project one_logger_run_name otel_enabled
         otel_service_name otel_span_groups profile profile_ranks profile_step_end
         profile_step_start pytorch_profiler_collect_callstack
-        pytorch_profiler_collect_chakra pytorch_profiler_collect_shapes
-        record_memory_history record_shapes run_workload_inspector_server
-        save_activations_interval save_dgrads_interval save_params_interval
-        save_tokens_per_expert_interval save_wgrads_interval straggler_ctrlr_port
-        straggler_minmax_count tensorboard_dir tensorboard_log_interval
+        pytorch_profiler_collect_chakra pytorch_profiler_collect_shapes record_shapes
+        run_workload_inspector_server save_activations_interval save_dgrads_interval
+        save_params_interval save_tokens_per_expert_interval save_wgrads_interval
+        straggler_ctrlr_port straggler_minmax_count tensorboard_dir tensorboard_log_interval
         tensorboard_queue_size timing_log_option use_pytorch_profiler wandb_entity
         wandb_exp_name wandb_project wandb_save_dir"""),
     # optimizer.py and optimizer_param_scheduler.py read them per step as scalars
@@ -64,9 +63,8 @@ NO_EFFECT = {
         mup_base_head_dim mup_base_hidden_size mup_embedding_mult mup_output_mult
         mup_width_mult perform_initialization rope_scaling_factor rope_type rotary_base
         rotary_interleaved rotary_percent rotary_seq_len_interpolation_factor seed
-        te_rng_tracker use_cpu_initialization use_mup use_rope_scaling yarn_beta_fast
-        yarn_beta_slow yarn_correction_range_round_to_int
-        yarn_original_max_position_embeddings"""),
+        te_rng_tracker use_cpu_initialization use_rope_scaling yarn_beta_fast yarn_beta_slow
+        yarn_correction_range_round_to_int yarn_original_max_position_embeddings"""),
     "checkpoint save, load and conversion": _words("""
         async_ckpt_cpu_priority async_ckpt_io_priority async_ckpt_use_cpu_shm async_save
         async_strategy auto_detect_ckpt_format ckpt_assume_constant_structure
@@ -207,10 +205,9 @@ NO_EFFECT = {
         dsa_indexer_rotate_activation dsa_indexer_scoring_relu dsa_indexer_skip_topk_offset
         dsa_indexer_topk dsa_indexer_topk_freq dsa_indexer_use_sparse_loss
         dsa_kernel_backend gdp_cutedsl_kernel gdp_num_chunk_states_to_recompute
-        gdp_num_householder heterogeneous_layers_config_encoded_json linear_attention_freq
-        linear_conv_kernel_dim linear_key_head_dim linear_num_key_heads
-        linear_num_value_heads linear_value_head_dim mhc_num_residual_streams
-        mhc_recompute_layer_num mhc_sinkhorn_iterations"""),
+        gdp_num_householder linear_attention_freq linear_conv_kernel_dim linear_key_head_dim
+        linear_num_key_heads linear_num_value_heads linear_value_head_dim
+        mhc_num_residual_streams mhc_recompute_layer_num mhc_sinkhorn_iterations"""),
     # read by the reader where they act (the UB config under TP overlap, the fusion of the
     # gated unit they name: memsym.readers.megatron), else without effect as in Megatron
     "read only beside an argument memsym reads, which reads them then": _words("""

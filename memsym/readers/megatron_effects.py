@@ -145,6 +145,8 @@ MEMORY_NOT_MODELLED = {
                                 "(training/training.py:2140)",
     "gtp_remat_reduce_scatter_with_fp32_accumulation": "fp32 accumulation in the remat "
                                                        "reduce-scatter (training/training.py:2735)",
+    "use_mup": "muP's logits scaled, a second logits tensor at the loss "
+               "(core/models/common/language_module/language_module.py:339-342)",
     "moe_input_jitter_eps": "a jittered copy of the router's input, kept for its GEMM "
                             "(core/transformer/moe/router.py:721-728)",
     "moe_router_dtype": "the router's logits and probabilities in fp32/fp64 "
@@ -333,6 +335,8 @@ TIME_NOT_MODELLED = {
     "mscale": "YaRN's mscale, which decides the RoPE kernel (training/argument_utils.py:411)",
     "mscale_all_dim": "YaRN's mscale_all_dim, which decides the RoPE kernel "
                       "(training/argument_utils.py:412)",
+    "record_memory_history": "the allocator's history recorded, a stack trace per allocation "
+                             "(training/utils/utils.py:27-33)",
     "fake_process_group": "a fake process group, so no collective runs "
                           "(training/initialize.py:349)",
 }
@@ -341,6 +345,8 @@ TIME_NOT_MODELLED = {
 #: refused rather than silently dropped (the count would be wrong).
 STRUCTURE_NOT_MODELLED = {
     "heterogeneous_layers_config_path": "heterogeneous per-layer configurations",
+    # training/arguments.py:190-201: the same configuration given as a JSON string
+    "heterogeneous_layers_config_encoded_json": "heterogeneous per-layer configurations",
     "experimental_attention_variant": "gated-delta-net / DSA attention variants",
     # ModelOpt's options (pretrain_gpt.py:83-90, :525-526): these two switch on its model
     # builder (model_provider.py:55-57; post_training/utils.py:19-30), a distillation teacher
