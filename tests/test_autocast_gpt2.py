@@ -192,7 +192,8 @@ def _cpu_only(checkpointing: bool, family: str) -> int:
     return norms * 4 * TAU + (2 * TAU * H if family == "gpt2" else 2 * 2 * S * ROTARY)
 
 
-def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True) -> dict:
+def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True,
+             activation: str = "gelu_new") -> dict:
     """Activation bytes (MemTracker's ACT + TEMP) of the two-layer model's training forward at
     the forward's end and as the loss's backward starts, the model in ``dtype`` (float32
     under CPU bf16 autocast with CUDA's dtypes, :func:`_cuda_policy`; bfloat16 without),
@@ -206,7 +207,8 @@ def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True
                   attn_implementation="sdpa")
     if family == "gpt2":
         cfg = transformers.GPT2Config(n_embd=H, n_layer=LAYERS, n_head=HEADS,
-                                      n_positions=POSITIONS, **common)
+                                      n_positions=POSITIONS, activation_function=activation,
+                                      **common)
         model = transformers.GPT2LMHeadModel(cfg)
     else:
         cfg = transformers.GPTNeoXConfig(
@@ -255,3 +257,22 @@ def test_torchs_memory_tracker_sees_autocasts_bytes_where_memsym_counts_them(
         ours = memsym["float32"][phase] - memsym["bfloat16"][phase] - states
         assert measured["float32"][phase] - measured["bfloat16"][phase] == (
             ours + _cpu_only(checkpointing, family)), phase
+
+
+def test_gelu_new_keeps_three_more_tensors_than_a_fused_gelu(capsys, tmp_path):
+    """GPT-2's default gelu_new against F.gelu ("gelu"), bf16 weights: transformers'
+    NewGELUActivation runs op by op (activations.py:59-66), keeping tanh's output, 0.5 x and
+    1 + tanh beside the input a fused GeLU keeps alone: 3 x 2 tau F more a layer, by hand;
+    torch's MemTracker sees exactly that at the forward's end and as the loss's backward
+    starts, and memsym's job counts it (memsym.terms.eager_glu.eager_tanh_gelu)."""
+    want = LAYERS * 3 * 2 * TAU * F
+    measured = {act: _tracked("gpt2", "bfloat16", False, activation=act)
+                for act in ("gelu_new", "gelu")}
+    ours = {}
+    for act in ("gelu_new", "gelu"):
+        (tmp_path / act).mkdir()
+        ours[act] = json_report(capsys, _launch(_config(tmp_path / act, activation_function=act),
+                                                dtype="bfloat16"))["phases"]
+    for phase in ("forward", "loss-backward"):
+        assert measured["gelu_new"][phase] - measured["gelu"][phase] == want, phase
+        assert ours["gelu_new"][phase] - ours["gelu"][phase] == want, phase

@@ -6,7 +6,8 @@ Megatron-core's ``glu`` without ``bias_activation_fusion`` (GPT-OSS's quick-GeGL
 ``--no-bias-swiglu-fusion``), beside :func:`memsym.terms.activations.unfused_glu_products` (its
 unclamped products) and :func:`memsym.terms.activations.clamped_glu_copy` (the fused path's).
 :func:`eager_silu_output`: the SiLU output that torchtitan's and transformers' own
-``w2(silu(w1 x) * w3 x)`` keeps.
+``w2(silu(w1 x) * w3 x)`` keeps.  :func:`eager_tanh_gelu`: the three tensors transformers'
+unfused tanh GELU (``gelu_new``, GPT-2's) keeps beyond a fused GeLU's input.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..symbols import c_f, f, f_e, f_sh, k, t, t_e
 from ..term import Source, Term
 from .transformer_layer import token_split
 
-__all__ = ["eager_clamped_glu_input", "eager_silu_output"]
+__all__ = ["eager_clamped_glu_input", "eager_silu_output", "eager_tanh_gelu"]
 
 
 def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False, width: int = 2) -> Term:
@@ -155,3 +156,50 @@ _EAGER_SILU = Source("torchtitan", "torchtitan/models/common/feed_forward.py:53-
                      "models/common/moe.py:94-107 at b5bcd76c6; transformers 5.25.0 "
                      "models/llama/modeling_llama.py:163-165 (LlamaMLP.forward), "
                      "integrations/moe.py:498-504")
+
+
+def eager_tanh_gelu(eager: bool = True, *, width: int = 2) -> Term:
+    r"""What transformers' unfused tanh GELU keeps beyond a fused GeLU's input [bytes per layer].
+
+    Per micro-batch and layer, with :math:`\tau = sb/c` and :math:`w` bytes an element:
+
+    .. math:: 3\,w\,\tau f / t
+
+    ``NewGELUActivation`` (``gelu_new``, GPT-2's default activation) computes
+    ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))`` op by op: ``pow`` keeps
+    its input (the fc1 output, which :func:`memsym.terms.activations.layer_activations` counts
+    as the GeLU's input), ``tanh`` its output, and the product its two operands ``0.5 * x`` and
+    ``1 + tanh(...)``; the scalar multiplies and adds keep nothing.  Three more :math:`f`-wide
+    tensors than a fused GeLU, which keeps only its input.  0 for any other activation.
+
+    Parameters
+    ----------
+    eager : bool
+        The MLP runs transformers' ``gelu_new`` [1].
+    width : {2, 4}
+        Bytes of an element in the compute dtype (4 in fp32) [bytes/element].
+
+    Examples
+    --------
+    GPT-2 small (f = 3072) at s = 1024, b = 4: three 16-bit 4096 x 3072 tensors a layer.
+
+    >>> eager_tanh_gelu().evaluate(s=1024, b=4, c=1, f=3072, t=1) == 3 * 2 * 4096 * 3072
+    True
+    >>> eager_tanh_gelu(False).expr
+    0
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``activations.py:59-66``
+       (``NewGELUActivation.forward``) and ``models/gpt2/modeling_gpt2.py:231-245``
+       (``GPT2MLP``: ``act`` between ``c_fc`` and ``c_proj``); ``tests/test_hf_activations.py``
+       measures it on ``GPT2Block``.
+    """
+    tok, _ = token_split(False)
+    expr = 3 * width * tok * f / t if eager else sp.Integer(0)
+    return Term("eager_tanh_gelu", expr, "gelu_new's tanh output, 0.5 x and 1 + tanh, kept by "
+                "its op-by-op backward", _TANH_GELU, label="eager tanh GELU")
+
+
+_TANH_GELU = Source("hf-transformers-5-25", "activations.py:59-66 (NewGELUActivation.forward); "
+                    "models/gpt2/modeling_gpt2.py:231-245 (GPT2MLP)")

@@ -24,7 +24,7 @@ from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activati
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bits
 from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
-from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output
+from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.peft_lora import peft_frozen_base, peft_lora_activations
 from ..terms.qkv_storage import checkpointed_qkv_storage
@@ -166,6 +166,10 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     glu_kept = {moe: glu_kept[moe] + eager_silu_output(
         eager, moe=moe, shared=moe and shared_kept, width=w).expr
         for moe in (False, True)}
+    # transformers' gelu_new (GPT-2's) runs op by op: three more f-wide tensors kept
+    tanh_gelu = bool(not x.swiglu and framework_record(training.framework).hf_model_code
+                     and (x.extra or {}).get("hf_activation") == "gelu_new")
+    glu_kept[False] = glu_kept[False] + eager_tanh_gelu(tanh_gelu, width=w).expr
     kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
     # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
     # output (not MLA's, nor a gated one's, which split otherwise) stays saved
