@@ -276,3 +276,55 @@ def test_gelu_new_keeps_three_more_tensors_than_a_fused_gelu(capsys, tmp_path):
     for phase in ("forward", "loss-backward"):
         assert measured["gelu_new"][phase] - measured["gelu"][phase] == want, phase
         assert ours["gelu_new"][phase] - ours["gelu"][phase] == want, phase
+
+
+def _forward_kept(family: str, activation: str) -> int:
+    """MemTracker's activation bytes (ACT + TEMP) at the forward's end of a two-layer bf16
+    GPT-J or Phi built by transformers with ``activation`` (fc_in / fc1, act, fc_out / fc2)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    torch.manual_seed(0)
+    common = dict(vocab_size=V, use_cache=False, bos_token_id=None, eos_token_id=None,
+                  attn_implementation="sdpa")
+    if family == "gptj":
+        cfg = transformers.GPTJConfig(n_embd=H, n_layer=LAYERS, n_head=HEADS, n_inner=F,
+                                      n_positions=POSITIONS, rotary_dim=16,
+                                      activation_function=activation, **common)
+        model = transformers.GPTJForCausalLM(cfg)
+    else:
+        cfg = transformers.PhiConfig(hidden_size=H, num_hidden_layers=LAYERS,
+                                     num_attention_heads=HEADS, intermediate_size=F,
+                                     max_position_embeddings=POSITIONS, hidden_act=activation,
+                                     **common)
+        model = transformers.PhiForCausalLM(cfg)
+    model = model.to(torch.bfloat16).train()
+    mt = tracker.MemTracker()
+    mt.track_external(model)
+    with mt:
+        loss = model(input_ids=torch.randint(0, V, (B, S)), labels=torch.randint(0, V, (B, S))).loss
+        loss.backward()
+    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == type(model).__name__)
+    (snap,) = root.snapshots[tracker._ModState.POST_FW][0].values()
+    return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
+                                                   tracker._MemRefType.TEMP))
+
+
+@pytest.mark.parametrize("family", ["gptj", "phi"])
+def test_gelu_new_is_read_and_counted_for_gptj_and_phi(capsys, tmp_path, family):
+    """GPT-J's and Phi's configs default to gelu_new too (GPTJConfig.activation_function,
+    PhiConfig.hidden_act): the same three tensors, measured on their own MLPs, and counted by
+    the job read from a config.json that leaves the activation to the default."""
+    measured = _forward_kept(family, "gelu_new") - _forward_kept(family, "gelu")
+    assert measured == LAYERS * 3 * 2 * TAU * F
+    field = "activation_function" if family == "gptj" else "hidden_act"
+    ours = {}
+    for act in ("gelu_new", "gelu"):
+        folder = tmp_path / act
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(
+            {"model_type": family, "vocab_size": V, "hidden_size": H, "n_inner": F,
+             "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "intermediate_size": F,
+             **({} if act == "gelu_new" else {field: act})}), encoding="utf-8")
+        ours[act] = json_report(capsys, _launch(str(folder), dtype="bfloat16"))["phases"]
+    assert ours["gelu_new"]["forward"] - ours["gelu"]["forward"] == measured

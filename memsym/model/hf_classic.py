@@ -52,7 +52,9 @@ def _read_gptj(c: ConfigFields, mtype: str, notes: list) -> dict:
                 vocab_size=c.int("vocab_size"), position_embedding_type="rope",
                 max_position_embeddings=c.int(("n_positions", "max_position_embeddings"), 2048),
                 add_bias_linear=True, attention_bias=False, output_layer_bias=True,
-                norms_per_layer=1, parallel_attention=True)
+                norms_per_layer=1, parallel_attention=True,
+                # GPTJConfig's default gelu_new (configuration_gptj.py), GPTJMLP's act
+                extra={"hf_activation": c.str("activation_function", "gelu_new")})
 
 
 def _read_falcon(c: ConfigFields, mtype: str, notes: list) -> dict:
@@ -127,7 +129,9 @@ def _read_phi(c: ConfigFields, mtype: str, notes: list) -> dict:
         raise c._bad("qk_layernorm with a Phi head_dim other than hidden_size / "
                      "num_attention_heads is not modelled (its q and k norms keep h / a)")
     kw.update(add_bias_linear=True, attention_bias=True, norms_per_layer=1,
-              parallel_attention=True, output_layer_bias=True, qk_layernorm=qk_norm)
+              parallel_attention=True, output_layer_bias=True, qk_layernorm=qk_norm,
+              # PhiConfig's default gelu_new (configuration_phi.py), PhiMLP's activation_fn
+              extra={"hf_activation": c.str("hidden_act", "gelu_new")})
     return kw
 
 

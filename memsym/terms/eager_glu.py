@@ -165,7 +165,8 @@ def eager_tanh_gelu(eager: bool = True, *, width: int = 2) -> Term:
 
     .. math:: 3\,w\,\tau f / t
 
-    ``NewGELUActivation`` (``gelu_new``, GPT-2's default activation) computes
+    ``NewGELUActivation`` (``gelu_new``, the default activation of GPT-2, GPT-J and Phi)
+    computes
     ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))`` op by op: ``pow`` keeps
     its input (the fc1 output, which :func:`memsym.terms.activations.layer_activations` counts
     as the GeLU's input), ``tanh`` its output, and the product its two operands ``0.5 * x`` and
@@ -193,7 +194,7 @@ def eager_tanh_gelu(eager: bool = True, *, width: int = 2) -> Term:
     .. [hf-transformers-5-25] transformers 5.25.0 ``activations.py:59-66``
        (``NewGELUActivation.forward``) and ``models/gpt2/modeling_gpt2.py:231-245``
        (``GPT2MLP``: ``act`` between ``c_fc`` and ``c_proj``); ``tests/test_hf_activations.py``
-       measures it on ``GPT2Block``.
+       measures it on ``GPT2Block``, ``tests/test_autocast_gpt2.py`` on GPT-2, GPT-J and Phi.
     """
     tok, _ = token_split(False)
     expr = 3 * width * tok * f / t if eager else sp.Integer(0)
