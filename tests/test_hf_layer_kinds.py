@@ -23,7 +23,7 @@ from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 from in_process import estimate
 
 TYPES = {"dbrx", "deepseek_v32", "qwen3_next", "lfm2", "minimax", "qwen3_5_text",
-         "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "lfm2_moe"}
+         "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "lfm2_moe", "glm_moe_dsa"}
 
 # transformers 5.25's DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig
 # does not default: a file without it cannot be built (the published one has it)
@@ -81,6 +81,20 @@ SMALL = {
         mlp_layer_types=["sparse", "dense", "sparse"], tie_word_embeddings=True,
         num_nextn_predict_layers=1),
     "deepseek_v32-defaults": _small("deepseek_v32", **_MLA),
+    # GLM-5 (GLM-MoE-DSA): DeepSeek-V3.2's attention and indexer in every layer (index_topk_freq
+    # 1), the first first_k_dense_replace layers dense; or listed MLP kinds and indexer types,
+    # tied; or GlmMoeDsaConfig's own defaults of the MLA sizes
+    "glm_moe_dsa": _small("glm_moe_dsa", **_MLA, first_k_dense_replace=1, index_n_heads=4,
+                          index_head_dim=16),
+    "glm_moe_dsa-listed-tied": _small(
+        "glm_moe_dsa", **{**_MLA, "n_shared_experts": 2}, index_n_heads=2, index_head_dim=8,
+        mlp_layer_types=["sparse", "dense", "sparse"], indexer_types=["full"] * 3,
+        tie_word_embeddings=True),
+    "glm_moe_dsa-defaults": _small("glm_moe_dsa", n_routed_experts=4, num_experts_per_tok=2,
+                                   n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=24,
+                                   qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                                   moe_intermediate_size=16, index_n_heads=2, index_head_dim=8),
+
     # Qwen3-Next: Gated DeltaNet layers and gated attention (every 4th layer), MoE with a gated
     # shared expert in every layer; or listed layer types, biased attention, dense layers by
     # mlp_only_layers and decoder_sparse_step, a 3-tap conv, tied; or no experts at all; or
@@ -398,6 +412,27 @@ def test_qwen3_6_moe_hand_count_and_card(tmp_path):
     assert _billions(active_parameter_count(arch)) == 3
 
 
+def test_glm5_published_totals(tmp_path):
+    # GLM-5's technical report ("GLM-5: from Vibe Coding to Agentic Engineering", its
+    # architecture table, read in a public copy): 3 dense + 75 MoE layers, 1 MTP layer, hidden
+    # 6144, dense intermediate 12288, MoE intermediate 2048, QK head dim 192, V head dim 256,
+    # Q LoRA 2048, KV LoRA 512, 64 heads, indexer 32 heads of 128, 256 experts, 8 routed + 1
+    # shared, vocabulary 154880; 744B total, 40B activated.  transformers builds no MTP layer
+    # (as DeepSeek-V3's 671B, the total leaves it out); the 40B activated leave out the
+    # embedding and output layer, 2 V h = 1.90B (41.78B with them)
+    h, V = 6144, 154880
+    cfg = {"model_type": "glm_moe_dsa", "hidden_size": h, "num_hidden_layers": 78,
+           "first_k_dense_replace": 3, "intermediate_size": 12288, "moe_intermediate_size": 2048,
+           "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
+           "q_lora_rank": 2048, "kv_lora_rank": 512, "num_attention_heads": 64,
+           "index_n_heads": 32, "index_head_dim": 128, "n_routed_experts": 256,
+           "num_experts_per_tok": 8, "n_shared_experts": 1, "vocab_size": V,
+           "num_nextn_predict_layers": 1}
+    arch = from_hf_config(_write(tmp_path, cfg))
+    assert _billions(parameter_count(arch)) == 744
+    assert _billions(active_parameter_count(arch) - 2 * V * h) == 40
+
+
 @pytest.mark.parametrize("layers, experts, width, attention, total, active", [
     (24, 32, 1792, 6, 8.3, 1.5),      # LFM2-8B-A1B
     (40, 64, 1536, 10, 23.8, 2.3),    # LFM2-24B-A2B
@@ -482,6 +517,10 @@ def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
     ({"model_type": "gemma4", "text_config": _small("gemma4_text")}, "per-layer input"),
     (_small("deepseek_v4"), "hyper-connection residual streams"),
     ({**_LFM2, "model_type": "lfm2_moe", "intermediate_size": 96}, "missing field 'layer_types'"),
+    (_small("glm_moe_dsa", **_MLA, index_n_heads=2, index_head_dim=8, index_topk_freq=2),
+     "build no indexer"),
+    (_small("glm_moe_dsa", **_MLA, index_n_heads=2, index_head_dim=8, index_topk_pattern="FS"),
+     "must list 3 entries"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:

@@ -148,7 +148,7 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "DeepseekV32ForCausalLM": "deepseek_v32", "Qwen3NextForCausalLM": "qwen3_next",
              "Qwen3_5ForCausalLM": "qwen3_5_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
              "Qwen3_5ForConditionalGeneration": "qwen3_5", "ExaoneMoeForCausalLM": "exaone_moe",
-             "Lfm2MoeForCausalLM": "lfm2_moe",
+             "Lfm2MoeForCausalLM": "lfm2_moe", "GlmMoeDsaForCausalLM": "glm_moe_dsa",
              "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
              "Lfm2ForCausalLM": "lfm2", "MiniMaxForCausalLM": "minimax",
              "ZambaForCausalLM": "zamba", "Zamba2ForCausalLM": "zamba2"}

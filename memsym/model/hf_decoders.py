@@ -82,6 +82,7 @@ DECODER_DEFAULTS = {
     "deepseek_v32": (False, None, None, 163840),
     "dbrx": (False, 1, None, 2048),
     "exaone_moe": (False, 32, None, 2048),
+    "glm_moe_dsa": (False, None, None, 202752),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0

@@ -255,6 +255,57 @@ def _read_deepseek_v32(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+def _glm_dsa_indexers(c: ConfigFields, n_layers: int) -> list:
+    """GlmMoeDsaConfig's indexer_types: the file's list, else its index_topk_pattern ("F" full,
+    "S" shared), else index_topk_freq / index_skip_topk_offset (defaults 1 and 2: every layer
+    "full"), as its __post_init__ derives them (configuration_glm_moe_dsa.py:131-144)."""
+    listed = c.data.get("indexer_types")
+    pattern = c.data.get("index_topk_pattern")
+    if listed is None and isinstance(pattern, str):
+        listed = [{"F": "full", "S": "shared"}.get(ch, ch) for ch in pattern[:n_layers + 1]]
+    elif listed is None and pattern is not None:
+        listed = pattern
+    if listed is not None:
+        if not isinstance(listed, list) or len(listed) != n_layers \
+                or any(v not in ("full", "shared") for v in listed):
+            raise c._bad(f"the indexer pattern (indexer_types or index_topk_pattern) must list "
+                         f"{n_layers} entries, each 'full' or 'shared' ('F' or 'S')")
+        return listed
+    freq = max(c.int("index_topk_freq", 1), 1)
+    offset = c.int("index_skip_topk_offset", 2, allow_zero=True)
+    return ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers)]
+
+
+def _read_glm_moe_dsa(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # GlmMoeDsaAttention (GLM-5): DeepSeek-V3.2's multi-latent attention and DSA indexer
+    # (wq_b, wk, k_norm, weights_proj), the indexer built only where indexer_types[i] is "full"
+    # ("shared" layers reuse the previous full layer's top-k: no indexer, modeling_glm_moe_dsa.py
+    # :332-333); GlmMoeDsaDecoderLayer: GlmMoeDsaMoE iff mlp_layer_types[i] == "sparse"
+    # (default: the first first_k_dense_replace layers dense), a router E x h (its
+    # e_score_correction_bias an nn.Buffer), E gated experts and a shared MLP of
+    # n_shared_experts * moe_intermediate_size; GlmMoeDsaMLP unbiased.
+    kw, heads, pattern = _latent_moe_decoder(c, mtype, "GLM-MoE-DSA",
+                                             lambda n_layers: _first_dense_pattern(c, n_layers, 3))
+    if "shared" in _glm_dsa_indexers(c, kw["num_layers"]):
+        raise c._bad("layers that share the previous layer's top-k (indexer_types 'shared') "
+                     "build no indexer: memsym's Architecture counts one in every layer")
+    q_rank = c.int("q_lora_rank", 2048, null=None)
+    if q_rank is None:
+        raise c._bad("q_lora_rank null: transformers' GlmMoeDsaAttention and its indexer "
+                     "always build q_a_proj and wq_b of q_lora_rank")
+    # GlmMoeDsaConfig's defaults (configuration_glm_moe_dsa.py:88-129)
+    kw.update(_mla_moe_fields(c, heads, pattern, q_rank,
+                              ("n_routed_experts", "num_local_experts", "num_experts"),
+                              experts=256, moe_ffn=2048, topk=8, qk_nope=192, v_head=256),
+              dsa_index_heads=c.int("index_n_heads", 32),
+              dsa_index_head_dim=c.int("index_head_dim", 128))
+    notes.append("DeepSeek Sparse Attention: the indexer's weights counted as any weight; its "
+                 "forward keeps no activation (torch.no_grad in transformers' "
+                 "GlmMoeDsaIndexer); attention estimated as dense")
+    _uncounted_notes(c, notes, pattern, kw["num_experts"], "GlmMoeDsa", mtp=True)
+    return kw
+
+
 def _read_dbrx(c: ConfigFields, mtype: str, notes: list) -> dict:
     # DbrxConfig: d_model, n_heads, n_layers, max_seq_len; attn_config (DbrxAttentionConfig:
     # kv_n_heads default 1, attn_pdrop) and ffn_config (DbrxFFNConfig: ffn_hidden_size 3584,
@@ -301,5 +352,5 @@ MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
                "deepseek_v32": _read_deepseek_v32, "dbrx": _read_dbrx,
                "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
                "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite,
-               "exaone_moe": _read_exaone_moe}
+               "exaone_moe": _read_exaone_moe, "glm_moe_dsa": _read_glm_moe_dsa}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
