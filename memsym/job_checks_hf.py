@@ -107,13 +107,14 @@ def check_chunked_loss(layout: Layout, training: Training) -> None:
     said = (f"framework {training.framework}" if not framework_record(
                 training.framework).hf_model_code else
             f"sharding {st.sharding}" if st.sharding != "ddp" else
-            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
             f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
             f"precision {st.precision}" + (" without autocast" if st.precision == "fp32" else "")
-            if st.precision not in ("bf16", "fp16") and not st.autocast else None)
+            if st.precision not in ("bf16", "fp16") and not st.autocast else
+            f"finetune {training.adapters.finetune} under autocast"
+            if training.adapters.finetune != "full" and st.autocast else None)
     if training.memory.chunked_loss and said is not None:
-        raise InvalidValueError("chunked_loss (TRL's chunked_nll) is counted for full training "
-                                "under plain DDP of transformers' model code (framework "
-                                "deepspeed, sharding ddp), bf16/fp16 weights or fp32 under "
-                                f"autocast, one GPU per replica; not {said} (a TRL launch: "
-                                "give --loss_type nll)")
+        raise InvalidValueError("chunked_loss (TRL's chunked_nll) is counted under plain DDP of "
+                                "transformers' model code (framework deepspeed, sharding ddp), "
+                                "bf16/fp16 weights (full training or LoRA, its lm_head frozen) "
+                                f"or fp32 under autocast (full training), one GPU per replica; "
+                                f"not {said} (a TRL launch: give --loss_type nll)")

@@ -13,6 +13,7 @@ memsym does not count.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 
 from in_process import json_report
 from tiny_llama import F, H, LAYERS, V, tiny_llama
+from memsym.errors import InvalidValueError
 from memsym.terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
 
 S, K = 128, 256           # --max_length, TRL's chunk (sft_trainer.py:86)
@@ -52,6 +54,31 @@ def _cuda_policy(torch):
     return lib
 
 
+def _model(torch, transformers, trl, dtype, chunked, hidden, checkpointing, vocab=V,
+           peft=None):
+    """The two-layer Llama in ``dtype``, TRL's chunked loss patched in as SFTTrainer does, and
+    with ``peft`` (the peft module) PEFT's LoRA on q_proj, v_proj: the model trained and the
+    causal LM (its base model) patched, sft_trainer.py:1306-1319."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        hidden_size=hidden, num_hidden_layers=LAYERS, num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64, intermediate_size=F, vocab_size=vocab,
+        tie_word_embeddings=False, use_cache=False, attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(cfg).to(getattr(torch, dtype)).train()
+    if checkpointing:                                # SFTConfig: gradient_checkpointing True
+        model.gradient_checkpointing_enable()
+    top = model
+    if peft is not None:
+        top = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
+                                                         task_type="CAUSAL_LM"))
+        if checkpointing:   # transformers' Trainer with a PEFT model and checkpointing
+            top.enable_input_require_grads()
+    if chunked:     # what SFTTrainer.__init__ does for chunked_nll (sft_trainer.py:1298-1319)
+        trl._patch_chunked_ce_lm_head(top if peft is None else top.get_base_model(),
+                                      chunk_size=trl._CHUNKED_LM_HEAD_CHUNK_SIZE)
+    return top
+
+
 def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
              checkpointing: bool = True) -> dict:
     """Activation bytes (MemTracker's ACT + TEMP) of the two-layer Llama's training step: at
@@ -64,16 +91,7 @@ def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
     tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     pytest.importorskip("packaging")
     import trl_chunked_vendored as trl
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        hidden_size=hidden, num_hidden_layers=LAYERS, num_attention_heads=hidden // 64,
-        num_key_value_heads=hidden // 64, intermediate_size=F, vocab_size=V,
-        tie_word_embeddings=False, use_cache=False, attn_implementation="sdpa")
-    model = transformers.LlamaForCausalLM(cfg).to(getattr(torch, dtype)).train()
-    if checkpointing:                                # SFTConfig: gradient_checkpointing True
-        model.gradient_checkpointing_enable()
-    if chunked:     # what SFTTrainer.__init__ does for chunked_nll (sft_trainer.py:1298-1319)
-        trl._patch_chunked_ce_lm_head(model, chunk_size=trl._CHUNKED_LM_HEAD_CHUNK_SIZE)
+    model = _model(torch, transformers, trl, dtype, chunked, hidden, checkpointing)
     ids = torch.randint(0, V, (batch, S))
     mt, marks = tracker.MemTracker(), {}
     mt.track_external(model)
@@ -113,31 +131,166 @@ def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
     return marks
 
 
-def _by_hand(autocast: bool, hidden: int, batch: int) -> dict:
+def _by_hand(autocast: bool, hidden: int, batch: int, vocab: int = V,
+             frozen: bool = False) -> dict:
     """The chunk's forward and backward peaks written out (memsym.terms.chunked_loss's
-    derivation, term by term): k rows, n positions, the weight V x h."""
-    n, k, h = batch * (S - 1), K, hidden
+    derivation, term by term): k rows, n positions, the weight V x h; ``frozen``: lm_head
+    frozen (PEFT), no weight gradient and no fp32 chunk copy saved for one."""
+    n, k, h, V = batch * (S - 1), K, hidden, vocab
     w = 4 if autocast else 2                   # the hidden states' bytes (fp32 residual)
     last = w * batch * S * h                   # the backbone's output, alive over the loop
+    weight = 0 if frozen else w * V * h        # the weight's gradient of the chunks done
     if autocast:   # 16-bit casts for the matmul; log_softmax, exp, the product fp32 (CUDA)
         fwd = last + max(w * n * h, 2 * k * h + 2 * V * h + 2 * k * V, 14 * k * V + k)
-        done = 4 * V * h + 4 * n * h           # fp32 gradients of the chunks done
-        bwd = done + max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k,
-                         2 * k * V + 4 * V * h + 4 * k * h, 8 * V * h + 4 * k * h)
+        bwd = weight + w * n * h + max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k,
+                                       2 * k * V + 4 * V * h + 4 * k * h, 8 * V * h + 4 * k * h)
+    elif frozen:   # h.float() @ w.float().t(): the fp32 weight copy saved, no weight gradient
+        fwd = last + max(w * n * h, 4 * k * h + 4 * V * h + 4 * k * V, 16 * k * V + k)
+        bwd = w * n * h + max(16 * k * V + 4 * V * h + 5 * k, 4 * k * V + 4 * V * h + 4 * k * h)
     else:          # h.float() @ w.float().t(): fp32 copies, fp32 logits
         fwd = last + max(w * n * h, 4 * k * h + 4 * V * h + 4 * k * V, 16 * k * V + k)
-        done = 2 * V * h + 2 * n * h
-        bwd = done + max(16 * k * V + 4 * V * h + 4 * k * h + 5 * k,
-                         4 * k * V + 8 * V * h + 8 * k * h)
+        bwd = weight + w * n * h + max(16 * k * V + 4 * V * h + 4 * k * h + 5 * k,
+                                       4 * k * V + 8 * V * h + 8 * k * h)
+    if n > 2 * K:  # a middle chunk's n x h gradient (SliceBackward) beside the buffers, k rows
+        bwd = max(bwd, weight + 2 * w * n * h + w * k * h)     # of it in the hidden dtype
     return {"forward": fwd, "backward": bwd, "last": last}
 
 
-@pytest.mark.parametrize("autocast, hidden, batch", [(False, 1024, 6), (True, 2048, 6)])
-def test_the_terms_are_the_derivation(autocast, hidden, batch):
-    want = _by_hand(autocast, hidden, batch)
-    at = dict(s=S, b=batch, h=hidden, V=V)
+def _allocated(dtype: str, hidden: int, batch: int, vocab: int, lora: bool) -> int:
+    """The loss's backward peak over its start (the loss's gradient to the final norm's output
+    gradient) from the CPU allocator's own record (torch.profiler's profile_memory), with no
+    TorchDispatchMode on: under one autograd sums gradients out of place
+    (:func:`test_a_dispatch_mode_sums_gradients_out_of_place`), which a CUDA run does not.
+    The checkpoints' CPU generator states (``torch.get_rng_state``, 5056 bytes each; host
+    memory on a CUDA run, beside the CUDA generator's) are left out; with ``lora`` the model is
+    PEFT's LoRA, lm_head frozen (:func:`_model`)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    profiler = pytest.importorskip("torch.profiler")
+    events = pytest.importorskip("torch._C._profiler")
+    peft = pytest.importorskip("peft") if lora else None
+    import trl_chunked_vendored as trl
+    top = _model(torch, transformers, trl, dtype, True, hidden, True, vocab, peft)
+    ids = torch.randint(0, vocab, (batch, S))
+    begin, end = 123457, 123459                  # marker allocations, odd sizes of their own
+
+    def mark(size):
+        torch.empty(size, dtype=torch.uint8)       # allocated and freed at once
+
+    def norm_out(module, args, out):
+        out.register_hook(lambda grad: mark(end))
+
+    (top.get_base_model() if lora else top).model.norm.register_forward_hook(norm_out)
+    policy = _cuda_policy(torch) if dtype == "float32" else None
+    rng = torch.get_rng_state, torch.set_rng_state
+    torch.get_rng_state = lambda: torch.empty(0, dtype=torch.uint8)
+    torch.set_rng_state = lambda state: None
+    try:
+        with profiler.profile(activities=[profiler.ProfilerActivity.CPU],
+                              profile_memory=True) as prof:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "float32"):
+                loss = top(input_ids=ids, labels=ids).loss
+            loss.register_hook(lambda grad: mark(begin))
+            loss.backward()
+    finally:
+        torch.get_rng_state, torch.set_rng_state = rng
+        del policy
+    sizes = []
+
+    def walk(nodes):
+        for e in nodes:
+            if e.tag == events._EventType.Allocation:
+                sizes.append((e.start_time_ns, e.typed[1].alloc_size))
+            walk(e.children)
+
+    walk(prof.profiler.kineto_results.experimental_event_tree())
+    live, start, peak = 0, None, None
+    for _, size in sorted(sizes):
+        if size == -begin:
+            start = peak = live
+        elif size == -end:
+            return peak - start
+        elif abs(size) not in (begin, end):
+            live += size
+            peak = live if peak is None else max(peak, live)
+    raise AssertionError("the markers were not seen")
+
+
+def test_a_dispatch_mode_sums_gradients_out_of_place():
+    """Why the allocator's record and not MemTracker where a gradient is summed: autograd adds
+    a gradient into its input buffer in place (the buffer's tensor reused) unless a
+    TorchDispatchMode is on (at::isTensorSubclassLike, torch/csrc/autograd/input_buffer.cpp
+    ``accumulate``), as under MemTracker: one more n x h tensor per sum there."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def reused(mode) -> bool:
+        x = torch.randn(6, 4, requires_grad=True)
+        y, made = x * 1, []
+        loss = sum((y[i:i + 2].float() ** 2).sum() for i in range(0, 6, 2))
+        for fn in _slices(loss.grad_fn):                # the three slices' backward
+            fn.register_hook(lambda grads, outs: made.append(grads[0].data_ptr()) and None)
+        summed = []
+        y.grad_fn.register_prehook(lambda grads: summed.append(grads[0].data_ptr()) and None)
+        with mode:
+            loss.backward()
+        return summed[0] in made
+
+    assert reused(contextlib.nullcontext()) and not reused(Passing())
+
+
+def _slices(node, seen=None) -> list:
+    """The SliceBackward nodes under ``node``."""
+    seen = set() if seen is None else seen
+    if node is None or node in seen:
+        return []
+    seen.add(node)
+    own = [node] if node.name() == "SliceBackward0" else []
+    return own + [f for nxt, _ in node.next_functions for f in _slices(nxt, seen)]
+
+
+@pytest.mark.parametrize("autocast, hidden, batch, vocab, frozen", [
+    (False, 1024, 6, V, False), (True, 2048, 6, V, False), (False, 1024, 6, V, True),
+    (False, 512, 9, 64, False), (True, 512, 9, 64, False), (False, 512, 9, 64, True)])
+def test_the_terms_are_the_derivation(autocast, hidden, batch, vocab, frozen):
+    want = _by_hand(autocast, hidden, batch, vocab, frozen)
+    at = dict(s=S, b=batch, h=hidden, V=vocab)
     assert chunked_loss_forward(autocast, 4 if autocast else 2).evaluate(**at) == want["forward"]
-    assert chunked_loss_backward(autocast).evaluate(**at) == want["backward"]
+    assert chunked_loss_backward(autocast, frozen).evaluate(**at) == want["backward"]
+
+
+def test_a_frozen_head_under_autocast_is_refused():
+    with pytest.raises(InvalidValueError, match="16-bit"):
+        chunked_loss_backward(True, frozen_head=True)
+
+
+# Each case names the branch that peaks (by hand, _by_hand): V = 1000 is the tiny Llama's,
+# V = 256 and 64 small words against long rows, where the scattered gradients peak.
+@pytest.mark.parametrize("dtype, hidden, batch, vocab, lora", [
+    ("bfloat16", 128, 4, V, True),       # frozen head: the recomputed chunk, two chunks
+    ("bfloat16", 1024, 3, 256, True),    # frozen head: the matmul's backward, two chunks
+    ("bfloat16", 512, 9, 64, True),      # frozen head: a middle chunk's scatter, five chunks
+    ("bfloat16", 512, 9, 64, False),     # full training: the same, with the weight's gradient
+    ("float32", 512, 9, 64, False),      # full training under autocast: the same
+])
+def test_the_allocator_sees_the_backward_peak(dtype, hidden, batch, vocab, lora):
+    """The loss's backward peak of TRL's own code from the allocator's record = memsym's term,
+    within the loss's 0-d tensors (8 bytes), full training and LoRA (lm_head frozen).  At
+    b = 9, s = 128, V = 64 a middle chunk's gradient scattered into an n x h tensor beside the
+    summed one peaks: 2 w n h + w k h over the weight's gradient, above the chunk's own
+    branches (the term before this change: lower by w n h + w k h - (the chunk's branch)).
+    MemTracker (a dispatch mode) would see one more n x h sum there."""
+    measured = _allocated(dtype, hidden, batch, vocab, lora)
+    autocast = dtype == "float32"
+    want = _by_hand(autocast, hidden, batch, vocab, frozen=lora)["backward"]
+    assert abs(measured - want) <= 8, (measured, want)
+    term = chunked_loss_backward(autocast, frozen_head=lora).evaluate(s=S, b=batch, h=hidden,
+                                                                      V=vocab)
+    assert term == want
 
 
 @pytest.mark.parametrize("checkpointing", [True, False])
@@ -235,3 +388,20 @@ def test_the_vendored_code_is_trls_own():
         encoding="utf-8").splitlines()
     start = ours.index("_CHUNKED_LM_HEAD_CHUNK_SIZE = 256")
     assert ours[start:] == source[85:378]
+
+
+@pytest.mark.parametrize("batch", [4, 6])
+def test_trl_use_peft_counts_the_frozen_heads_backward(capsys, tmp_path, batch):
+    """``trl sft --use_peft`` under chunked_nll (TRL's default): TRL patches the PEFT model's
+    base model, its lm_head frozen (sft_trainer.py:1306-1319).  memsym's loss-backward phase
+    less its forward phase is the frozen head's terms' difference, and the backward's peak is
+    what the allocator sees running TRL's code on PEFT's LoRA (q_proj, v_proj), to 8 bytes;
+    the forward's is full training's (the chunk's forward is the same: the weight's fp32 copy
+    is made either way)."""
+    want = _by_hand(False, H, batch, frozen=True)
+    assert abs(_allocated("bfloat16", H, batch, V, lora=True) - want["backward"]) <= 8
+    folder = tiny_llama(tmp_path, dtype="bfloat16")
+    rep = json_report(capsys, [*_launch(folder, batch, "bfloat16", "chunked_nll"), "--use_peft"])
+    assert rep["training"]["chunked_loss"] is True
+    assert rep["phases"]["loss-backward"] - rep["phases"]["forward"] == (
+        want["backward"] - want["forward"])

@@ -26,7 +26,8 @@ here); ``all-linear`` (constants.py:404) every linear layer but the output layer
 default nf4, ``use_bnb_nested_quant`` default False) is QLoRA's NF4 base.
 
 ``loss_type`` None is ``chunked_nll`` (sft_config.py:283-295, 334-336): memsym's
-``--chunked-loss`` (:mod:`memsym.terms.chunked_loss`); ``nll`` the model's own loss.
+``--chunked-loss`` (:mod:`memsym.terms.chunked_loss`; with ``--use_peft`` TRL patches the
+base model, whose ``lm_head`` stays frozen: no weight gradient); ``nll`` the model's own loss.
 
 What memsym does not count is refused in one line (:data:`REFUSED`).
 """
@@ -207,9 +208,11 @@ def read_trl(out):
 def _read_loss(v, out) -> None:
     """``loss_type``: ``nll`` the model's own loss over the whole logits; ``chunked_nll`` (the
     default, sft_config.py:283-295, 334-336) TRL's chunked loss (``out.chunked_loss``:
-    :mod:`memsym.terms.chunked_loss`), refused with a LoRA adapter as TRL refuses one on
-    ``lm_head`` (sft_trainer.py:1307-1318), with any LoRA and under DeepSpeed (not measured);
-    ``dft`` refused."""
+    :mod:`memsym.terms.chunked_loss`; with ``--use_peft`` on the base model, its ``lm_head``
+    frozen: sft_trainer.py:1306-1319), refused with a LoRA adapter on ``lm_head`` as TRL
+    refuses one (:1307-1318; ``lm_head`` in ``lora_modules_to_save``, which would train it, is
+    refused as every ``lora_modules_to_save``) and under DeepSpeed (not measured); ``dft``
+    refused."""
     loss = v.get("loss_type", [None])[0]
     if loss is None:
         loss = "chunked_nll"
@@ -229,10 +232,6 @@ def _read_loss(v, out) -> None:
     if out.chunked_loss and peft and any("lm_head" in w for w in v.get("lora_target_modules", [])):
         raise InvalidValueError("loss_type chunked_nll with lm_head in --lora_target_modules: TRL "
                                 "refuses a PEFT adapter on lm_head (sft_trainer.py:1307-1318)")
-    if out.chunked_loss and peft:
-        raise InvalidValueError("--use_peft under loss_type chunked_nll (TRL's default): memsym "
-                                "counts the chunked loss for full training (a frozen lm_head "
-                                "makes no weight gradient: not measured); give --loss_type nll")
     if out.chunked_loss and out.deepspeed is not None:   # TrainingArguments.deepspeed given
         raise InvalidValueError("--deepspeed under loss_type chunked_nll (TRL's default): memsym "
                                 "counts the chunked loss under the Trainer's plain DDP (ZeRO's "

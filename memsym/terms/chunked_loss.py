@@ -23,16 +23,25 @@ The loop runs :math:`\lceil n / k \rceil` chunks over the valid rows only (``n_p
 :207, 211); memsym counts every position valid (no ``-100`` labels), which bounds a batch with
 padding or prompt masking from above.
 
+With PEFT (``--use_peft``) TRL patches ``get_base_model()`` (:1306-1319): the adapters live in
+the module tree, ``lm_head`` is no tuner layer (TRL refuses one) and stays frozen, so the chunks
+make no weight gradient (:func:`chunked_loss_backward`'s ``frozen_head``); the forward is the
+same.  ``lm_head`` in ``modules_to_save`` would train a copy of it: memsym refuses every
+``lora_modules_to_save`` (memsym.readers.trl_sft).
+
 Measured with torch's MemTracker on transformers' ``LlamaForCausalLM`` running TRL's own
 functions (``tests/trl_chunked_vendored.py``, verbatim from f2cd57710a sft_trainer.py:86-378;
 ``tests/test_chunked_loss.py``), bf16 weights and fp32 weights under bf16 autocast, with
-gradient checkpointing and without.
+gradient checkpointing and without; and where gradients are summed (the backward from three
+chunks, PEFT's LoRA) from the CPU allocator's own record (torch.profiler), since MemTracker's
+dispatch mode makes autograd sum them out of place.
 """
 
 from __future__ import annotations
 
 import sympy as sp
 
+from ..errors import InvalidValueError
 from ..symbols import V, b, h, s
 from ..term import Source, Term, Total
 
@@ -162,8 +171,8 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
                 _AMP if autocast else _TRL, label="chunked loss's forward")
 
 
-def chunked_loss_backward(autocast: bool = False) -> Term:
-    r"""The peak of one chunk's backward (it recomputes the chunk), beyond what is kept [bytes].
+def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> Term:
+    r"""The peak of the chunked loss's backward over its start (the loss's gradient) [bytes].
 
     With :math:`A = w\,Vh + w\,nh` the gradients of the output weight and of the packed hidden
     states summed over the chunks already done (autograd's input buffers, in their dtypes:
@@ -179,44 +188,85 @@ def chunked_loss_backward(autocast: bool = False) -> Term:
 
     the recomputed forward, the matmul's backward (its 16-bit casts, the 16-bit gradient of the
     logits and the 16-bit gradients), and the weight's fp32 gradient added to :math:`A` out of
-    place (the cast's gradient reaches the buffer through ``t()``, a view: autograd does not
-    add it in place) while the chunk's fp32 gradient is alive.  Autograd runs the chunks'
-    backward last-made first: with two chunks or more (:math:`n > 256`) the first chunk, of
-    :math:`k` rows, runs last and sees :math:`A` whole (both buffers are full-size from the
-    first chunk done: a slice's gradient is :math:`n \times h`); with one chunk
+    place (the cast's gradient reaches the buffer through ``t()``, a view) while the chunk's
+    fp32 gradient is alive.  With ``lm_head`` frozen (PEFT: sft_trainer.py:1306-1319) there is
+    no weight gradient, nor is ``h.float()`` saved (the matmul keeps ``mat1`` for the weight's
+    gradient only: its :math:`4kh` is absent, measured); with :math:`A = w\,nh` (16-bit weights):
+
+    .. math:: A + \max(16kV + 4Vh + 5k,\; 4kV + 4Vh + 4kh)
+
+    Autograd runs the chunks' backward last-made first, each ``SliceBackward`` scattering the
+    chunk's gradient (:math:`w\,kh`, in the hidden states' dtype) into a new :math:`n \times h`
+    tensor beside the buffer, which then adds it in place; from three chunks (:math:`n > 512`)
+    a middle chunk does so while the packed rows are still kept, the peak at long sequences:
+
+    .. math:: [n > 512]\,(w\,Vh + 2w\,nh + w\,kh) \qquad ([n > 512]\,(2w\,nh + w\,kh)
+              \text{ frozen})
+
+    (the last chunk frees the packed rows first; the index's and the shift's backward stay
+    below).  The term is the larger.  With two chunks or more (:math:`n > 256`) the first
+    chunk, of :math:`k` rows, runs last and sees :math:`A` whole; with one chunk
     (:math:`n \le 256`, :math:`s b \le 257`) there is no :math:`A` and the term bounds the
-    peak from above.  Under autocast with exactly two chunks the measured peak is lower by
-    about the hidden states' fp32 gradient, :math:`4 n h` (torch's MemTracker, tests/
-    test_chunked_loss.py): the term is then an upper bound, exact from three chunks.
+    peak from above.  Under autocast with exactly two chunks the weight's out-of-place sum
+    comes after the packed rows are freed (lower by :math:`4nh + 8n`): an upper bound.
+    Measured from the CPU allocator's record (torch.profiler), without a TorchDispatchMode:
+    under one (torch's MemTracker) autograd sums gradients out of place
+    (``at::isTensorSubclassLike``), a third :math:`n \times h` tensor that a CUDA run does not
+    make (tests/test_chunked_loss.py).
     ``-100`` positions shorten the chunks' run, not one chunk.
 
     Parameters
     ----------
     autocast : bool
         Under torch.autocast over fp32 weights (16-bit weights otherwise).
+    frozen_head : bool
+        ``lm_head`` frozen (LoRA and QLoRA: not a target, TRL refuses it as one), 16-bit
+        weights only.
+
+    Raises
+    ------
+    InvalidValueError
+        ``frozen_head`` under ``autocast`` (not measured).
 
     Examples
     --------
     >>> chunked_loss_backward(True).evaluate(s=1024, b=2, h=4096, V=151936) == (
     ...     12 * 151936 * 4096 + 4 * 2046 * 4096 + 4 * 256 * 4096)
     True
+    >>> chunked_loss_backward(frozen_head=True).evaluate(s=1024, b=2, h=4096, V=151936) == (
+    ...     2 * 2046 * 4096 + 16 * 256 * 151936 + 4 * 151936 * 4096 + 5 * 256)
+    True
 
     References
     ----------
     .. [huggingface-trl] huggingface/trl f2cd57710a ``trl/trainer/sft_trainer.py:211-226``
-       (the chunk loop, each chunk under ``checkpoint(..., use_reentrant=False)``).
+       (the chunk loop, each chunk under ``checkpoint(..., use_reentrant=False)``) and
+       :1306-1319 (PEFT: the base model patched, ``lm_head`` no tuner layer).
     .. [pytorch-autocast] torch 2.13.0 ``aten/src/ATen/autocast_mode.h`` (the ops' dtypes
-       on CUDA, as in :func:`chunked_loss_forward`).
+       on CUDA, as in :func:`chunked_loss_forward`); ``torch/csrc/autograd/input_buffer.cpp``
+       (``accumulate``: in place unless a dispatch mode or another reference).
     """
+    if autocast and frozen_head:
+        raise InvalidValueError("the chunked loss with a frozen lm_head is counted over 16-bit "
+                                "weights (LoRA under autocast is not modelled)")
     n, k = chunk_sizes()
-    if autocast:
-        done = 4 * V * h + 4 * n * h
+    w = 4 if autocast else 2
+    weight = 0 if frozen_head else w * V * h
+    if frozen_head:
+        peak = sp.Max(16 * k * V + 4 * V * h + 5 * k, 4 * k * V + 4 * V * h + 4 * k * h)
+    elif autocast:
         peak = sp.Max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k, 2 * k * V + 4 * V * h
                       + 4 * k * h, 8 * V * h + 4 * k * h)
     else:
-        done = 2 * V * h + 2 * n * h
         peak = sp.Max(16 * k * V + 4 * V * h + 4 * k * h + 5 * k,
                       4 * k * V + 8 * V * h + 8 * k * h)
-    return Term("chunk_backward", done + peak, "one chunk's recomputed forward and backward, "
-                "with the output weight's and packed hidden states' gradients of the chunks "
-                "done", _AMP if autocast else _TRL, label="one chunk's backward")
+    # [n > 512] for an integer n >= 1 as Mins, not a Piecewise in b (memsym.analysis's
+    # closed forms split one peak Max)
+    middle = sp.Min(sp.Max(n - 2 * CHUNK, 0), 1)
+    scatter = middle * (weight + 2 * w * n * h + w * k * h)
+    return Term("chunk_backward", sp.Max(weight + w * n * h + peak, scatter),
+                "one chunk's recomputed forward and backward, with the "
+                + ("" if frozen_head else "output weight's and ")
+                + "packed hidden states' gradients of the chunks done, or a middle chunk's "
+                "gradient scattered beside them", _AMP if autocast else _TRL,
+                label="one chunk's backward")

@@ -315,7 +315,8 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
     kind, amp = loss_kind(layout, training), bool(training.states.autocast)
     if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks): nothing gathered
         fwd = (chunked_loss_forward(amp, residual_width(training)),)
-        bwd = (chunked_loss_backward(amp),)
+        # LoRA/QLoRA: lm_head frozen (TRL refuses it as an adapter target)
+        bwd = (chunked_loss_backward(amp, frozen_head=training.adapters.finetune != "full"),)
     else:
         fwd, bwd = _loss_transients(kind)
         if autotp_logits(training):
