@@ -8,7 +8,9 @@ autocast (TRL's default dtype under its default bf16, as Accelerate runs the for
 loss's ops in CUDA's autocast dtypes, :func:`_cuda_policy`) and bfloat16 weights, with gradient
 checkpointing (TRL's default) and without.  Sizes below: V = 1000 words, chunks of k = 256
 rows, n = b (s - 1) shifted positions; "scalars" are the loss's 4-byte 0-d tensors, which
-memsym does not count.
+memsym does not count.  Where autograd sums gradients (the backward from three chunks, PEFT's
+LoRA) the oracle is the CPU allocator's own record (torch.profiler, :func:`_allocated`), with no
+dispatch mode on to change how autograd sums them.
 """
 
 from __future__ import annotations
@@ -282,8 +284,9 @@ def test_the_allocator_sees_the_backward_peak(dtype, hidden, batch, vocab, lora)
     within the loss's 0-d tensors (8 bytes), full training and LoRA (lm_head frozen).  At
     b = 9, s = 128, V = 64 a middle chunk's gradient scattered into an n x h tensor beside the
     summed one peaks: 2 w n h + w k h over the weight's gradient, above the chunk's own
-    branches (the term before this change: lower by w n h + w k h - (the chunk's branch)).
-    MemTracker (a dispatch mode) would see one more n x h sum there."""
+    branches, which alone (memsym before issue 30's fix) give 1,891,328, 2,612,224 and
+    3,258,368 bytes where 2,603,004, 2,668,540 and 5,337,084 are measured.  MemTracker (a
+    dispatch mode) would see one more n x h sum there."""
     measured = _allocated(dtype, hidden, batch, vocab, lora)
     autocast = dtype == "float32"
     want = _by_hand(autocast, hidden, batch, vocab, frozen=lora)["backward"]
