@@ -26,12 +26,13 @@ padding or prompt masking from above.
 With PEFT (``--use_peft``) TRL patches ``get_base_model()`` (:1306-1319): the adapters live in
 the module tree, ``lm_head`` is no tuner layer (TRL refuses one) and stays frozen, so the chunks
 make no weight gradient (:func:`chunked_loss_backward`'s ``frozen_head``); the forward is the
-same.  ``lm_head`` in ``modules_to_save`` would train a copy of it: memsym refuses every
+same.  The Trainer runs the forward under Accelerate's autocast (TRL's default ``bf16``) over
+bf16 weights too: their chunk's fp32 copies are cast back to 16 bits for the matmul.  ``lm_head`` in ``modules_to_save`` would train a copy of it: memsym refuses every
 ``lora_modules_to_save`` (memsym.readers.trl_sft).
 
 Measured with torch's MemTracker on transformers' ``LlamaForCausalLM`` running TRL's own
 functions (``tests/trl_chunked_vendored.py``, verbatim from f2cd57710a sft_trainer.py:86-378;
-``tests/test_chunked_loss.py``), bf16 weights and fp32 weights under bf16 autocast, with
+``tests/test_chunked_loss.py``), bf16 weights and fp32 weights, both under bf16 autocast, with
 gradient checkpointing and without; and where gradients are summed (the backward from three
 chunks, PEFT's LoRA) from the CPU allocator's own record (torch.profiler), since MemTracker's
 dispatch mode makes autograd sum them out of place.
@@ -123,34 +124,39 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
     The backbone's output ``last_hidden_state`` (:math:`w_r\tau h`, :math:`\tau = sb`) is alive
     until the patched forward returns; on it, the larger of the packing (the reshaped copy
     of the shifted rows, :math:`w_r n h`, beside its packed copy; a view at b = 1, counted all
-    the same) and one chunk's forward.  16-bit weights (``h.float() @ w.float().t()``: fp32
-    copies of the chunk and the weight, fp32 logits), and under autocast over fp32 weights
-    (the matmul in 16 bits on 16-bit casts of both, not cached: ``w.t()`` is no leaf;
-    ``log_softmax`` and ``exp`` in fp32 on CUDA):
+    the same) and one chunk's forward.  The Trainer runs the forward under Accelerate's
+    torch.autocast (``--bf16``, TRL's default; over bf16 weights too: Accelerate 1.16
+    ``accelerator.py:1791-1801``): the matmul runs in 16
+    bits on 16-bit casts (not cached: ``w.float().t()`` is no leaf), ``log_softmax`` and
+    ``exp`` in fp32 on CUDA.  Over 16-bit weights ``h.float() @ w.float().t()`` first makes
+    fp32 copies of the chunk and the weight (:math:`4kh + 4Vh`), alive through the matmul
+    beside their casts and the 16-bit logits; over fp32 weights under autocast they are no
+    copies:
 
     .. math::
 
-        w_r\tau h + \max(w_r n h,\; 4kh + 4Vh + 4kV,\; 16kV + k)
+        w_r\tau h + \max(w_r n h,\; 6kh + 6Vh + 2kV,\; 14kV + k)
         \qquad
         w_r\tau h + \max(w_r n h,\; 2kh + 2Vh + 2kV,\; 14kV + k)
 
     The last term of each: the logits, ``log_p``, ``log_p.exp()`` and the entropy's product
-    alive at once (4 + 4 + 4 + 4, or 2 + 4 + 4 + 4, bytes a logit) with the chunk's bool
-    ``valid`` (a byte a row).  The checkpoint keeps none of them: the exponential is freed
-    before the per-row sum (in the backward's recomputation it is kept for the product's
-    backward, :func:`chunked_loss_backward`).
+    alive at once (2 + 4 + 4 + 4 bytes a logit) with the chunk's bool ``valid`` (a byte a
+    row).  The checkpoint keeps none of them: the exponential is freed before the per-row sum
+    (in the backward's recomputation it is kept for the product's backward,
+    :func:`chunked_loss_backward`).
 
     Parameters
     ----------
     autocast : bool
-        Under torch.autocast over fp32 weights (16-bit weights otherwise).
+        fp32 weights under torch.autocast (16-bit weights under the Trainer's autocast of
+        their dtype otherwise).
     width : int
         Bytes of an element of the hidden states, :math:`w_r` (4 under autocast) [bytes].
 
     Examples
     --------
     >>> chunked_loss_forward().evaluate(s=1024, b=2, h=4096, V=151936) == 2 * 2048 * 4096 + (
-    ...     4 * 256 * 4096 + 4 * 151936 * 4096 + 4 * 256 * 151936)
+    ...     6 * 256 * 4096 + 6 * 151936 * 4096 + 2 * 256 * 151936)
     True
 
     References
@@ -162,13 +168,13 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
        (``cached_cast``: leaves only).
     """
     n, k = chunk_sizes()
-    chunk = ((2 * k * h + 2 * V * h + 2 * k * V, 14 * k * V + k) if autocast else
-             (4 * k * h + 4 * V * h + 4 * k * V, 16 * k * V + k))
+    copies = 0 if autocast else 4 * k * h + 4 * V * h     # h.float(), w.float() of 16 bits
+    chunk = (copies + 2 * k * h + 2 * V * h + 2 * k * V, 14 * k * V + k)
     return Term("chunk_forward", width * s * b * h + sp.Max(width * n * h, *chunk),
                 "the backbone's output, and the packing or one chunk's logits, "
-                "log-probabilities and entropy temporaries (and the matmul's "
-                + ("16-bit casts" if autocast else "fp32 copies") + " of the chunk and weight)",
-                _AMP if autocast else _TRL, label="chunked loss's forward")
+                "log-probabilities and entropy temporaries (and the matmul's 16-bit casts"
+                + ("" if autocast else " and fp32 copies") + " of the chunk and weight)",
+                _AMP, label="chunked loss's forward")
 
 
 def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> Term:
@@ -176,13 +182,13 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
 
     With :math:`A = w\,Vh + w\,nh` the gradients of the output weight and of the packed hidden
     states summed over the chunks already done (autograd's input buffers, in their dtypes:
-    :math:`w` = 2 for 16-bit weights, 4 under autocast), 16-bit weights:
+    :math:`w` = 2 for 16-bit weights, 4 for fp32 ones), 16-bit weights under the Trainer's
+    autocast (:func:`chunked_loss_forward`):
 
-    .. math:: A + \max(16kV + 4Vh + 4kh + 5k,\; 4kV + 8Vh + 8kh)
+    .. math:: A + \max(6kh + 6Vh + 2kV,\; 14kV + 2Vh + 2kh + 5k)
 
-    the recomputed forward (the fp32 weight and chunk copies saved for the matmul's backward)
-    or the matmul's backward (those copies, the fp32 gradient of the logits and the fp32
-    gradients of the weight and the chunk); under autocast over fp32 weights:
+    the recomputed matmul (fp32 copies, 16-bit casts, logits) or entropy (beside the casts
+    saved for the matmul's backward; the casts' fp32 gradients stay below).  fp32 weights:
 
     .. math:: A + \max(14kV + 2Vh + 2kh + 5k,\; 2kV + 4Vh + 4kh,\; 8Vh + 4kh)
 
@@ -190,10 +196,10 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
     logits and the 16-bit gradients), and the weight's fp32 gradient added to :math:`A` out of
     place (the cast's gradient reaches the buffer through ``t()``, a view) while the chunk's
     fp32 gradient is alive.  With ``lm_head`` frozen (PEFT: sft_trainer.py:1306-1319) there is
-    no weight gradient, nor is ``h.float()`` saved (the matmul keeps ``mat1`` for the weight's
-    gradient only: its :math:`4kh` is absent, measured); with :math:`A = w\,nh` (16-bit weights):
+    no weight gradient, nor is the chunk's cast saved (the matmul keeps ``mat1`` for the
+    weight's gradient only: its :math:`2kh` is absent, measured); 16-bit, :math:`A = w\,nh`:
 
-    .. math:: A + \max(16kV + 4Vh + 5k,\; 4kV + 4Vh + 4kh)
+    .. math:: A + \max(6kh + 6Vh + 2kV,\; 14kV + 2Vh + 5k)
 
     Autograd runs the chunks' backward last-made first, each ``SliceBackward`` scattering the
     chunk's gradient (:math:`w\,kh`, in the hidden states' dtype) into a new :math:`n \times h`
@@ -218,7 +224,8 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
     Parameters
     ----------
     autocast : bool
-        Under torch.autocast over fp32 weights (16-bit weights otherwise).
+        fp32 weights under torch.autocast (16-bit weights under the Trainer's autocast of
+        their dtype otherwise).
     frozen_head : bool
         ``lm_head`` frozen (LoRA and QLoRA: not a target, TRL refuses it as one), 16-bit
         weights only.
@@ -234,7 +241,7 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
     ...     12 * 151936 * 4096 + 4 * 2046 * 4096 + 4 * 256 * 4096)
     True
     >>> chunked_loss_backward(frozen_head=True).evaluate(s=1024, b=2, h=4096, V=151936) == (
-    ...     2 * 2046 * 4096 + 16 * 256 * 151936 + 4 * 151936 * 4096 + 5 * 256)
+    ...     2 * 2046 * 4096 + 6 * 256 * 4096 + 6 * 151936 * 4096 + 2 * 256 * 151936)
     True
 
     References
@@ -252,14 +259,14 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
     n, k = chunk_sizes()
     w = 4 if autocast else 2
     weight = 0 if frozen_head else w * V * h
+    copies = 6 * k * h + 6 * V * h + 2 * k * V      # the recomputed 16-bit matmul's peak
     if frozen_head:
-        peak = sp.Max(16 * k * V + 4 * V * h + 5 * k, 4 * k * V + 4 * V * h + 4 * k * h)
+        peak = sp.Max(copies, 14 * k * V + 2 * V * h + 5 * k)
     elif autocast:
         peak = sp.Max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k, 2 * k * V + 4 * V * h
                       + 4 * k * h, 8 * V * h + 4 * k * h)
     else:
-        peak = sp.Max(16 * k * V + 4 * V * h + 4 * k * h + 5 * k,
-                      4 * k * V + 8 * V * h + 8 * k * h)
+        peak = sp.Max(copies, 14 * k * V + 2 * V * h + 2 * k * h + 5 * k)
     # [n > 512] for an integer n >= 1 as Mins, not a Piecewise in b (memsym.analysis's
     # closed forms split one peak Max)
     middle = sp.Min(sp.Max(n - 2 * CHUNK, 0), 1)
@@ -268,5 +275,5 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
                 "one chunk's recomputed forward and backward, with the "
                 + ("" if frozen_head else "output weight's and ")
                 + "packed hidden states' gradients of the chunks done, or a middle chunk's "
-                "gradient scattered beside them", _AMP if autocast else _TRL,
+                "gradient scattered beside them", _AMP,
                 label="one chunk's backward")
