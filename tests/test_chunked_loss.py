@@ -301,9 +301,9 @@ def test_the_allocator_sees_the_backward_peak(dtype, hidden, batch, vocab, lora)
     within the loss's 0-d tensors (8 bytes), full training and LoRA (lm_head frozen).  At
     b = 9, s = 128, V = 64 a middle chunk's gradient scattered into an n x h tensor beside the
     summed one peaks: 2 w n h + w k h over the weight's gradient, above the chunk's own
-    branches, which alone (memsym before issue 30's fix) give 1,891,328, 2,612,224 and
-    3,258,368 bytes where 2,603,004, 2,668,540 and 5,337,084 are measured.  MemTracker (a
-    dispatch mode) would see one more n x h sum there."""
+    branches, which alone give 2,186,240, 2,251,776 and 3,258,368 bytes where 2,603,004,
+    2,668,540 and 5,337,084 are measured.  MemTracker (a dispatch mode) would see one more
+    n x h sum there."""
     measured = _allocated(dtype, hidden, batch, vocab, lora)
     autocast = dtype == "float32"
     want = _by_hand(autocast, hidden, batch, vocab, frozen=lora)["backward"]
