@@ -25,6 +25,7 @@ References
 
 The package: :mod:`.space` (the problem), :mod:`.grid` (the raw grid and the rules),
 :mod:`.templates` (compiled pieces), :mod:`.evaluate` (the vectorized evaluation),
+:mod:`.step_times` (the rows' step times),
 :mod:`.exact` (one layout's exact bytes), :mod:`.results` (:func:`search`), :mod:`.sizing`
 (:func:`smallest_d`, :func:`min_gpus`, :func:`largest_fit`), :mod:`.fewest_gpus` (the
 vectorized smallest d of every candidate layout, for :func:`min_gpus`).
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from .space import RULES, SCHEMES, Space, make_space  # noqa: F401 (make_space: used by callers)
 from .grid import explain, raw_grid, rule_masks, stage_splits  # noqa: F401
-from .evaluate import TIME_PARTS, launch_overlaps
+from .step_times import TIME_PARTS, launch_overlaps
 from .exact import group_bytes  # noqa: F401
 from .results import SearchResult, search
 from .sizing import MinGpus, largest_fit, min_gpus, smallest_d

@@ -23,7 +23,8 @@ from ..training import OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE
 from .job_fields import states_scheme
 from .space import RULES, Space, CHOICE_RULES, KNOBS, from_job, positive_whole, make_space
 from .grid import choice_knobs, grid_knobs, raw_grid, rule_masks
-from .evaluate import TIME_PARTS, binding_columns, evaluate_grid
+from .evaluate import binding_columns, evaluate_grid
+from .step_times import TIME_PARTS
 from .exact import TERM_COLUMNS, exact_row
 from ..timing.gemm import shape_of
 

@@ -245,7 +245,7 @@ class Space:
     #: Megatron's --fp8-recipe under fp8 (None: per-tensor scaling; memsym.vocabulary.FP8_RECIPES)
     fp8_recipe: str | None = None
     #: the data-parallel overlaps every row is priced with: None, the launch's
-    #: (memsym.search.evaluate.launch_overlaps); else a job's own ``(name, value)`` pairs of
+    #: (memsym.search.step_times.launch_overlaps); else a job's own ``(name, value)`` pairs of
     #: overlap_grad_reduce / overlap_param_gather (None: the framework's default)
     overlaps: tuple | None = None
     #: Megatron-core's MoE token dispatcher, held fixed over the searched layouts (its
@@ -336,7 +336,7 @@ class Space:
         if self.overlaps is not None:      # a job's own overlaps (plot feasibility's)
             base.update(row_overlaps(self.overlaps, self.framework, kw.get("sharding", "")))
         elif FRAMEWORK[self.framework].launch_overlaps == "overlap_comm":
-            # the emitted config's overlap_comm (evaluate.launch_overlaps): its second IPG
+            # the emitted config's overlap_comm (step_times.launch_overlaps): its second IPG
             # buffer is memory the read-back counts (memsym.training.transients._transient_widths)
             base["overlap_grad_reduce"] = True
         base.update(kw)

@@ -38,7 +38,8 @@ from ..terms.pipeline_order import rank_order, ready_passes
 from .one_f_one_b import pass_durations
 from .pipeline import microbatch_group
 
-__all__ = ["MAX_PASSES", "schedule_levels", "interleaved_makespan", "exact_interleaved"]
+__all__ = ["MAX_PASSES", "schedule_levels", "interleaved_makespan", "exact_interleaved",
+           "exact_interleaved_many", "priced_together"]
 
 #: The most chunk passes (2 p m v) of one (p, m, v, N) shape priced by its exact longest
 #: path in a grid; larger shapes keep the closed form (their levels, one numpy step each,
@@ -258,9 +259,10 @@ def _level_plan(p: int, m: int, v: int, group: int):
         return None
     levels, ends, n = got
     if p == 2:
-        return tuple(step for lo, hi, prev, dep, which in levels
-                     for step in zip(range(lo, hi), prev.tolist(), dep.tolist(),
-                                     which.tolist())), ends, n
+        # the passes are numbered in level order, the levels contiguous runs of 0 .. n - 1:
+        # their columns joined once, not listed level by level (a thousand levels a shape)
+        prev, dep, which = (np.concatenate([lv[i] for lv in levels]).tolist() for i in (2, 3, 4))
+        return tuple(zip(range(n), prev, dep, which)), ends, n
     return tuple((slice(lo, hi), _rows(prev), _rows(dep), _rows(which))
                  for lo, hi, prev, dep, which in levels), ends, n
 
@@ -321,28 +323,124 @@ def exact_interleaved(st, pipeline, tau: dict, p2p_exposed, p, m, v):
     ----------
     .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
     """
-    pipeline = np.asarray(pipeline, dtype=float)
-    if st.schedule == "gpipe":
-        return pipeline
-    shape, fwd, bwd = pass_durations(pipeline, tau, p2p_exposed, p, m, v)
-    P, M, V = (np.broadcast_to(x, shape).ravel() for x in (p, m, v))
-    rows = np.flatnonzero((V > 1) & (P > 1) & (2 * P * M * V <= MAX_PASSES))
-    out = np.array(np.broadcast_to(pipeline, shape))
-    if not rows.size:
-        return out
-    fwd, bwd = [x.ravel() for x in fwd], [x.ravel() for x in bwd]
-    # the distinct (p, m, v), in np.unique's order, one integer code each (np.unique over
-    # the rows of a 3 x n array sorts void views: a tenth of a search's step time)
-    uniq, inv = unique_rows(P[rows], M[rows], V[rows])
-    flat = out.reshape(-1)
-    for j, (pp_, mm_, vv_) in enumerate(uniq.tolist()):
-        N = microbatch_group(st, pp_, mm_, vv_)
-        if schedule_levels(pp_, mm_, vv_, N) is None:
-            continue         # deadlocks: the closed form stands (Megatron refuses it)
-        sel = rows[inv.ravel() == j]
-        flat[sel] = _remembered(pp_, mm_, vv_, N, [x[sel] for x in fwd], [x[sel] for x in bwd])
-    _save_levels()
-    return out
+    return exact_interleaved_many([(st, pipeline, tau, p2p_exposed, p, m, v)])[0]
+
+
+def exact_interleaved_many(requests: list) -> list:
+    r"""Each request's :func:`exact_interleaved`, the rows of one schedule shape priced at once.
+
+    .. math:: T_i = \text{exact\_interleaved}(\text{request}_i)
+
+    the rows of every request that share a shape (p, m, v, N) run through one
+    :func:`interleaved_makespan`: a level's step costs about the same for one layout as for
+    thousands, and a search prices the same shapes under each of its (recompute, SP,
+    sharding) groups.  Each layout's column is its own, so each value is the one the
+    request alone gets, to the bit.
+
+    Parameters
+    ----------
+    requests : list of tuple
+        :func:`exact_interleaved`'s arguments ``(st, pipeline, tau, p2p_exposed, p, m, v)``,
+        one tuple a grid (seconds [s], sizes [GPUs], micro-batches and chunks [1]).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Each request's pipeline seconds [s].
+
+    Examples
+    --------
+    >>> from memsym.timing.records import Settings
+    >>> tau = {r: (1.0, 2.0) for r in ("first", "middle", "last")}
+    >>> [float(x) for x in exact_interleaved_many([(Settings(), 0.0, tau, 0.0, 2, 4, 2),
+    ...                                             (Settings(), 0.0, tau, 0.0, 2, 8, 2)])]
+    [13.5, 25.5]
+
+    By hand, :math:`(m v + p - 1)(f + b)/v`: 9 x 3 / 2 = 13.5 and 17 x 3 / 2 = 25.5.
+
+    References
+    ----------
+    .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
+    """
+    outs, jobs = [], {}    # jobs: shape -> [(request, its rows, forward, backward columns)]
+    for st, pipeline, tau, p2p_exposed, p, m, v in requests:
+        pipeline = np.asarray(pipeline, dtype=float)
+        if st.schedule == "gpipe":
+            outs.append(pipeline)
+            continue
+        shape, fwd, bwd = pass_durations(pipeline, tau, p2p_exposed, p, m, v)
+        P, M, V = (np.broadcast_to(x, shape).ravel() for x in (p, m, v))
+        rows = np.flatnonzero((V > 1) & (P > 1) & (2 * P * M * V <= MAX_PASSES))
+        outs.append(np.array(np.broadcast_to(pipeline, shape)))
+        if not rows.size:
+            continue
+        fwd, bwd = [x.ravel() for x in fwd], [x.ravel() for x in bwd]
+        # the distinct (p, m, v), in np.unique's order, one integer code each (np.unique over
+        # the rows of a 3 x n array sorts void views: a tenth of a search's step time)
+        uniq, inv = unique_rows(P[rows], M[rows], V[rows])
+        for j, (pp_, mm_, vv_) in enumerate(uniq.tolist()):
+            N = microbatch_group(st, pp_, mm_, vv_)
+            if schedule_levels(pp_, mm_, vv_, N) is None:
+                continue         # deadlocks: the closed form stands (Megatron refuses it)
+            sel = rows[inv.ravel() == j]
+            jobs.setdefault((pp_, mm_, vv_, N), []).append(
+                (len(outs) - 1, sel, [x[sel] for x in fwd], [x[sel] for x in bwd]))
+    for shape, items in jobs.items():
+        spans = _remembered(*shape, [(fwd, bwd) for _, _, fwd, bwd in items])
+        for (i, sel, _, _), span in zip(items, spans):
+            outs[i].reshape(-1)[sel] = span
+    if jobs:
+        _save_levels()
+    return outs
+
+
+def priced_together(steps: list) -> list:
+    """The values of generators of :func:`exact_interleaved` requests, priced together.
+
+    Each generator (:func:`memsym.timing.makespan.pipeline_parts` with ``steps``) yields the arguments of
+    :func:`exact_interleaved` and takes back its value; each round of their requests is
+    priced at once (:func:`exact_interleaved_many`), and each generator's return value is
+    its entry of the list: what it returns run alone.
+
+    Parameters
+    ----------
+    steps : list of generator
+        Generators yielding :func:`exact_interleaved`'s arguments (seconds [s], sizes
+        [GPUs], micro-batches and chunks [1]).
+
+    Returns
+    -------
+    list
+        Each generator's return value.
+
+    Examples
+    --------
+    >>> from memsym.timing.records import Settings
+    >>> def steps(f):
+    ...     tau = {r: (f, 2 * f) for r in ("first", "middle", "last")}
+    ...     return float((yield (Settings(), 0.0, tau, 0.0, 2, 4, 2)))
+    >>> priced_together([steps(1.0), steps(2.0)])     # (m v + p - 1)(f + b)/v, as above
+    [13.5, 27.0]
+
+    References
+    ----------
+    .. [megatron-schedules] forward_backward_pipelining_with_interleaving (rev d98e8a64dd).
+    """
+    values, requests = [None] * len(steps), {}
+
+    def advance(i, sent):
+        try:
+            requests[i] = steps[i].send(sent)
+        except StopIteration as done:
+            values[i] = done.value
+
+    for i in range(len(steps)):
+        advance(i, None)
+    while requests:
+        order = list(requests)
+        for i, priced in zip(order, exact_interleaved_many([requests.pop(i) for i in order])):
+            advance(i, priced)
+    return values
 
 
 #: Makespans already run, by shape and a digest of the durations: a search prices the same
@@ -353,15 +451,27 @@ _SEEN_LIMIT = 1_000_000
 _SEEN_SIZE = [0]     # the makespans _SEEN holds, kept beside it (no sum over it per insert)
 
 
-def _remembered(p: int, m: int, v: int, group: int, fwd: list, bwd: list):
-    # interleaved_makespan of these durations, run once per distinct bytes
-    dur = np.stack([np.asarray(x, dtype=float) for x in (*fwd, *bwd)])
-    key = (p, m, v, group, dur.shape, hashlib.blake2b(dur.tobytes(), digest_size=16).digest())
-    if key not in _SEEN:
-        if _SEEN_SIZE[0] + dur.shape[-1] > _SEEN_LIMIT:
+def _remembered(p: int, m: int, v: int, group: int, durations: list) -> list:
+    # interleaved_makespan of each (forward, backward) of ``durations``, run once per distinct
+    # bytes: those not met before joined side by side in one run (each layout's column is its
+    # own, so the same values to the bit)
+    keyed = []
+    for fwd, bwd in durations:
+        dur = np.stack([np.asarray(x, dtype=float) for x in (*fwd, *bwd)])
+        keyed.append(((p, m, v, group, dur.shape,
+                       hashlib.blake2b(dur.tobytes(), digest_size=16).digest()), dur))
+    new = {}
+    for key, dur in keyed:
+        if key not in _SEEN:
+            new.setdefault(key, dur)
+    if new:
+        if _SEEN_SIZE[0] + sum(dur.shape[-1] for dur in new.values()) > _SEEN_LIMIT:
             _SEEN.clear()
             _SEEN_SIZE[0] = 0
-        _SEEN[key] = interleaved_makespan(p, m, v, group, fwd, bwd)
-        _SEEN_SIZE[0] += np.size(_SEEN[key])
-    return _SEEN[key]
-
+        joined = np.concatenate(list(new.values()), axis=-1)
+        spans = interleaved_makespan(p, m, v, group, tuple(joined[:3]), tuple(joined[3:]))
+        cuts = np.cumsum([dur.shape[-1] for dur in new.values()])[:-1]
+        for key, span in zip(new, np.split(spans, cuts)):
+            _SEEN[key] = span
+            _SEEN_SIZE[0] += np.size(span)
+    return [_SEEN[key] for key, _ in keyed]

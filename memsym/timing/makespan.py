@@ -25,7 +25,7 @@ from .collectives import collective_time, group_bandwidth
 from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
                        microbatch_group, simulated_pipeline, stage_layers, stage_times)
 from .mtp import mtp_depth
-from .interleaved import exact_interleaved
+from .interleaved import priced_together
 from .one_f_one_b import exact_one_f_one_b
 from .records import Overlap, Settings
 
@@ -34,7 +34,7 @@ __all__ = ["pipeline_parts", "ep_alone_passes"]
 
 def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, layer: tuple, *,
                    eta_gemm=None, first=None, last=None, chunks=None, mtp_layers: int = 0,
-                   exact_schedule: bool = False, bf16=None) -> dict:
+                   exact_schedule: bool = False, bf16=None, steps: bool = False) -> dict:
     r"""The pipeline's seconds of a grid of layouts and what they are made of [s].
 
     .. math::
@@ -94,6 +94,11 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
         The makespan as the simulated schedule.
     bf16 : tuple, optional
         The end stages' BF16 layers and one's excess over the mean layer [s] (:func:`_bf16_ends`).
+    steps : bool
+        Return a generator instead, which yields the arguments of its
+        :func:`memsym.timing.interleaved.exact_interleaved` (none where no row takes it),
+        takes back that function's value and returns the dict: several grids' interleaved
+        schedules are then priced together (:func:`memsym.timing.interleaved.priced_together`).
 
     Examples
     --------
@@ -115,6 +120,16 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     ----------
     .. [narayanan] arXiv:2104.04473 §2.2 (the bubble), §3.2; [megatron-schedules].
     """
+    parts = _parts_steps(x, st, dev, clu, overlap, knobs, layer, eta_gemm=eta_gemm, first=first,
+                         last=last, chunks=chunks, mtp_layers=mtp_layers,
+                         exact_schedule=exact_schedule, bf16=bf16)
+    return parts if steps else priced_together([parts])[0]
+
+
+def _parts_steps(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, layer: tuple, *,
+                 eta_gemm=None, first=None, last=None, chunks=None, mtp_layers: int = 0,
+                 exact_schedule: bool = False, bf16=None):
+    # pipeline_parts as the generator steps=True returns
     t, p, d, c, v, b, m = knobs
     lf, lb, ep_alone, mtp = layer
     out_f, out_b, emb = _output_ends(x, st, dev, clu, overlap, (t, c, d, b), eta_gemm,
@@ -123,8 +138,8 @@ def pipeline_parts(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, la
     msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
     stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first, last, chunks, lf, lb,
                                               (emb, out_f, out_b, emb_b), p2p_exposed, mtp_layers)
-    pipeline, bubble, launchable = _pipeline(st, tau, p2p_exposed, out_f, out_b, p, m, v,
-                                             exact_schedule, chunk_tau)
+    pipeline, bubble, launchable = yield from _pipeline_steps(st, tau, p2p_exposed, out_f, out_b,
+                                                              p, m, v, exact_schedule, chunk_tau)
     edges = ep_alone_passes(x, overlap, p, v, m, _groups(st, p, m, v, overlap), ep_alone)
     # the output stage (the last; the first under the V placement) holds the MTP layers
     out_stage = stages[0] if st.output_first else stages[2]
@@ -183,11 +198,12 @@ def _output_ends(x, st, dev, clu, overlap, knobs, eta_gemm, mtp_layers, layer) -
     return out_f + mtp_layers * (dep_f + kind_f), out_b + mtp_layers * (dep_b + kind_b), emb
 
 
-def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule: bool,
-              chunk_tau=None) -> tuple:
+def _pipeline_steps(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule: bool,
+                    chunk_tau=None):
     """The pipeline's seconds (m tau_max plus the bubble in stage units, or the simulated
     schedule, with each chunk's own durations where ``chunk_tau`` gives them), its bubble [s]
-    and whether Megatron's interleaving rule lets it launch."""
+    and whether Megatron's interleaving rule lets it launch; a generator that yields the
+    arguments of :func:`memsym.timing.interleaved.exact_interleaved` and takes back its value."""
     tau_max, total_tau = busiest_stage(st, tau, p, p2p_exposed, out_f, out_b)
     beta, launchable = bubble_in_stages(st, p, m, v)
     others = np.where(p == 1, 0.0, (total_tau - tau_max) / np.maximum(p - 1, 1))
@@ -199,7 +215,7 @@ def _pipeline(st, tau: dict, p2p_exposed, out_f, out_b, p, m, v, exact_schedule:
         # (v = 1) take the schedule's exact makespan, as the simulated schedule prices them,
         # and so do the interleaved rows of a small schedule (its longest path, vectorised)
         pipeline = exact_one_f_one_b(st, pipeline, tau, p2p_exposed, p, m, v)
-        pipeline = exact_interleaved(st, pipeline, tau, p2p_exposed, p, m, v)
+        pipeline = yield (st, pipeline, tau, p2p_exposed, p, m, v)   # exact_interleaved
     return pipeline, pipeline - m * tau_max, launchable
 
 

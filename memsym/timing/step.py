@@ -36,6 +36,7 @@ from .expert_casts import EXPERT_QUANTIZE, expert_weight_cast_seconds
 from .gemm import layer_gemms, shape_of
 from .efficiency import as_array
 from .makespan import pipeline_parts
+from .interleaved import priced_together
 from .mean_layer import bf16_layer_excess, layer_parts, mean_layer
 from .pipeline import most_layers_per_rank
 from .records import Overlap, Settings, StepTime
@@ -45,7 +46,7 @@ from ..vocabulary import MOE_DISPATCHERS, RECOMPUTE_MODULES
 from ..training import microbatches
 
 __all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
-           "SOURCES"]
+           "step_time_grids", "SOURCES"]
 
 #: Where each part of the breakdown comes from (keys of memsym/references.toml).
 SOURCES = {
@@ -129,6 +130,56 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
     ----------
     .. [narayanan] arXiv:2104.04473 §2.2 (the bubble), §3.2; [megatron-schedules].
     """
+    return step_time_grids([dict(arch=arch, gpu_name=gpu_name, t=t, p=p, d=d, c=c, e=e, t_e=t_e,
+                                 v=v, b=b, m=m, settings=settings, cluster=cluster,
+                                 overlap=overlap, eta_gemm=eta_gemm,
+                                 first_stage_layers=first_stage_layers,
+                                 last_stage_layers=last_stage_layers,
+                                 exact_schedule=exact_schedule, communication=communication,
+                                 chunk_layers=chunk_layers, mtp_layers=mtp_layers)])[0]
+
+
+def step_time_grids(calls: list) -> list:
+    """:func:`step_time_grid` of each of several grids, their interleaved schedules priced together.
+
+    A search's (recompute, SP, sharding) groups share their schedules' shapes, and each
+    shape's longest path costs about as much for one layout as for all of theirs
+    (:func:`memsym.timing.interleaved.priced_together`); each grid's values are the ones it
+    gets alone.
+
+    Parameters
+    ----------
+    calls : list of dict
+        :func:`step_time_grid`'s keyword arguments, one dict a grid (sizes [GPUs],
+        micro-batches [1], micro-batch size [sequences]).
+
+    Returns
+    -------
+    list of dict
+        Each grid's :func:`step_time_grid` [s].
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> kw = dict(arch=preset("llama3-70b"), gpu_name="h100", t=8, p=4, v=5, m=[8, 16])
+    >>> one, two = step_time_grids([kw, dict(kw, d=2)])
+    >>> bool((one["step"] == step_time_grid(**kw)["step"]).all())
+    True
+
+    References
+    ----------
+    .. [narayanan] arXiv:2104.04473 §2.2 (the bubble); [megatron-schedules].
+    """
+    return priced_together([_step_time_steps(**kw) for kw in calls])
+
+
+def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=None, m=1,
+                     settings: Settings = Settings(), cluster: Cluster | None = None,
+                     overlap: Overlap = Overlap(), eta_gemm=None, first_stage_layers=None,
+                     last_stage_layers=None, exact_schedule: bool = False,
+                     communication: bool = False, chunk_layers=None, mtp_layers: int = 0):
+    """:func:`step_time_grid` as a generator of its interleaved schedules' pricing requests
+    (:func:`memsym.timing.makespan.pipeline_parts` with ``steps``)."""
     st, dev = settings, _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
     _check_settings(st, overlap, dev)
@@ -143,10 +194,12 @@ def step_time_grid(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=
                                    eta_gemm=eta_gemm, overlap=overlap)
     # (arrays over a search's rows: the excess is zero unless there are BF16 layers)
     n_bf = st.bf16_layers if st.precision in ("fp8", "fp4") and any(st.bf16_layers) else (0, 0)
-    pp = pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m), (lf, lb, ep_alone, mtp),
-                        eta_gemm=eta_gemm, first=first_stage_layers, last=last_stage_layers,
-                        chunks=chunk_layers, mtp_layers=mtp_layers, exact_schedule=exact_schedule,
-                        bf16=(*n_bf, bf_f, bf_b))
+    pp = yield from pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m),
+                                   (lf, lb, ep_alone, mtp), eta_gemm=eta_gemm,
+                                   first=first_stage_layers, last=last_stage_layers,
+                                   chunks=chunk_layers, mtp_layers=mtp_layers,
+                                   exact_schedule=exact_schedule, bf16=(*n_bf, bf_f, bf_b),
+                                   steps=True)
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
     dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(x, st, p, t, e, t_e_,
                                                                      pp["stages"])
