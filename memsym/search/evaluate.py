@@ -38,15 +38,11 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
 
     x = space.arch
     n = len(grid["t"])
-    out_cols: dict = {k: [] for k in ("row", "t", "p", "c", "d", "e", "v", "b", "t_e", "m",
-                                       "recompute", "sharding", "sequence_parallel", "offload",
-                                       "memory",
-                                       "stage", "step_time", "f", "l") + TIME_PARTS
-                      + _TERM_COLUMNS}
-    if per_stage:
-        out_cols["stage_memory"] = []
+    keys = ("row", "t", "p", "c", "d", "e", "v", "b", "t_e", "m", "recompute", "sharding",
+            "sequence_parallel", "offload", "memory", "stage", "step_time", "f", "l") \
+        + TIME_PARTS + _TERM_COLUMNS + (("stage_memory",) if per_stage else ())
     if n == 0:
-        return {k: np.array([]) for k in out_cols}
+        return {k: np.array([]) for k in keys}
     B = space.global_batch_size
     t_, p_, c_, d_, e_, v_, b_ = (grid[k] for k in KNOBS[:7])
     te_ = grid.get("t_e", t_)
@@ -80,7 +76,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     time_cache: dict = {"need": time_rows(combos, sels),
                         "first": time_choices([combos[i] for i in order if sels[i].any()])}
     present: set = set()    # the term columns some row has
-    chunks: list = [None] * len(combos)
+    chunks: list = [None] * len(combos)     # each choice's columns, in the choices' order
     memos: dict = {}
     group = None
     for done, i in enumerate(order, 1):
@@ -95,27 +91,43 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
         memo = memos.setdefault(idx.tobytes(), {})
         if "kw" not in memo:
             memo["kw"] = _pick(base_kw, idx)
-        chunks[i] = {k: [] for k in out_cols}
-        _add_choice(chunks[i], space, grid, (m_, te_, f_, l_), slots, idx, allow, combos[i],
-                    memo, present, time_cache if want_time and B is not None else None,
+        chunks[i] = {}
+        _add_choice(chunks[i].__setitem__, space, grid, (m_, te_, f_, l_), slots, idx, allow,
+                    combos[i], memo, present, time_cache if want_time and B is not None else None,
                     per_stage)
-    for chunk in chunks:
-        for key, parts in (chunk or {}).items():
-            out_cols[key] += parts
+    memos.clear()
     save_stage_tables()   # the templates built here, for the next process (compile cache)
-    # term columns absent everywhere (NaN on every row) are dropped, not concatenated
-    for key in set(_TERM_COLUMNS) - present - {"activations"} - set(_ALLOW):
-        del out_cols[key]
-    cols = {k: (np.concatenate(v) if v else np.array([])) for k, v in out_cols.items()}
+    # term columns absent everywhere (NaN on every row) are dropped, not joined
+    dropped = set(_TERM_COLUMNS) - present - {"activations"} - set(_ALLOW)
+    cols = {k: _joined(chunks, k) for k in keys if k not in dropped}
+    chunks.clear()
     for name, values in choices.items():
-        if out_cols[name]:
+        if len(cols[name]):
             cols[name] = np.array(values, dtype=object)[cols[name]]
     return cols
 
 
-def _add_choice(out_cols: dict, space: Space, grid: dict, cols: tuple, slots, idx, allow: dict,
+def _joined(chunks: list, key: str):
+    """Column ``key`` of the choices' ``chunks`` (each a dict of its rows' columns, ``row``
+    the rows themselves, kept to the last; None where no row takes the choice) end to end,
+    each piece let go once copied (the pieces and the joined columns together would double a
+    search's peak memory, each page faulted in); NaN in the rows of a choice none of whose
+    stages has the term."""
+    live = [chunk for chunk in chunks if chunk is not None]
+    parts = [chunk.get(key) if key == "row" else chunk.pop(key, None) for chunk in live]
+    if all(part is not None for part in parts):
+        return np.concatenate(parts) if parts else np.array([])
+    sizes = [len(chunk["row"]) for chunk in live]
+    out = np.full(sum(sizes), np.nan)
+    for part, end, size in zip(parts, itertools.accumulate(sizes), sizes):
+        if part is not None:
+            out[end - size:end] = part
+    return out
+
+
+def _add_choice(put, space: Space, grid: dict, cols: tuple, slots, idx, allow: dict,
                 choice: tuple, memo: dict, present: set, time_cache, per_stage: bool) -> None:
-    """Append to ``out_cols`` the columns of rows ``idx`` under one discrete ``choice``:
+    """Write (``put(key, values)``) the columns of rows ``idx`` under one discrete ``choice``:
     knobs, choices, the most-loaded stage's memory and terms (``present`` gains the term
     columns some row has), and the step time (NaN where ``time_cache`` is None: untimed)."""
     m_, te_, f_, l_ = cols
@@ -124,42 +136,55 @@ def _add_choice(out_cols: dict, space: Space, grid: dict, cols: tuple, slots, id
                "offload": space.offload}
     best_mem, best_stage, best_parts, stage_mem = _most_loaded_stage(
         slots, memo["kw"], idx, allow, choice, allowance_function(space), memo)
-    out_cols["row"].append(idx)
+    put("row", idx)
     for k in ("t", "p", "c", "d", "e", "v", "b"):
-        out_cols[k].append(grid[k][idx])
-    out_cols["t_e"].append(te_[idx])
-    out_cols["f"].append(f_[idx])
-    out_cols["l"].append(l_[idx])
-    out_cols["m"].append(m_[idx])
+        put(k, grid[k][idx])
+    put("t_e", te_[idx])
+    put("f", f_[idx])
+    put("l", l_[idx])
+    put("m", m_[idx])
     # the choices as their index in the space (object arrays are built once, in
     # evaluate_grid: filling one per choice costs a tenth of a search)
     for name, value in (("recompute", rc), ("sharding", scheme), ("offload", off)):
-        out_cols[name].append(np.full(len(idx), choices[name].index(value), dtype=np.intp))
-    out_cols["sequence_parallel"].append(np.full(len(idx), spf, dtype=bool))
-    out_cols["memory"].append(best_mem)
-    out_cols["stage"].append(best_stage)
+        put(name, np.full(len(idx), choices[name].index(value), dtype=np.intp))
+    put("sequence_parallel", np.full(len(idx), spf, dtype=bool))
+    put("memory", best_mem)
+    put("stage", best_stage)
     if per_stage:
-        out_cols["stage_memory"].append(stage_mem)
+        put("stage_memory", stage_mem)
     for key in _TERM_COLUMNS:
-        col = best_parts[key]
+        col = best_parts.get(key)      # None: no stage of these rows has the term (NaN)
         # a term some stage has and the row's most-loaded stage lacks (experts on a
         # dense stage) is 0 bytes there; a term no stage has stays NaN (dropped below)
-        if not np.isnan(col).all():
+        if col is not None and not np.isnan(col).all():
             present.add(key)
             col = np.nan_to_num(col, nan=0.0)
-        out_cols[key].append(col)
+        put(key, col)
     if time_cache is not None:
         secs = choice_times(space, grid, m_, f_, l_, idx, rc, spf, scheme, time_cache)
     else:
         secs = {k: np.full(len(idx), np.nan) for k in ("step_time",) + TIME_PARTS}
     for key, col in secs.items():
-        out_cols[key].append(col)
+        put(key, col)
+
+
+class _Picked(dict):
+    """The keyword values ``kw`` of rows ``rows``: an array indexed the first time its name is
+    asked for, a scalar as it is (a stage's compiled pieces read a few of the names)."""
+
+    def __init__(self, kw, rows):
+        super().__init__()
+        self.kw, self.rows = kw, rows
+
+    def __missing__(self, name):
+        val = self.kw[name]
+        self[name] = val = val[self.rows] if isinstance(val, np.ndarray) else val
+        return val
 
 
 def _pick(kw, rows):
-    """The keyword values of ``rows``: arrays indexed, scalars as they are."""
-
-    return {k: (val[rows] if isinstance(val, np.ndarray) else val) for k, val in kw.items()}
+    """The keyword values of ``rows`` (:class:`_Picked`): arrays indexed, scalars as they are."""
+    return _Picked(kw, rows)
 
 
 @dataclass(frozen=True)
@@ -306,7 +331,7 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
     nslot, slot_stage = slots.count, slots.stage
     best_mem = np.full(len(idx), -np.inf)
     best_stage = np.zeros(len(idx), dtype=np.int64)
-    best_parts = {key: np.full(len(idx), np.nan) for key in _TERM_COLUMNS}
+    best_parts: dict = {}      # the terms some stage has (NaN on rows where another wins)
     stage_mem = np.full((len(idx), nslot), np.nan)
     for j in range(nslot):
         ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
@@ -314,7 +339,7 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
             continue
         rows = idx[ridx]
         # a slot every row has (the first and last stage) takes the rows as they are
-        rkw = dict(kw) if len(ridx) == len(idx) else _pick(kw, ridx)
+        rkw = _pick(kw, slice(None) if len(ridx) == len(idx) else ridx)
         rkw.update({name: arr[j, rows] for name, arr in slots.counts.items()})
         parts = {"activations": np.zeros(len(ridx))}
         tid = slots.template[j, rows]
@@ -349,7 +374,7 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
         best_mem[tgt] = mem[better]
         best_stage[tgt] = slot_stage[j, rows[better]]
         for key, arr2 in parts.items():
-            best_parts[key][tgt] = arr2[better]
+            best_parts.setdefault(key, np.full(len(idx), np.nan))[tgt] = arr2[better]
     return best_mem, best_stage, best_parts, stage_mem
 
 

@@ -397,10 +397,10 @@ def exact_interleaved_many(requests: list) -> list:
 def priced_together(steps: list) -> list:
     """The values of generators of :func:`exact_interleaved` requests, priced together.
 
-    Each generator (:func:`memsym.timing.makespan.pipeline_parts` with ``steps``) yields the arguments of
-    :func:`exact_interleaved` and takes back its value; each round of their requests is
-    priced at once (:func:`exact_interleaved_many`), and each generator's return value is
-    its entry of the list: what it returns run alone.
+    Each generator (:func:`memsym.timing.makespan.pipeline_parts` with ``steps``) yields
+    the arguments of :func:`exact_interleaved` and takes back its value; each round of their
+    requests is priced at once (:func:`exact_interleaved_many`), and each generator's return
+    value is its entry of the list: what it returns run alone.
 
     Parameters
     ----------
