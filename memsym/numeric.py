@@ -493,6 +493,9 @@ def unique_rows(*cols):
     ([[0, 3], [1, 3], [2, 5]], [2, 0, 2, 1])
     >>> unique_rows([-1, 4, -1])[1].tolist()
     [0, 1, 0]
+    >>> uq, inv = unique_rows([4096, 1, 4096], [2048, 7, 2048], [9, 9, 3])  # sparse codes
+    >>> uq.tolist(), inv.tolist()
+    ([[1, 7, 9], [4096, 2048, 3], [4096, 2048, 9]], [2, 0, 1])
     """
     import numpy as np
 
@@ -501,6 +504,14 @@ def unique_rows(*cols):
         uq, inv = np.unique(mat.T, axis=0, return_inverse=True)
         return uq, inv.ravel()
     dims = tuple(int(r.max()) + 1 if r.size else 1 for r in mat)
+    values = None
+    if math.prod(dims) > _DENSE_CODES:
+        # a sparse code space (columns of few, large values: a search's c up to 4,096, m up
+        # to 2,048): each column numbered by its values' ranks, in their order, so that the
+        # codes stay dense and sort as the rows do
+        values = [distinct(r) for r in mat]
+        mat = np.stack([np.searchsorted(v, r) for v, r in zip(values, mat)])
+        dims = tuple(len(v) for v in values)
     code = np.ravel_multi_index(tuple(mat), dims)
     if math.prod(dims) <= _DENSE_CODES:
         present = np.zeros(math.prod(dims), dtype=bool)
@@ -511,7 +522,10 @@ def unique_rows(*cols):
         inv = np.searchsorted(uq, code)
     else:
         uq, inv = np.unique(code, return_inverse=True)
-    return np.stack(np.unravel_index(uq, dims), axis=1), inv.ravel()
+    rows = np.stack(np.unravel_index(uq, dims), axis=1)
+    if values is not None:       # the ranks back to the values
+        rows = np.stack([v[rows[:, i]] for i, v in enumerate(values)], axis=1)
+    return rows, inv.ravel()
 
 
 def distinct_layouts(*cols):
@@ -542,17 +556,32 @@ def distinct_layouts(*cols):
 def spread(value, inv, shape):
     """``value`` priced once per distinct row (:func:`distinct_layouts`) back on every row of
     ``shape``: each array indexed by ``inv``, through dicts, tuples and lists; numbers stay.
+    A dict or array met twice (a dense model's mean layer is also its last layer's kind) is
+    spread once and met twice in the result, as it was in ``value``.
 
     Examples
     --------
     >>> import numpy as np
     >>> spread({"a": (np.array([1.0, 2.0]), 3.0)}, np.array([1, 0, 1]), (3,))
     {'a': (array([2., 1., 2.]), 3.0)}
+    >>> part = {"a": np.array([1.0, 2.0])}
+    >>> out = spread((part, part), np.array([1, 0]), (2,))
+    >>> out[0] is out[1], out[0]["a"].tolist()
+    (True, [2.0, 1.0])
     """
     import numpy as np
 
-    if isinstance(value, dict):
-        return {k: spread(v, inv, shape) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(spread(v, inv, shape) for v in value)
-    return value[inv].reshape(shape) if np.ndim(value) else value
+    seen: dict = {}     # id of a dict or array of ``value`` -> its spread
+
+    def one(val):
+        if isinstance(val, (tuple, list)):
+            return type(val)(one(v) for v in val)
+        if not isinstance(val, dict) and not np.ndim(val):
+            return val
+        got = seen.get(id(val))
+        if got is None:
+            got = seen[id(val)] = {k: one(v) for k, v in val.items()} if isinstance(val, dict) \
+                else val[inv].reshape(shape)
+        return got
+
+    return one(value)
