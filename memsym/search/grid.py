@@ -276,17 +276,83 @@ def _knob_names(space: Space, gpus) -> list:
 def rule_masks(space: Space, grid: dict, gpus: int | None = None) -> dict:
     """``rule name -> boolean array`` (True where the layout breaks the rule) for every rule
     on the numeric knobs (:mod:`memsym.rules`; the choice rules are applied per combination).
-    The rules read first/last stage sizes as scalars: evaluated per (f, l) group."""
+    The rules read first/last stage sizes as scalars: those that read them are evaluated per
+    (f, l) group, the others once over the whole grid (each rule is elementwise)."""
 
     names = _knob_names(space, gpus)
     f_, l_ = splits_of(space, grid)
     n = len(grid["t"])
     out = {name: np.zeros(n, dtype=bool) for name in names}
-    for (fv, lv), idx in _groups(f_, l_):
+    groups = _groups(f_, l_)
+    if len(groups) > 1:
+        whole = grid_knobs(space, {k: grid[k] for k in KNOBS if k in grid}, gpus)
+        split = _reading_the_split(space.arch, whole, names)
+        for name, mask in _rules.masks(space.arch, whole,
+                                       [m for m in names if m not in split]).items():
+            out[name] |= mask
+        names = [m for m in names if m in split]
+    for (fv, lv), idx in groups:
         sub = with_split(space, fv, lv)
         g2 = {k: grid[k][idx] for k in KNOBS if k in grid}
         for name, mask in _rules.masks(space.arch, grid_knobs(sub, g2, gpus), names).items():
             out[name][idx] = mask
+    return out
+
+
+#: The knobs that carry a layout's first/last stage split (scalars, per (f, l) group).
+_SPLIT_KNOBS = frozenset({"first_stage_layers", "last_stage_layers"})
+
+
+class _Reads(dict):
+    """Knob values that note the names a rule reads (every name, where it walks them)."""
+
+    def __init__(self, k):
+        super().__init__(k)
+        self.names: set = set()
+
+    def __getitem__(self, name):
+        self.names.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        self.names.add(name)
+        return super().get(name, default)
+
+    def __contains__(self, name):
+        self.names.add(name)
+        return super().__contains__(name)
+
+    def _every(self):
+        self.names.update(super().keys())
+
+    def __iter__(self):
+        self._every()
+        return super().__iter__()
+
+    def keys(self):
+        self._every()
+        return super().keys()
+
+    def items(self):
+        self._every()
+        return super().items()
+
+    def values(self):
+        self._every()
+        return super().values()
+
+
+def _reading_the_split(x, k: dict, names) -> set:
+    """The rules of ``names`` that read the first/last stage split, found by running each
+    on the first layout of knobs ``k``."""
+    first = {key: (val[:1] if isinstance(val, np.ndarray) and val.ndim else val)
+             for key, val in k.items()}
+    out = set()
+    for name in names:
+        seen = _Reads(first)
+        _rules.masks(x, seen, [name])
+        if seen.names & _SPLIT_KNOBS:
+            out.add(name)
     return out
 
 
