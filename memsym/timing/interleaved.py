@@ -129,8 +129,10 @@ def _ordered(p: int, m: int, v: int, group: int):
     pos[order], pos[n] = np.arange(n), n
     arr = np.array(rows, dtype=np.intp)[order]
     arr[arr < 0] = n
-    bounds = np.concatenate([[0], np.flatnonzero(np.diff(lev[order])) + 1, [n]])
-    levels = tuple((int(lo), int(hi), pos[arr[lo:hi, 1]], pos[arr[lo:hi, 2]], arr[lo:hi, 3])
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(lev[order])) + 1, [n]]).tolist()
+    # each column renumbered once, each level a slice of it (as _unpacked gives them)
+    prev_, dep_, which = pos[arr[:, 1]], pos[arr[:, 2]], np.ascontiguousarray(arr[:, 3])
+    levels = tuple((lo, hi, prev_[lo:hi], dep_[lo:hi], which[lo:hi])
                    for lo, hi in zip(bounds[:-1], bounds[1:]))
     return levels, pos[np.array(prev, dtype=np.intp)], n
 
