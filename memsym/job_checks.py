@@ -184,6 +184,20 @@ def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
     # at most floor(L/p) each under FP8: the rule bf16-layers-stage (memsym.rules_layout)
 
 
+def _check_first_iteration(training: Training) -> None:
+    """Refuse ``first_iteration`` where it is not modelled: Megatron-core's Adam under DDP or
+    the distributed optimizer makes its moments in the first step (``init_state_fn`` only on
+    loading, optimizer/optimizer.py:1127-1129 at d98e8a64dd); other runtimes are not read."""
+    flag(training.memory.first_iteration, "first_iteration")
+    st = training.states
+    if training.memory.first_iteration and not (
+            framework_record(training.framework).megatron_options and st.optimizer == "adam"
+            and st.sharding in ("ddp", "distributed-optimizer") and not st.megatron_fsdp):
+        raise InvalidValueError("first_iteration is modelled for Megatron-core's Adam under ddp or "
+                                f"the distributed optimizer, not {training.framework}'s "
+                                f"{st.optimizer} under {st.sharding}")
+
+
 def _check_megatron_fsdp(training: Training) -> None:
     """Megatron-FSDP's strategy: Megatron's, and the job's sharding the scheme that shards the
     same states (:data:`MEGATRON_FSDP_SCHEMES`); its double buffer only with Megatron-FSDP;
@@ -300,6 +314,7 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("fp4_param_gather is Megatron's NVFP4 parameters: framework "
                                 "megatron and the distributed optimizer, not "
                                 f"{training.framework} under {training.states.sharding}")
+    _check_first_iteration(training)
     if training.memory.optimizer_cuda_graph and not framework_record(
             training.framework).megatron_options:
         raise InvalidValueError("optimizer_cuda_graph is Megatron's --optimizer-cuda-graph "

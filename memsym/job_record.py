@@ -269,6 +269,12 @@ class Memory:
         Megatron's ``--mla-down-proj-fusion`` (off, arguments.py:3566-3572; needs MLA,
         1976-1977): MLA's input norm fused into the q/kv down-projection, so ``layernorm``
         recompute does not rerun it (:func:`memsym.timing.recompute.norms_recomputed`).
+    first_iteration : bool
+        The first iteration's peak (False: every later one's): Megatron-core makes no Adam
+        moments before the first optimizer step unless a checkpoint's state is loaded
+        (Transformer Engine's FusedAdam makes them in ``step``), so its forward and backward
+        run without them, what a memory log printed once after the first iteration reads
+        (:func:`memsym.training.transients.states_and_transients`).
     metric : {"device", "reserved", "allocated"}
         Which count of memory the total is (:data:`memsym.terms.allowances.METRICS`):
         ``"device"`` (default: what nvidia-smi and ``cudaMemGetInfo`` see, and what must fit),
@@ -300,6 +306,7 @@ class Memory:
     moe_dispatcher: str = "alltoall"
     metric: str = "device"
     mla_down_proj_fusion: bool = False
+    first_iteration: bool = False
 
 
 @dataclass(frozen=True)
@@ -354,7 +361,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
                             "overlap_moe_expert_parallel_comm", "tp_comm_overlap_cfg")),
     *((n, "pipeline") for n in ("overlap_p2p_comm", "defer_embedding_wgrad_compute",
                                 "wgrad_deferral_limit")),
-    ("metric", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
+    ("metric", "memory"), ("first_iteration", "memory"), ("zero_buckets", "states"), ("cp_comm_type", "comm"), *((n, "states") for n in (
         "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "megatron_fsdp",
         "fsdp_double_buffer", "fp4_param_gather", "bf16_layers")),
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",

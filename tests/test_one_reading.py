@@ -549,7 +549,7 @@ _OWN_VALUES = {
     "--params": ["7B"],
     "--metric": ["allocated"], "--advise": [], "--dropout": [], "--margin": ["0.1"],
     "--moe-dispatcher": ["hybridep"], "--sac-recomputes-attention": [],
-    "--torch-ddp-buckets": [], "--autocast": ["bf16"], "--chunked-loss": [],
+    "--torch-ddp-buckets": [], "--first-iteration": [], "--autocast": ["bf16"], "--chunked-loss": [],
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
 _NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--markdown", "--sensitivity",

@@ -160,6 +160,7 @@ def _training_fields(j) -> dict:
             "cuda_graph_modules": list(training.memory.cuda_graph_modules),
             "batch_attention_mask": training.memory.batch_attention_mask,
             "optimizer_cuda_graph": training.memory.optimizer_cuda_graph,
+            "first_iteration": training.memory.first_iteration,
             "moe_dispatcher": training.memory.moe_dispatcher,
             "main_params_dtype": training.states.main_params_dtype,
             "exp_avg_dtype": training.states.exp_avg_dtype,

@@ -11,9 +11,7 @@ from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, CUDA_GRAPH_I
                           FRAMEWORK_CONVENTIONS, FRAMEWORKS, METRIC_NAMES, OFFLOADS,
                           OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_METHODS, RECOMPUTE_MODULES,
                           SCHEDULES, SCHEMES, SEARCH_SHARDING)
-from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS
-from ..vocabulary import PRECISION_NAMES as PRECISIONS
-from ..vocabulary import FP8_RECIPES
+from ..vocabulary import FP8_RECIPES, OPTIMIZER_NAMES as OPTIMIZERS, PRECISION_NAMES as PRECISIONS
 from . import options as T
 from .command_rows import check_rows, command_rows, model_rows, time_rows
 from .option_schema import (ALLOWANCES_SOURCE, JOB, JOB_AND_SEARCH, JOB_DEFAULTS,
@@ -266,6 +264,9 @@ _SWITCH_ROWS = (
      "step captured in a CUDA graph, whose pool keeps what the step allocates (the fp32 "
      "main-gradient shard under --grad-reduce-in-bf16) reserved through forward and backward",
      "memory"),
+    ("--first-iteration", "first_iteration", True, "the first iteration's peak (Megatron-core's "
+     "Adam, no checkpoint loaded): its forward and backward run before the first step makes the "
+     "moments, as a memory log printed once after it reads", "memory"),
     ("--torch-ddp-buckets", "torch_ddp_buckets", True, "torch DistributedDataParallel's "
      "reducer with gradient_as_bucket_view False (torch's and the Hugging Face Trainer's "
      "default): its flat buckets keep a second copy of every gradient; torch.optim.AdamW "

@@ -32,7 +32,7 @@ __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded",
            "megatron_fsdp_buckets",
-           "optimizer_step_transient",
+           "optimizer_step_transient", "master_weight_cast",
            "cuda_context", "nccl_buffers", "tp_comm_userbuffers", "USERBUFFER_GEMMS",
            "deferred_wgrad_buffers"]
 
@@ -89,6 +89,56 @@ def optimizer_step_transient(params=None, state_bytes=4) -> Total:
         Term("adam_sqrt", as_expr(params) * as_expr(state_bytes), "out-of-place sqrt of "
              "exp_avg_sq (foreach Adam)", _ADAM, label="foreach sqrt"),
     ))
+
+
+def master_weight_cast(shard_params, width=2) -> Term:
+    r"""Transformer Engine's 16-bit casts of the fp32 master shards at the step [bytes].
+
+    .. math:: b_{16}\,\Psi_{\mathrm{q}}
+
+    Made to requantize FP8 / NVFP4 parameters after the optimizer step.  Megatron-core's distributed optimizer with ``--fp8-param-gather`` (or
+    ``--fp4-param-gather``) quantizes every fp32 main-parameter shard back into its FP8 / NVFP4
+    model parameter after ``optimizer.step()``, in one call over all of them
+    (``_copy_main_params_to_model_params`` -> ``quantize_param_shard``); Transformer Engine's
+    ``quantize_master_weights`` first casts each master shard to the model weight's nominal
+    dtype, ``master_weight.to(model_weight.dtype)``, "to keep numerical consistency" with the
+    16-bit path, and holds every cast in its per-recipe lists until the casts into the
+    parameters are done.  :math:`\Psi_{\mathrm{q}}` is the quantized parameters whose master
+    shard the GPU holds.  This happens after the moments are updated, while the fp32
+    main-gradient shard is still alive (it is freed by the next ``zero_grad``).
+
+    Parameters
+    ----------
+    shard_params : sympy.Expr
+        Quantized (FP8 / NVFP4) parameters whose fp32 master shard this GPU holds [parameters].
+    width : int or sympy.Expr
+        Bytes per element of the parameters' nominal dtype [bytes] (2: bf16 / fp16).
+
+    Examples
+    --------
+    Llama 3 70B at TP 4 PP 4, d = 2 (4.28e9 FP8 linear parameters on stage 0): 4.28 GB.
+
+    >>> master_weight_cast(4_280_000_000 // 2).evaluate()
+    4280000000
+
+    References
+    ----------
+    .. [transformer-engine] ``pytorch/tensor/utils.py:204-345`` (``quantize_master_weights``, line 291:
+       ``master_weight = master_weight.to(model_weight.dtype)``, kept in the bucket lists,
+       since #1544), ``:466-590`` (current scaling: amaxes, then the casts).
+    .. [megatron-core] ``core/optimizer/optimizer.py:777-808`` (``optimizer.step()`` then
+       ``_copy_main_params_to_model_params``), ``core/optimizer/distrib_optimizer.py:2802-2857``
+       (one ``quantize_param_shard`` over every FP8 parameter), ``core/fp8_utils.py:421-453``.
+    """
+    return Term("master_weight_cast", as_expr(width) * as_expr(shard_params),
+                "16-bit casts of the fp32 master shards, all held while Transformer Engine "
+                "requantizes the FP8 / NVFP4 parameters after the step",
+                Source("transformer-engine", "pytorch/tensor/utils.py:204-345 "
+                       "(quantize_master_weights, :291 master_weight.to(model_weight.dtype), kept in "
+                       "the per-recipe lists until the casts), :466-590; Megatron-core "
+                       "d98e8a64dd optimizer/optimizer.py:777-808, optimizer/distrib_optimizer.py:"
+                       "2802-2857 (one quantize_param_shard after optimizer.step())"),
+                label="16-bit master casts")
 
 
 def cuda_context() -> Term:

@@ -325,13 +325,7 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     if training.states.megatron_fsdp and grad_dtype is None:   # FP8 under Megatron-FSDP
         grad_dtype = default_grad_dtype(training.states.sharding, training.states.precision,
                                         megatron_fsdp=True)
-    framework = dict(grad_dtype=grad_dtype, precision_aware=training.states.precision_aware,
-                     fp8_param_gather=training.states.fp8_param_gather,
-                     fp4_param_gather=training.states.fp4_param_gather,
-                     non_tn_fp8_gemm=non_tn_fp8_gemm)
-    recipe = dict(fp8_recipe=training.states.fp8_recipe) if training.states.fp8_recipe else {}
-    widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
-                         **framework, **recipe, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    framework, recipe, widths = _framework_widths(training, conv, grad_dtype, non_tn_fp8_gemm)
     if training.states.torch_ddp_buckets:
         # torch DDP + torch.optim.AdamW: every state in the parameters' dtype, no master copy
         widths = torch_adamw_widths(training.states.precision)
@@ -363,6 +357,34 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     if training.states.torch_ddp_buckets:      # torch DDP: the reducer's bucket copy
         return torch_ddp_states(terms, N_tp / t + N_rep)
     return tuple(terms)
+
+
+def _framework_widths(training: Training, conv: str, grad_dtype, non_tn_fp8_gemm: bool) -> tuple:
+    """(framework keywords, recipe keywords, :func:`byte_widths`) of :func:`state_terms`."""
+    framework = dict(grad_dtype=grad_dtype, precision_aware=training.states.precision_aware,
+                     fp8_param_gather=training.states.fp8_param_gather,
+                     fp4_param_gather=training.states.fp4_param_gather,
+                     non_tn_fp8_gemm=non_tn_fp8_gemm)
+    recipe = dict(fp8_recipe=training.states.fp8_recipe) if training.states.fp8_recipe else {}
+    widths = byte_widths(training.states.sharding, training.states.precision, training.states.optimizer, conv,
+                         **framework, **recipe, **{n: training.value(n) for n in rb.OPTIMIZER_DTYPES})
+    return framework, recipe, widths
+
+
+def moment_share(training: Training) -> sp.Expr:
+    r"""The moments' share of the ``optimizer`` state Term, :math:`b_o / (b_m + b_o)` of
+    :func:`byte_widths` for ``training`` (0 when it holds nothing).
+
+    Examples
+    --------
+    >>> moment_share(Training(optimizer="adam"))     # fp32 master 4 B, moments 8 B
+    2/3
+    """
+    st = training.states
+    conv = choose("convention", st.convention, CONVENTIONS)
+    _, _, widths = _framework_widths(training, conv, st.grad_dtype, False)
+    held = widths[b_m] + widths[b_o]
+    return sp.Integer(0) if held == 0 else widths[b_o] / held
 
 
 def _deepspeed_adapter_terms(training: Training, quant: str) -> tuple:

@@ -16,7 +16,8 @@ import sympy as sp
 
 from ..frameworks import framework as framework_record
 from ..job import Job, Layout, Training
-from ..symbols import N_bkt, N_ll, N_pf, N_rep, N_tp, b_hp, b_r, b_u, c, d, m, n_ag, n_bkt, t, v
+from ..symbols import (N_bkt, N_exp, N_lin, N_ll, N_pf, N_rep, N_tp, N_xq, b_hp, b_r, b_u, c, d, m,
+                       n_ag, n_bkt, t, v)
 from ..term import Source, Term, Total
 from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
                      transients as tr)
@@ -30,7 +31,8 @@ from ..terms.widths import STATE_DTYPES, default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from ..values import as_expr
 from .activations import output_layer_activations, resolved_stage_activations
-from .model_states import STEP_STATE_KEYS, stage_has_experts, state_terms, state_training
+from .model_states import (STEP_STATE_KEYS, bf16_experts_apart, moment_share, stage_has_experts,
+                           state_terms, state_training)
 from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
                      loss_kind, output_stage, residual_width, sequence_parallel_on)
 
@@ -268,6 +270,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
             stage, layout.p, v if (layout.v or 1) > 1 else None, m,
             boundary_bytes(sequence_parallel_on(layout), training), training.pipeline.stage_placement))
     start_excess, own_groups = _add_sharding_transients(out, x, layout, training)
+    _add_master_weight_cast(out, j, stage)
     if _gradients_not_yet_made(training) and not _pools_apart(training):
         _add_gradients_not_yet_made(out, j, stage, acts, start_excess)
     if own_groups and stage == output_stage(layout, training):   # FSDP2's [norm, output] backward
@@ -277,6 +280,33 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
                          training.comm.cp_comm_type, activation_width(training))
     widths = _width_items(training)
     return {ph: tuple(_widened(term, widths) for term in terms) for ph, terms in out.items()}
+
+
+def _add_master_weight_cast(out: dict, j: Job | UncheckedJob, stage: int) -> None:
+    """Add to ``out["optimizer"]`` the 16-bit casts of the master shards that Transformer
+    Engine holds while Megatron-core's distributed optimizer requantizes FP8 / NVFP4 parameters
+    after the step (:func:`memsym.terms.transients.master_weight_cast`): the rank's share of
+    the quantized dense linear weights (``N_lin`` over d c) and of its routed experts' (over
+    the expert data-parallel group d c t / (e t_e)).  Not where the optimizer makes the
+    cast itself: the precision-aware optimizer with delayed scaling or a 16-bit master
+    (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``, optimizer_config.py:407-413 at
+    d98e8a64dd, returns before ``quantize_param_shard``) nor MXFP8, whose parameters are
+    staged through the gradient buffer."""
+    training = j.training
+    st = training.states
+    quantized = (st.precision == "fp8" and st.fp8_param_gather) or st.fp4_param_gather
+    if not (quantized and st.convention == "framework" and st.sharding == "distributed-optimizer"
+            and not st.megatron_fsdp and st.optimizer != "none" and st.offload == "none"
+            and training.adapters.finetune == "full" and st.fp8_recipe != "mxfp8"):
+        return
+    if st.precision_aware and (st.fp8_recipe in (None, "delayed")
+                               or st.main_params_dtype != "fp32"):
+        return
+    shard = N_lin / (d * c)
+    if stage_has_experts(j.model, j.layout, stage):
+        experts = N_xq if bf16_experts_apart(training) else N_exp
+        shard = shard + experts / (d * c * t)     # N/(e t_e) per GPU over d c t/(e t_e)
+    out["optimizer"].append(tr.master_weight_cast(shard, b_hp))
 
 
 def _add_recompute_absences(out: dict, acts, x, training: Training) -> None:
@@ -479,4 +509,29 @@ def states_and_transients(j: Job | UncheckedJob, stage: int,
     trans = phase_transients(j, stage, activations)
     if step:
         trans = {**trans, "optimizer": step + tuple(trans["optimizer"])}
+    if training.memory.first_iteration:
+        absent = _moments_not_yet_made(terms, training)
+        if absent is not None:
+            trans = {ph: tuple(trans[ph]) + ((absent,) if ph != "optimizer" else ())
+                     for ph in PHASES}
     return [term for term in terms if term not in step], trans
+
+
+def _moments_not_yet_made(terms, training: Training) -> Term | None:
+    r"""The Adam moments' absence before the first optimizer step [bytes] (a negative Term
+    for the forward and backward phases of ``first_iteration``):
+    :math:`-\frac{b_o}{b_m + b_o}\,M_{\mathrm{opt}}` of the stage's ``optimizer`` and
+    ``expert_optimizer`` Terms.  Megatron-core's ``init_state_fn`` runs only when an
+    optimizer state is loaded (``optimizer/optimizer.py:1127-1129, 1145-1146`` at d98e8a64dd), and
+    Transformer Engine's ``FusedAdam`` makes ``exp_avg`` and ``exp_avg_sq`` in its first
+    ``step`` (``optimizers/fused_adam.py:629-630`` at d0067d0da6): the first iteration's
+    forward and backward run without them; the step holds them."""
+    held = sp.Add(*(term.expr for term in terms if term.key in ("optimizer", "expert_optimizer")))
+    share = moment_share(training)
+    if held == 0 or share == 0:
+        return None
+    return Term("moments_not_yet_made", -share * held, "Adam moments not yet made: the first "
+                "optimizer step makes them", Source("transformer-engine", "pytorch/optimizers/"
+                "fused_adam.py:629-630 (step: initialize_state when the state is empty); "
+                "Megatron-core d98e8a64dd optimizer/optimizer.py:1127-1129, 1145-1146 (init_state_fn "
+                "only on loading)"), label="moments not yet made")
