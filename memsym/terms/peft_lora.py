@@ -29,6 +29,11 @@ compute width :math:`w`:
   fp32 leaves that require grad) and kept by its GEMM for the input gradient,
   :math:`w\,r\,(d_{in} + d_{out})`.
 
+The output layer is frozen too (PEFT trains the adapters alone; TRL refuses what would make
+``lm_head`` trainable): the final norm's weight product keeps no normalised tensor and
+``lm_head`` no input (:func:`peft_frozen_output`).  Under gradient checkpointing autocast's
+cache holds every adapter weight's 16-bit cast through the forward (:func:`peft_cached_casts`).
+
 DoRA (``use_dora=True``: ``DoraLinearVariant.forward``, ``variants.py:219-246``, and
 ``DoraLinearLayer.forward``, ``dora.py:132-165``) adds a trainable magnitude vector of
 :math:`d_{out}` per adapted matrix and, each forward:
@@ -66,7 +71,8 @@ from ..symbols import a, b, c, d_h, f, g, h, r_lora, s, t
 from ..term import Source, Term, Total
 from .adapters import LORA_TARGETS
 
-__all__ = ["peft_matrix_shapes", "peft_lora_activations", "peft_frozen_base"]
+__all__ = ["peft_matrix_shapes", "peft_lora_activations", "peft_frozen_base",
+           "peft_frozen_output", "peft_cached_casts", "peft_head_input_held"]
 
 _R = sp.Rational
 _PEFT = Source("peft", "v0.20.0 src/peft/tuners/lora/layer.py:1044-1058 (Linear.forward: "
@@ -274,3 +280,153 @@ def peft_frozen_base(layer: Total, targets, *, shared_inputs: bool, norms: bool 
         keys |= {"moe_input", "routed_tokens", "expert_fc2_input"}
     qk = width * s * b / c * (a + g) * d_h / t if qk_norms else 0
     return sp.Add(*(term.expr for term in layer.terms if term.key in keys)) + qk
+
+
+_FROZEN_OUT = Source("hf-transformers-5-25", "models/llama/modeling_llama.py LlamaRMSNorm.forward "
+                     "(line 67: self.weight * hidden_states.to(input_dtype)), LlamaModel.forward "
+                     "(line 404: self.norm), LlamaForCausalLM.forward (line 471: self.lm_head); "
+                     "models/gemma/modeling_gemma.py GemmaRMSNorm.forward (line 77: output * (1.0 "
+                     "+ self.weight.float())); models/olmo2/modeling_olmo2.py Olmo2RMSNorm.forward "
+                     "(line 63: (self.weight * hidden_states).to(input_dtype)); torch 2.13.0 "
+                     "derivatives.yaml (mul, mm: an operand saved for the other's gradient only)")
+
+
+def peft_frozen_output(tok, sig, *, norm: str | None, head_input: bool,
+                       width: int = 2) -> Term:
+    r"""What a frozen final norm and ``lm_head`` under PEFT do not keep [bytes] (a negative Term).
+
+    .. math::
+
+        -\left([\text{norm}]\,\frac{w_n \tau h}{\sigma}
+        + [\text{head}]\,\frac{w \tau h}{\sigma}\right)
+
+    PEFT leaves every base weight frozen, the final norm's and ``lm_head``'s with them, and
+    torch saves a product's operand only for the other operand's gradient.  The final norm's
+    weight product keeps the normalised tensor only for the weight's gradient:
+    ``LlamaRMSNorm``'s 16-bit ``hidden_states.to(input_dtype)`` (:math:`w_n = w`, the compute
+    width: the fp32 product itself in fp32), the fp32 normalised tensor of a norm scaling by
+    ``1 + weight.float()`` (Gemma's) or multiplying its weight in fp32 (OLMo 2's)
+    (:math:`w_n = 4`); Gemma's fp32 ``1 + weight`` (4h) stays, kept for the input's gradient.
+    ``lm_head`` keeps its input (the final norm's output) only for its weight's gradient: gone
+    under ``nll``; TRL's chunked loss keeps no such input anyway (``head_input`` False).
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch, :math:`\tau = sb/c` [tokens].
+    sig : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+    norm : {"llama", "fp32", None}
+        The final norm's kind: ``LlamaRMSNorm``'s code, one keeping an fp32 normalised tensor
+        (``norm_fp32_scale`` or ``norm_fp32_product``), or one whose frozen weight changes
+        nothing counted (``nn.LayerNorm``'s kernel keeps its input and statistics for the
+        input's gradient).
+    head_input : bool
+        ``lm_head``'s input is counted (``output_input``).
+    width : int
+        Bytes per element of the compute dtype [bytes].
+
+    Examples
+    --------
+    Llama under ``nll`` in bf16, s = 128, b = 2, h = 256: the 16-bit normalised tensor and
+    ``lm_head``'s input, 2 x 2 x 256 x 256 bytes:
+
+    >>> from memsym.symbols import s, b
+    >>> peft_frozen_output(s * b, 1, norm="llama", head_input=True).evaluate(s=128, b=2, h=256)
+    -262144
+
+    References
+    ----------
+    .. [hf-transformers-5-25] modeling_llama.py 62-67, 404, 471; modeling_gemma.py 73-78;
+       modeling_olmo2.py 58-63 (transformers 5.25.0).
+    .. [pytorch-autograd] torch 2.13.0 tools/autograd/derivatives.yaml (``mul.Tensor``, ``mm``).
+    """
+    w_norm = {"llama": sp.Integer(width), "fp32": sp.Integer(4), None: sp.Integer(0)}[norm]
+    dropped = (w_norm + (width if head_input else 0)) * tok * h / sig
+    return Term("frozen_output_layer", -dropped, "what the frozen final norm weight and lm_head "
+                "do not keep: the norm's normalised tensor" + (" and lm_head's input"
+                                                               if head_input else ""),
+                _FROZEN_OUT, label="frozen output layer")
+
+
+def peft_cached_casts(layers, targets, *, width: int = 2) -> Term:
+    r"""Autocast's cached 16-bit casts of PEFT's adapter weights in a checkpointed forward [bytes].
+
+    .. math:: n_L\, w\, r \sum_m (d_{in} + d_{out})
+
+    Autocast caches the cast of an fp32 leaf that requires grad (``cached_cast``, on CUDA as on
+    the CPU) until the outermost autocast context exits, at the end of the model's forward
+    (Accelerate wraps the forward, loss included).  Without checkpointing each cast is kept by
+    its GEMM and counted with the layer (``lora_weight_casts``); under gradient checkpointing
+    no graph keeps them, but the cache holds the casts of every layer run so far: through the
+    loss's forward (nll or TRL's chunked loss, inside the model's forward) all
+    :math:`n_L` layers' (the recomputation in the backward enters and leaves its own autocast
+    context per layer, whose casts the working set counts).
+
+    Parameters
+    ----------
+    layers : int or sympy.Expr
+        The adapted layers run before the loss [layers].
+    targets : sequence of str
+        The adapted matrices.
+    width : int
+        Bytes per element of the autocast dtype [bytes].
+
+    Examples
+    --------
+    Two layers, q and v at r = 8, h = 256 (d_out = h): 2 x 2 x 8 x (256 + 256) x 2 bytes:
+
+    >>> from memsym.symbols import r_lora
+    >>> peft_cached_casts(2, ("q", "v")).evaluate(h=256, a=4, g=4, d_h=64, t=1, r_lora=8)
+    32768
+
+    References
+    ----------
+    .. [pytorch-autocast] torch 2.13.0 aten/src/ATen/autocast_mode.cpp ``cached_cast`` (fp32
+       leaves that require grad), torch/amp/autocast_mode.py ``__exit__``
+       (``clear_autocast_cache`` when the nesting reaches 0); torch/utils/checkpoint.py (the
+       recomputation under the forward's autocast state).
+    """
+    casts = peft_lora_activations(targets, cast=True, width=width)["lora_weight_casts"].expr
+    return Term("lora_cached_casts", layers * casts, "autocast's cache of the adapters' 16-bit "
+                "weight casts, held until the model's forward returns (gradient checkpointing: "
+                "kept by no graph)", Source("pytorch-autocast", "torch 2.13.0 aten/src/ATen/"
+                "autocast_mode.cpp cached_cast; torch/amp/autocast_mode.py __exit__ "
+                "(clear_autocast_cache at nesting 0)"), label="LoRA cached casts")
+
+
+def peft_head_input_held(tok, sig, *, width: int = 2) -> Term:
+    r"""The final norm's output through the loss's forward under PEFT [bytes].
+
+    .. math:: \frac{w \tau h}{\sigma}
+
+    A frozen ``lm_head`` saves no input (:func:`peft_frozen_output`), but the causal LM's
+    forward holds it, ``hidden_states = outputs.last_hidden_state``, until it returns, the
+    loss included (transformers 5.25.0 ``modeling_llama.py`` 459-475, the same in every
+    ``*ForCausalLM``): the forward's peak, in the loss, still sees it.
+
+    Parameters
+    ----------
+    tok : sympy.Expr
+        Tokens of one micro-batch, :math:`\tau = sb/c` [tokens].
+    sig : int or sympy.Expr
+        The sequence-parallel divisor :math:`\sigma` [1].
+    width : int
+        Bytes per element of the compute dtype [bytes].
+
+    Examples
+    --------
+    >>> from memsym.symbols import s, b
+    >>> peft_head_input_held(s * b, 1).evaluate(s=128, b=2, h=256)
+    131072
+
+    References
+    ----------
+    .. [hf-transformers-5-25] ``models/llama/modeling_llama.py`` ``LlamaForCausalLM.forward``
+       (lines 459-475).
+    """
+    return Term("head_input_held", width * tok * h / sig, "the final norm's output, which the "
+                "causal LM's forward holds through the loss (a frozen lm_head saves none)",
+                Source("hf-transformers-5-25", "models/llama/modeling_llama.py LlamaForCausalLM."
+                       "forward (lines 459-475: hidden_states = outputs.last_hidden_state, "
+                       "lm_head, then self.loss_function)"), label="lm_head input held")

@@ -26,6 +26,7 @@ from ..terms.adapters import LORA_TARGETS
 from ..terms.autocast import autocast_output
 from ..terms.chunked_loss import chunked_loss_activations
 from ..terms.hf_norms import final_norm_excess
+from ..terms.peft_lora import peft_frozen_output
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
 from ..terms.dispatcher_buffers import allgather_dispatch_buffer
@@ -90,7 +91,10 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
 
 def output_layer_activations(x, layout: Layout, training: Training) -> Total:
     """One micro-batch's activations of the final norm, the output layer and the loss
-    (:func:`memsym.terms.activations.output_activations` for this job).
+    (:func:`memsym.terms.activations.output_activations` for this job).  Under PEFT (LoRA,
+    QLoRA, DoRA on transformers' model code) the final norm's weight and ``lm_head`` are
+    frozen: the norm keeps no normalised tensor for its weight's gradient and ``lm_head`` no
+    input (:func:`memsym.terms.peft_lora.peft_frozen_output`).
 
     Examples
     --------
@@ -116,6 +120,14 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
             *token_split(sp_on), scale=getattr(x, "norm_fp32_scale", False),
             product=getattr(x, "norm_fp32_product", False), width=activation_width(training))))
     chunked = loss_kind(layout, training) == "chunked"
+    if hf and training.adapters.finetune != "full":
+        # PEFT: the final norm's weight and lm_head frozen, kept for no weight gradient
+        rms = x.normalization.lower() == "rmsnorm"
+        fp32_normed = getattr(x, "norm_fp32_scale", False) or getattr(x, "norm_fp32_product",
+                                                                      False)
+        out = Total(out.name, (*out.terms, peft_frozen_output(
+            *token_split(sp_on), norm=("fp32" if fp32_normed else "llama") if rms else None,
+            head_input=not chunked, width=activation_width(training))))
     if training.states.autocast:   # the final norm's fp32 input (memsym.terms.autocast)
         out = Total(out.name, (*out.terms, autocast_output(
             tied=not x.untie_embeddings_and_output_weights, weight_cast=not chunked)))

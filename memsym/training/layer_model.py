@@ -228,12 +228,9 @@ def _peft_adapters(x, layer, training: Training, common: dict, moe: bool) -> sp.
     ad = training.adapters
     w = activation_width(training)
     targets = LORA_TARGETS if ad.lora_targets == "all" else ad.lora_targets
-    chosen = [m for m in targets
-              if (m in ("q", "k", "v", "o") or not moe) and (m != "gate" or x.swiglu)]
+    chosen = peft_layer_targets(x, training, moe)
     frozen_moe = moe and not set(targets) & {"gate", "up", "down"}
-    # PEFT's fp32 adapters under a 16-bit autocast, unless DeepSpeed's engine cast them to the
-    # config's dtype (DeepSpeed edaa72212 runtime/engine.py:1537-1544; no autocast there)
-    cast = w != 4 and training.states.sharding not in DEEPSPEED_ZERO
+    cast = peft_adapters_cast(training)
     # a bitsandbytes base (QLoRA): PEFT's lora.bnb layers skip the input cast under autocast
     quantized = ad.finetune == "qlora" or (ad.quantization is not None
                                            and quantization_bits(ad.quantization) < 16)
@@ -246,3 +243,19 @@ def _peft_adapters(x, layer, training: Training, common: dict, moe: bool) -> sp.
         - peft_frozen_base(layer, chosen, shared_inputs=not copy, norms=plain_norms, mlp=not moe, width=w,
                            qk_norms=plain_norms and common.get("qk_norm") == "head"
                            and not common.get("qk_norm_fp32"), frozen_moe=frozen_moe)
+
+
+def peft_layer_targets(x, training: Training, moe: bool) -> list:
+    """The matrices PEFT adapts in one layer of the job: its targets less an MoE layer's MLP
+    (PEFT's expert ParamWrapper, not counted here) and a gate the MLP does not have."""
+    ad = training.adapters
+    targets = LORA_TARGETS if ad.lora_targets == "all" else ad.lora_targets
+    return [m for m in targets
+            if (m in ("q", "k", "v", "o") or not moe) and (m != "gate" or x.swiglu)]
+
+
+def peft_adapters_cast(training: Training) -> bool:
+    """Whether autocast casts PEFT's fp32 adapters to a 16-bit compute dtype: unless DeepSpeed's
+    engine cast them to the config's dtype (DeepSpeed edaa72212 runtime/engine.py:1537-1544; no
+    autocast there)."""
+    return activation_width(training) != 4 and training.states.sharding not in DEEPSPEED_ZERO

@@ -17,20 +17,24 @@ import sympy as sp
 from ..frameworks import framework as framework_record
 from ..job import Job, Layout, Training
 from ..symbols import (N_bkt, N_exp, N_lin, N_ll, N_pf, N_rep, N_tp, N_xq, b_hp, b_r, b_u, c, d, m,
-                       n_ag, n_bkt, t, v)
+                       n_ag, n_bkt, r_lora, t, v)
 from ..term import Source, Term, Total
 from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
                      transients as tr)
+from ..model.architecture import moe_layer_count
 from ..model.muon_matrices import muon_matrices
 from ..terms import muon
 from ..terms.autocast import autocast_cached_casts, layer_linear_biases
 from ..terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
+from ..terms.peft_lora import peft_cached_casts, peft_head_input_held
 from ..terms.pipelining_buffers import pipelining_recv_buffers
 from ..terms.sharding_transients import fsdp2_stream_pools
+from ..terms.transformer_layer import token_split
 from ..terms.widths import STATE_DTYPES, default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from ..values import as_expr
 from .activations import output_layer_activations, resolved_stage_activations
+from .layer_model import peft_adapters_cast, peft_layer_targets
 from .model_states import (STEP_STATE_KEYS, bf16_experts_apart, moment_share, stage_has_experts,
                            state_terms, state_training)
 from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
@@ -215,6 +219,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
       (:func:`memsym.terms.torch_moments.output_group_backward`);
     * full recompute: the working set exists only in the blocks' backward
       (:func:`memsym.terms.torch_moments.working_set_absent` in forward and loss-backward);
+      PEFT's: :func:`_add_recompute_absences`, :func:`_add_loss_transients`;
     * torchtitan with PP: the receive buffers of ``torch.distributed.pipelining``
       (:func:`memsym.terms.pipelining_buffers.pipelining_recv_buffers`) in the optimizer
       phase (the others count them with the activations, ``pipeline_buffers``);
@@ -223,9 +228,8 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
       (:func:`memsym.terms.transients.deepspeed_ipg_buckets`) from the first backward on;
     * Megatron-core (distributed optimizer, DDP): buckets are views of the gradient and
       parameter buffers (:func:`memsym.terms.transients.megatron_buckets`) and TE/Apex
-      FusedAdam steps in chunks: no transient beyond the loss's.  (With ``tp_comm_overlap``,
-      Transformer Engine's userbuffers are held throughout, outside PyTorch's allocator:
-      :func:`memsym.training.totals.outside_allocator`.)
+      FusedAdam steps in chunks: no transient beyond the loss's (TP overlap's userbuffers sit
+      outside PyTorch's allocator: :func:`memsym.training.totals.outside_allocator`).
 
     The model states that exist only in the step (:data:`STEP_STATE_KEYS`) are not among
     these Terms: the total adds them to the optimizer phase.
@@ -313,9 +317,20 @@ def _add_recompute_absences(out: dict, acts, x, training: Training) -> None:
     """Add to ``out`` (phase -> Terms) full recompute's phases: only the blocks' backward
     rematerialises a layer (``working_set_absent`` in forward and loss-backward), and under
     autocast its cache holds until the forward ends every layer's weight casts (full
-    recompute) and bias casts (p = 1: :func:`memsym.terms.autocast.autocast_cached_casts`)."""
+    recompute) and bias casts (p = 1: :func:`memsym.terms.autocast.autocast_cached_casts`),
+    PEFT's fp32 adapters' casts too (:func:`memsym.terms.peft_lora.peft_cached_casts`)."""
     for ph in ("forward", "loss-backward"):
         out[ph] += [tm.working_set_absent(a_) for a_ in acts if a_.key == "recompute_working_set"]
+    if training.memory.recompute == "full" and training.adapters.finetune != "full" \
+            and framework_record(training.framework).hf_model_code \
+            and peft_adapters_cast(training):
+        # PEFT's fp32 adapters' casts, in autocast's cache until the model's forward returns
+        n_moe = moe_layer_count(x)
+        w = activation_width(training)
+        casts = [peft_cached_casts(n, peft_layer_targets(x, training, moe), width=w)
+                 for n, moe in ((x.num_layers - n_moe, False), (n_moe, True)) if n]
+        out["forward"].append(replace(casts[0], expr=sp.Add(*(c_.expr for c_ in casts)).xreplace(
+            {r_lora: sp.Integer(training.adapters.lora_rank)})))
     if not training.states.autocast:
         return
     # the linears' biases (GPT-2's Conv1D, Qwen2's q, k, v) are cast and cached, kept by no
@@ -340,7 +355,8 @@ def _widened(term: Term, widths: tuple) -> Term:
 def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> None:
     """Add the output stage's transients to ``out`` (phase -> Terms): the loss's buffers
     beyond what it saves (:func:`_loss_transients`, all logits per TP rank where they are
-    gathered), the deferred embedding weight-gradient buffers, and in the blocks' backward the
+    gathered; under PEFT ``lm_head``'s input, which the causal LM's forward holds through the
+    loss: :func:`memsym.terms.peft_lora.peft_head_input_held`), the deferred embedding weight-gradient buffers, and in the blocks' backward the
     output layer's activations freed (``output_freed``)."""
     kind, amp = loss_kind(layout, training), bool(training.states.autocast)
     if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks): nothing gathered
@@ -355,6 +371,11 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
             fwd, bwd = tm.gathered_logits(fwd), tm.gathered_logits(bwd)
     out["forward"] += list(fwd)
     out["loss-backward"] += list(bwd)
+    if kind != "chunked" and training.adapters.finetune != "full" \
+            and framework_record(training.framework).hf_model_code:
+        # PEFT: lm_head's input, saved by no frozen weight, still held through the loss
+        out["forward"].append(peft_head_input_held(
+            *token_split(sequence_parallel_on(layout)), width=activation_width(training)))
     if training.pipeline.defer_embedding_wgrad_compute:
         # kept from the step's first micro-batch to the flush, before the optimizer step
         for ph in ("forward", "loss-backward", "backward"):
