@@ -556,8 +556,10 @@ def test_deepspeed_keeps_every_nemotron_h_layers_norm(tmp_path):
     # norm and out_proj run inside mamba_ssm's fused kernel (NemotronHMamba2Mixer.forward,
     # rmsnorm_weight and outproj_weight), which keeps neither the norm's bf16 input nor
     # out_proj's (d_ssm wide each, split over t) that Megatron's ExtendedRMSNorm and out_proj keep
-    assert sp.simplify(_layers(plain, "deepspeed") - _layers(plain, "megatron")
-                       - 3 * p * COPY + p * 2 * 2 * s * b * d_ssm / t) == 0
+    # (at c = 1: at a symbolic c DeepSpeed's attention layer holds its Ulysses all-to-all
+    # output too, memsym.terms.context_parallel; c > 1 is refused for a Mamba hybrid)
+    assert sp.simplify((_layers(plain, "deepspeed") - _layers(plain, "megatron")
+                        - 3 * p * COPY + p * 2 * 2 * s * b * d_ssm / t).xreplace({c: 1})) == 0
 
 
 @pytest.mark.torch

@@ -60,7 +60,8 @@ from .shared_block import shared_block_activations
 from .short_conv import short_conv_activations
 from .widths import saved_input_bytes
 
-__all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack"]
+__all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack",
+           "ATTENTION_KEYS", "MLP_KEYS", "MOE_KEYS"]
 
 _MIXER = "megatron/core/ssm/mamba_mixer.py at d98e8a64dd, MambaMixer._ssm_training"
 _TE_LN = ("pytorch/module/layernorm_linear.py:478-487, :526-536 at d0067d0da6 (the fused "
@@ -184,12 +185,12 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
 #: What each part of a transformer layer keeps (:func:`memsym.terms.activations.
 #: layer_activations`' keys), besides its norm (``norm_inputs`` and ``norm_statistics`` hold
 #: both norms of the layer: one each to the attention and to the MLP / MoE part).
-_ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "qk_norm_fp32_output",
+ATTENTION_KEYS = ("qkv_input", "qk", "qk_norm_inputs", "qk_norm_fp32_output",
                    "qk_norm_fp32_input", "v",
                    "softmax_stats", "scores", "proj_input", "output_gate", "sdpa_output_copy",
                    "attn_dropout_mask")
-_MLP_KEYS = ("mlp_input", "mlp_activation", "fc2_input", "mlp_dropout_mask")
-_MOE_KEYS = ("moe_input", "router", "routed_tokens", "expert_activation", "expert_fc2_input",
+MLP_KEYS = ("mlp_input", "mlp_activation", "fc2_input", "mlp_dropout_mask")
+MOE_KEYS = ("moe_input", "router", "routed_tokens", "expert_activation", "expert_fc2_input",
              "combine", "latent_fc1_input", "latent_fc2_input", "shared_expert",
              "mlp_dropout_mask")
 _TE_NORM = Source("transformer-engine", "pytorch/module/layernorm_linear.py (the fused norm "
@@ -240,7 +241,7 @@ def _ffn_part(block: Total, moe: bool, ones) -> list:
     layer's norms keep less the mixer's share ``ones`` (statistics, fp32 product, fp32 copy)."""
     own = [block[key].expr - one if key in block else 0 for key, one in
            zip(("norm_statistics", "norm_fp32_output", "norm_fp32_input"), ones)]
-    prefix, keys = ("moe", _MOE_KEYS) if moe else ("mlp", _MLP_KEYS)
+    prefix, keys = ("moe", MOE_KEYS) if moe else ("mlp", MLP_KEYS)
     return _norm(block, prefix, *own) + _part(block, prefix, keys)
 
 
@@ -496,7 +497,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     terms: list = []
     if mixer == "attention":
         dense = layer_activations(recompute=recompute, modules=modules, **common)
-        terms += _norm(dense, "attn", *ones) + _part(dense, "attn", _ATTENTION_KEYS)
+        terms += _norm(dense, "attn", *ones) + _part(dense, "attn", ATTENTION_KEYS)
     terms += _mixer_terms(mixer, common, gated_norm, (ones, plain), shared_block)
     if ffn is not None:
         terms += _ffn_part(layer_activations(recompute=recompute, modules=modules, moe=ffn,
@@ -508,12 +509,15 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
 
 
 def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_parallel: bool,
-                 common: dict, shared_block=None) -> sp.Expr:
+                 common: dict, shared_block=None, addons=None) -> sp.Expr:
     r"""The activations of a hybrid stage's layers, each kind's times its count [bytes].
 
-    .. math:: A_{\mathrm{stage}} = \sum_k n_k\, A_{\mathrm{layer}}(\mathrm{kind}_k)
+    .. math:: A_{\mathrm{stage}} = \sum_k n_k\, (A_{\mathrm{layer}}(\mathrm{kind}_k)
+              + \Delta(\mathrm{kind}_k))
 
-    with :math:`A_{\mathrm{layer}}` :func:`hybrid_layer_activations`.
+    with :math:`A_{\mathrm{layer}}` :func:`hybrid_layer_activations` and :math:`\Delta` what
+    the framework and the recipe add to the attention and MLP / MoE parts a kind holds (as
+    to a plain transformer layer's, ``addons``).
 
     Parameters
     ----------
@@ -529,6 +533,10 @@ def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_pa
         The transformer term's switches.
     shared_block : dict, optional
         A shared block's sizes (Zamba2), as in :func:`hybrid_layer_activations`.
+    addons : callable, optional
+        ``addons(kind, recompute)``: what the job's framework and recipe add to one layer of
+        that kind [bytes] (:func:`memsym.training.layer_model.layer_model_of`: an eager
+        SwiGLU's kept products, PEFT's adapters, ... on the parts the kind holds); None: none.
 
     Returns
     -------
@@ -547,8 +555,9 @@ def hybrid_stack(kinds, recompute: str, modules, shared_expert: bool, context_pa
     True
     """
     mods = modules if recompute == "selective" else None
-    return sum((n * hybrid_layer_activations(kind, recompute=recompute, modules=mods,
-                                             shared_expert=shared_expert, gated_norm=gated,
-                                             context_parallel=context_parallel,
-                                             shared_block=shared_block, **common).expr
+    return sum((n * (hybrid_layer_activations(kind, recompute=recompute, modules=mods,
+                                              shared_expert=shared_expert, gated_norm=gated,
+                                              context_parallel=context_parallel,
+                                              shared_block=shared_block, **common).expr
+                     + (addons(tuple(kind), recompute) if addons is not None else 0))
                 for kind, n, gated in kinds), 0)

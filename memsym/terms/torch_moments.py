@@ -88,7 +88,8 @@ def gathered_logits(terms, autotp: bool = False) -> tuple:
                  if term.expr.has(V) else term for term in terms)
 
 
-def dtensor_gathered_inputs(moe: bool, width: int = 2) -> sp.Expr:
+def dtensor_gathered_inputs(moe: bool | None, width: int = 2,
+                            attention: bool = True) -> sp.Expr:
     r"""What torch's DTensor TP saves beyond Megatron's sequence parallelism, per layer [bytes].
 
     Torch's ColwiseParallel after ``PrepareModuleInput(Replicate())``, per layer and
@@ -97,15 +98,19 @@ def dtensor_gathered_inputs(moe: bool, width: int = 2) -> sp.Expr:
     .. math:: n\,2\tau h\,(1 - 1/t)
 
     :math:`n` = 2 (the attention's and the dense MLP's inputs, all-gathered and saved whole
-    where Megatron keeps :math:`2\tau h/t` and gathers again in backward); an MoE layer's
-    feed-forward input is left at Megatron's count (not measured).
+    where Megatron keeps :math:`2\tau h/t` and gathers again in backward), one each part
+    (a hybrid layer's attention or MLP alone); an MoE layer's feed-forward input is left at
+    Megatron's count (not measured).
 
     Parameters
     ----------
-    moe : bool
-        An MoE layer (only the attention's input counted) [1].
+    moe : bool or None
+        An MoE layer (only the attention's input counted); None: a layer with no
+        feed-forward part (a hybrid's attention layer) [1].
     width : {2, 4}
         Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
+    attention : bool
+        The layer holds an attention (False: a hybrid layer's MLP part alone) [1].
 
     References
     ----------
@@ -117,7 +122,7 @@ def dtensor_gathered_inputs(moe: bool, width: int = 2) -> sp.Expr:
     >>> dtensor_gathered_inputs(False).subs({s: 8, b: 1, c: 1, h: 4, t: 2})
     64
     """
-    return (1 if moe else 2) * width * s * b * h / c * (1 - 1 / t)
+    return (int(attention) + int(moe is False)) * width * s * b * h / c * (1 - 1 / t)
 
 
 def first_block_gathered(unsharded: Term, group_params=None) -> Term:

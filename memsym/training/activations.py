@@ -242,14 +242,14 @@ def _layer_stack(layers: _StageLayers, layer_model: tuple, layout: Layout, train
     """(layers per model chunk, one model chunk's activations of one micro-batch [bytes]):
     the stage's layers by kind (a hybrid's by :mod:`memsym.terms.mamba`), under the
     recompute method's split (:func:`_chunk_activations`)."""
-    per_layer, common, mods, shared = layer_model
+    per_layer, common, mods, shared, addons = layer_model
     pattern, kinds, hybrid, uniform, shared_block = layers
     n_moe = sum(kinds)
 
     def layer_stack(mode: str):
         if uniform or hybrid:   # a hybrid's layers by their kinds (memsym/terms/mamba.py)
             return hybrid_terms.hybrid_stack(hybrid, mode, mods, shared, layout.c > 1, common,
-                                             shared_block) \
+                                             shared_block, addons) \
                 if hybrid else per_chunk * per_layer(pattern[0], mode)
         out = (sp.Integer(len(kinds) - n_moe) * per_layer(False, mode) if len(kinds) > n_moe
                else 0) + (sp.Integer(n_moe) * per_layer(True, mode) if n_moe else 0)
@@ -398,7 +398,7 @@ def _mtp_block(x, layout: Layout, training: Training, layer_model: tuple, layers
     runs its own ``checkpointed_forward`` (models/hybrid/hybrid_block.py:360-371), whose block
     method checkpoints the first N of its layers and keeps everything of the rest
     (megatron/core/recompute.py:167-181)."""
-    per_layer, common, mods, shared = layer_model
+    per_layer, common, mods, shared, addons = layer_model
     if _mtp_checkpointed(training, recompute):
         # the whole layer is checkpointed: it keeps only the checkpoint's two arguments,
         # counted with its inputs (memsym.terms.activations.mtp_input_activations)
@@ -415,7 +415,8 @@ def _mtp_block(x, layout: Layout, training: Training, layer_model: tuple, layers
     for mode in dict.fromkeys(m for _, m in counts):
         counted = tuple((kind, n, bool(x.mamba_gated_norm))
                         for (kind, m), n in counts.items() if m == mode)
-        total += hybrid_terms.hybrid_stack(counted, mode, mods, shared, layout.c > 1, common)
+        total += hybrid_terms.hybrid_stack(counted, mode, mods, shared, layout.c > 1, common,
+                                           addons=addons)
     return total
 
 

@@ -152,8 +152,8 @@ def bf16_activation_excess(x, layout, training, stage: int, models_of, held,
     x, layout, training, stage
         The job and the pipeline rank.
     models_of : callable
-        ``models_of(training) -> (per_layer, common, mods, shared)`` (the activations' layer
-        model for a training: the job's, and the job's at bf16).
+        ``models_of(training) -> (per_layer, common, mods, shared, addons)`` (the
+        activations' layer model for a training: the job's, and the job's at bf16).
     held : callable
         ``held(chunk) -> expr``: the passes of that chunk the rank holds at its peak [1].
     recompute : str
@@ -188,7 +188,7 @@ def bf16_activation_excess(x, layout, training, stage: int, models_of, held,
         if hybrid_args is not None and models.stages.hybrid_kinds(x, [i]):
             kinds = models.stages.hybrid_kinds(x, [i])
             one = [hybrid_terms.hybrid_stack(kinds, mode, lm[2], lm[3], hybrid_args[0], lm[1],
-                                             hybrid_args[1]) for lm in (bf16, lowp)]
+                                             hybrid_args[1], lm[4]) for lm in (bf16, lowp)]
         else:
             one = [lm[0](bool(pattern[i]), mode) for lm in (bf16, lowp)]
         total += held(chunk) * (one[0] - one[1])

@@ -11,6 +11,7 @@ templates (:mod:`memsym.search.templates`) builds each layer's expression once.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from types import MappingProxyType
 
 import sympy as sp
@@ -18,6 +19,7 @@ import sympy as sp
 from ..frameworks import framework as framework_record
 from ..job import Training, dropout_kept, recompute_modules_of
 from ..symbols import c, r_lora
+from ..term import Total
 from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
@@ -25,6 +27,7 @@ from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bi
 from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
+from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.peft_lora import peft_frozen_base, peft_lora_activations
 from ..terms.qkv_storage import checkpointed_qkv_storage
@@ -49,12 +52,17 @@ def mla_sizes(x) -> dict | None:
 
 def layer_model_of(x, sp_on: bool, training: Training, recompute: str,
                    nvfp4: bool = True, cp_a2a: bool | None = False) -> tuple:
-    """(per_layer, common, mods, shared): ``per_layer(moe, mode)``, one decoder layer's
-    activations of one micro-batch [bytes] under the job's settings (``sp_on``: sequence
-    parallelism on; ``nvfp4`` False: an FP4 job's layer run in bf16, as its MTP layers are;
-    ``cp_a2a``: an all-to-all context-parallel attention at c > 1, None: a2a at a symbolic c);
-    the keyword arguments of :func:`memsym.terms.activations.layer_activations` it passes (read
-    only); the modules selective recompute recomputes; whether MoE layers have a shared expert.
+    """(per_layer, common, mods, shared, addons): ``per_layer(moe, mode)``, one decoder
+    layer's activations of one micro-batch [bytes] under the job's settings (``sp_on``:
+    sequence parallelism on; ``nvfp4`` False: an FP4 job's layer run in bf16, as its MTP layers
+    are; ``cp_a2a``: an all-to-all context-parallel attention at c > 1, None: a2a at a symbolic
+    c); the keyword arguments of :func:`memsym.terms.activations.layer_activations` it passes
+    (read only); the modules selective recompute recomputes; whether MoE layers have a shared
+    expert; ``addons(kind, mode)``, what the framework and the recipe add to
+    :func:`layer_activations` for a layer ``kind = (mixer, ffn)`` [bytes]: the attention
+    part's if the mixer is ``"attention"``, the MLP's (ffn False) or MoE's (True) if it has
+    one, as :func:`memsym.terms.mamba.hybrid_stack` adds them to a hybrid layer's kinds (a
+    plain layer is ``("attention", moe)``).
 
     Built once per (model, ``sp_on``, training, recompute, ``nvfp4``) and each layer once per
     (MoE or dense, recompute mode): the same expressions however many stages ask.
@@ -62,10 +70,15 @@ def layer_model_of(x, sp_on: bool, training: Training, recompute: str,
     Examples
     --------
     >>> from memsym.model import preset
-    >>> per_layer, common, mods, shared = layer_model_of(preset("llama3-8b"), False,
-    ...                                                  Training(seq_length=4096), "none")
+    >>> per_layer, common, mods, shared, addons = layer_model_of(
+    ...     preset("llama3-8b"), False, Training(seq_length=4096, framework="deepspeed"), "none")
     >>> per_layer(False) is per_layer(False), common["gated"], shared
     (True, True, False)
+
+    transformers' eager SwiGLU keeps SiLU's output, 2 s b f / (c t) bytes, in an MLP part only:
+
+    >>> addons(("attention", None)), addons(("gdn", False))
+    (0, 2*b*f*s/(c*t))
     """
     # the model's extras (a clamped GLU's limit) are outside its equality and hash: in the key
     return _layer_model(x, repr(x.extra), sp_on, training, recompute, nvfp4, cp_a2a)
@@ -115,36 +128,118 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     common["combine_kept"] = framework_record(training.framework).moe_combine_keeps_outputs
     if getattr(x, "moe_latent_size", None):
         common["latent"] = True          # latent MoE: dispatch and experts h_lat wide
-
     # Megatron's --recompute-modules (default core_attn) under selective recompute
     mods = recompute_modules_of(training)
-    gathered_in = sp_on and framework_record(training.framework).dtensor_tp   # ColwiseParallel's inputs
+    attention_side, ffn_side = _part_addons(x, sp_on, training, recompute, cp_a2a, common,
+                                            mods, shared)
+    autocast = _autocast_excess(x, training)
 
+    @functools.lru_cache(maxsize=None)
+    def layer_of(moe: bool, mode: str) -> Total:
+        return layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
+                                 modules=mods if mode == "selective" else None,
+                                 compiled=training.memory.compiled_model, **common)
+
+    @functools.lru_cache(maxsize=None)   # (kind, mode): a handful per layer model
+    def addons(kind: tuple, mode: str = recompute) -> sp.Expr:
+        # a layer's add-ons, its attention mixer's and its MLP's or MoE's: a plain layer is
+        # ("attention", moe), a hybrid layer any (mixer, ffn) (memsym.terms.mamba); another
+        # mixer's own terms hold what its module keeps (a shared block's too)
+        mixer, ffn = kind
+        layer = layer_of(bool(ffn), mode)
+        return (attention_side(layer, mode) if mixer == "attention" else 0) \
+            + (ffn_side(layer, bool(ffn), mode) if ffn is not None else 0)
+
+    @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
+    def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
+        # autocast's excess is the whole layer's (norms, residual): AUTOCAST_LAYERS holds no
+        # hybrid model type, which job_checks_hf.check_autocast refuses, so addons has none
+        return layer_of(moe, mode).expr + addons(("attention", moe), mode) \
+            + autocast.get(mode, 0)
+
+    return per_layer, MappingProxyType(common), mods, shared, addons
+
+
+def _part_addons(x, sp_on: bool, training: Training, recompute: str, cp_a2a: bool | None,
+                 common: dict, mods, shared: bool) -> tuple:
+    """(attention(layer, mode), ffn(layer, moe, mode)): what the framework and the recipe add
+    to the attention part and to the MLP or MoE part of a layer whose
+    :func:`layer_activations` is ``layer`` under recompute ``mode`` [bytes]."""
+    fw = framework_record(training.framework)
+    gathered_in = sp_on and fw.dtensor_tp   # ColwiseParallel's inputs
     # LoRA on Transformer Engine's linears: a frozen linear without an adapter keeps no
     # input for a weight gradient (memsym.terms.adapters.frozen_linear_inputs)
     targets = training.adapters.lora_targets
     frozen = training.adapters.finetune != "full" and targets != "all" \
-        and framework_record(training.framework).frozen_linear_keeps_no_input
+        and fw.frozen_linear_keeps_no_input
     # PEFT's adapters on transformers' own layers (memsym.terms.peft_lora): the frozen base
     # keeps fewer inputs, each adapter its own copies
-    peft = training.adapters.finetune != "full" \
-        and framework_record(training.framework).hf_model_code
+    peft = training.adapters.finetune != "full" and fw.hf_model_code
+    w = activation_width(training)       # the add-ons' bytes an element (4 in fp32)
+    glu_kept, shared_fp8 = _glu_addons(x, training, recompute, mods, shared)
+    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
+    # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
+    # output (not MLA's, nor a gated one's, which split otherwise) stays saved
+    qkv_view = checkpointed_qkv_storage(bool(
+        fw.megatron_options and "core_attn" in (mods or ())
+        and not common.get("mla") and not common.get("output_gate")), w).expr
+    # an a2a CP attention keeps its kernel's output beside the output projection's copy
+    # (memsym.terms.context_parallel.a2a_attention_output), unless core_attn is recomputed
+    a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"), width=w).expr
+    if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
+        a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
 
+    def attention(layer: Total, mode: str) -> sp.Expr:
+        part = _layer_part(layer, ATTENTION_KEYS)
+        # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
+        attn = sac_attention_recomputed(layer) if mode == "selective-op" \
+            and not training.memory.sac_saves_attention else 0
+        return (_peft_adapters(x, part, training, common, None) if peft and mode == "none"
+                else 0) - attn - (frozen_linear_inputs(part, targets) if frozen else 0) \
+            + (qkv_view if mode == "selective" else 0) + (a2a_out if mode == "none" or (
+                mode == "selective" and "core_attn" not in (mods or ())) else 0) \
+            + (tm.dtensor_gathered_inputs(None, w) if mode == "none" and gathered_in else 0)
+
+    def ffn(layer: Total, moe: bool, mode: str) -> sp.Expr:
+        part = _layer_part(layer, MOE_KEYS if moe else MLP_KEYS)
+        glu = glu_kept[moe] if mode == "none" or mode == "selective" and not set(
+            kept[moe]) & set(mods or ()) else 0
+        return glu - (frozen_linear_inputs(part, targets) if frozen else 0) \
+            + (_peft_adapters(x, part, training, common, moe) if peft and mode == "none"
+               else 0) \
+            + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
+            + (tm.dtensor_gathered_inputs(moe, w, attention=False)
+               if mode == "none" and gathered_in else 0)
+
+    return attention, ffn
+
+
+def _layer_part(layer: Total, keys) -> Total:
+    """The terms of ``layer`` among ``keys`` (one part's: memsym.terms.mamba's key sets) and
+    that part's pre-norm input, half the layer's two ``norm_inputs`` [bytes]."""
+    return Total(f"{layer.name}, one part", tuple(
+        replace(term, expr=term.expr / 2) if term.key == "norm_inputs" else term
+        for term in layer if term.key in keys or term.key == "norm_inputs"))
+
+
+def _glu_addons(x, training: Training, recompute: str, mods, shared: bool) -> tuple:
+    """({moe: what an MLP (False) or MoE (True) part's activation function keeps beyond the
+    fused one}, the kept shared expert's own FP8 input) [bytes]."""
+    fw = framework_record(training.framework)
     # Megatron's eager SwiGLU (bias_activation_fusion off) keeps more products, in a dense MLP
     # and in the grouped experts, where their activations are kept (not recomputed)
-    fused = training.memory.bias_activation_fusion or not x.swiglu \
-        or not framework_record(training.framework).megatron_options
+    fused = training.memory.bias_activation_fusion or not x.swiglu or not fw.megatron_options
     # and Megatron-core's clamped GLU (GPT-OSS's swiglu_limit, the Bridge's
     # activation_func_clamp_value): the fused quick-GeGLU keeps a clamped copy of the experts'
     # fc1 output, the eager one (--no-bias-gelu-fusion) the clamped gate half, dense or MoE;
     # a clamped --swiglu (swiglu_clamp) clamps inside its fused kernel (nothing kept), and its
     # eager glu (--no-bias-swiglu-fusion) keeps the clamped gate half as quick-GeGLU's does
     extra = x.extra or {}
-    megatron_clamp = x.swiglu and framework_record(training.framework).moe_glu_clamp_copy
+    megatron_clamp = x.swiglu and fw.moe_glu_clamp_copy
     limit = bool(megatron_clamp and extra.get("swiglu_limit") is not None)   # 0 clamps too
     eager_limit = bool(megatron_clamp and (extra.get("swiglu_limit") is not None
                                            or extra.get("swiglu_clamp") is not None))
-    w = activation_width(training)       # the add-ons' bytes an element (4 in fp32)
+    w = activation_width(training)
     clamp = {moe: (clamped_glu_copy(limit and moe, width=w) if fused
                    else eager_clamped_glu_input(eager_limit, moe=moe, width=w)).expr
              for moe in (False, True)}
@@ -157,54 +252,20 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
                 + fp8_glu_input(fp8_glu, moe=moe, width=w).expr for moe in (False, True)}
     # the kept shared expert's own FP8 saving: moe_act does not reach the shared experts
     # (d98e8a64dd moe_layer.py:252-255 and :517-529 checkpoint them on "shared_experts" only;
-    # moe_act is read by the routed experts, experts.py:271), so it stays outside kept[True]
+    # moe_act is read by the routed experts, experts.py:271), so it stays outside glu_kept[True]
     shared_fp8 = (fp8_glu_input(fp8_glu, moe=True, shared=True, width=w).expr
                   - fp8_glu_input(fp8_glu, moe=True, width=w).expr) if shared_kept else 0
     # torchtitan's and transformers' eager SwiGLU keeps SiLU's output (compiled_model is read
     # only under per-op SAC, which counts what it saves itself: memsym.terms.op_sac)
-    eager = bool(x.swiglu and framework_record(training.framework).eager_swiglu)
+    eager = bool(x.swiglu and fw.eager_swiglu)
     glu_kept = {moe: glu_kept[moe] + eager_silu_output(
         eager, moe=moe, shared=moe and shared_kept, width=w).expr
         for moe in (False, True)}
     # transformers' gelu_new (GPT-2's) runs op by op: three more f-wide tensors kept
-    tanh_gelu = bool(not x.swiglu and framework_record(training.framework).hf_model_code
-                     and (x.extra or {}).get("hf_activation") == "gelu_new")
+    tanh_gelu = bool(not x.swiglu and fw.hf_model_code
+                     and extra.get("hf_activation") == "gelu_new")
     glu_kept[False] = glu_kept[False] + eager_tanh_gelu(tanh_gelu, width=w).expr
-    kept = {False: ("mlp",), True: ("moe", "moe_act")}    # the selective modules that drop them
-    # Megatron-core's checkpointed core attention saves the V view, so the whole fused QKV
-    # output (not MLA's, nor a gated one's, which split otherwise) stays saved
-    qkv_view = checkpointed_qkv_storage(bool(
-        framework_record(training.framework).megatron_options and "core_attn" in (mods or ())
-        and not common.get("mla") and not common.get("output_gate")), w).expr
-
-    # an a2a CP attention keeps its kernel's output beside the output projection's copy
-    # (memsym.terms.context_parallel.a2a_attention_output), unless core_attn is recomputed
-    a2a_out = a2a_attention_output(cp_a2a is not False, mla=common.get("mla"), width=w).expr
-    if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
-        a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
-    autocast = _autocast_excess(x, training)
-
-    @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
-    def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
-        layer = layer_activations(recompute=mode, moe=moe, shared_expert=shared and moe,
-                                  modules=mods if mode == "selective" else None,
-                                  compiled=training.memory.compiled_model, **common)
-        glu = glu_kept[moe] if mode == "none" or mode == "selective" and not set(
-            kept[moe]) & set(mods or ()) else 0
-        # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
-        attn = sac_attention_recomputed(layer) if mode == "selective-op" \
-            and not training.memory.sac_saves_attention else 0
-        adapters = _peft_adapters(x, layer, training, common, moe) if peft and mode == "none" \
-            else 0
-        return layer.expr - attn - (frozen_linear_inputs(layer, targets) if frozen else 0) + glu \
-            + adapters \
-            + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
-            + (qkv_view if mode == "selective" else 0) + (a2a_out if mode == "none" or (
-                mode == "selective" and "core_attn" not in (mods or ())) else 0) \
-            + (tm.dtensor_gathered_inputs(moe, w) if mode == "none" and gathered_in else 0) \
-            + autocast.get(mode, 0)
-
-    return per_layer, MappingProxyType(common), mods, shared
+    return glu_kept, shared_fp8
 
 
 def _autocast_excess(x, training: Training) -> dict:
@@ -218,18 +279,24 @@ def _autocast_excess(x, training: Training) -> dict:
             else 0 for mode in ("none", "full")}
 
 
-def _peft_adapters(x, layer, training: Training, common: dict, moe: bool) -> sp.Expr:
-    """What PEFT's LoRA / DoRA changes in one transformers layer kept whole: the adapters'
-    own tensors (:func:`memsym.terms.peft_lora.peft_lora_activations`) less what the frozen base
-    no longer keeps (:func:`memsym.terms.peft_lora.peft_frozen_base`).  PEFT's adapters are
-    fp32 (its ``autocast_adapter_dtype``, as the model states count them), cast under a 16-bit
-    compute width; an MoE layer's MLP adapters (PEFT's expert ParamWrapper) are not counted
-    here, nor, under them, its MLP's frozen inputs removed."""
+def _peft_adapters(x, part: Total, training: Training, common: dict, moe) -> sp.Expr:
+    """What PEFT's LoRA / DoRA changes in one part of a transformers layer kept whole, the
+    attention (``moe`` None: q, k, v, o) or the MLP / MoE (``moe`` False / True: gate, up,
+    down), ``part`` its terms (:func:`_layer_part`): the adapters' own tensors
+    (:func:`memsym.terms.peft_lora.peft_lora_activations`, a sum over the adapted matrices)
+    less what the frozen base no longer keeps (:func:`memsym.terms.peft_lora.peft_frozen_base`,
+    a sum over the part's terms).  PEFT's adapters are fp32 (its ``autocast_adapter_dtype``, as
+    the model states count them), cast under a 16-bit compute width; an MoE layer's MLP
+    adapters (PEFT's expert ParamWrapper) are not counted here, nor, under them, its MLP's
+    frozen inputs removed."""
     ad = training.adapters
     w = activation_width(training)
     targets = LORA_TARGETS if ad.lora_targets == "all" else ad.lora_targets
-    chosen = peft_layer_targets(x, training, moe)
-    frozen_moe = moe and not set(targets) & {"gate", "up", "down"}
+    # the part's own matrices of the layer's targets: q, k, v, o on the attention part
+    # (moe None), gate, up, down on a dense MLP (an MoE layer's experts: none here)
+    chosen = [m for m in peft_layer_targets(x, training, bool(moe))
+              if (m in ("q", "k", "v", "o")) == (moe is None)]
+    frozen_moe = bool(moe) and not set(targets) & {"gate", "up", "down"}
     cast = peft_adapters_cast(training)
     # a bitsandbytes base (QLoRA): PEFT's lora.bnb layers skip the input cast under autocast
     quantized = ad.finetune == "qlora" or (ad.quantization is not None
@@ -240,9 +307,10 @@ def _peft_adapters(x, layer, training: Training, common: dict, moe: bool) -> sp.
     return peft_lora_activations(chosen, dropout=ad.lora_dropout, dora=ad.dora, cast=cast,
                                  width=w, quantized=quantized).expr.xreplace(
         {r_lora: sp.Integer(ad.lora_rank)}) \
-        - peft_frozen_base(layer, chosen, shared_inputs=not copy, norms=plain_norms, mlp=not moe, width=w,
-                           qk_norms=plain_norms and common.get("qk_norm") == "head"
-                           and not common.get("qk_norm_fp32"), frozen_moe=frozen_moe)
+        - peft_frozen_base(part, chosen, shared_inputs=not copy, norms=plain_norms,
+                           mlp=moe is False, width=w, frozen_moe=frozen_moe,
+                           qk_norms=moe is None and plain_norms
+                           and common.get("qk_norm") == "head" and not common.get("qk_norm_fp32"))
 
 
 def peft_layer_targets(x, training: Training, moe: bool) -> list:
