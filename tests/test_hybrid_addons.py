@@ -179,3 +179,21 @@ def test_megatron_checkpointed_core_attention_keeps_the_qkv_output(tmp_path):
     qkv = 4 * 2 * S * (32 + 8) * 128
     assert pattern.count("*") == 4
     assert _megatron_layers(path, recompute="selective") == plain.xreplace(at) + qkv
+
+
+def test_the_recompute_working_set_is_the_largest_layer_kind(tmp_path):
+    # under full recompute one layer is rematerialised at a time: the working set is the
+    # largest layer of the stage, here a Gated DeltaNet one (48 value heads, as Qwen3.5-27B's,
+    # against 4 attention heads), each kind counted as test_qwen3_5_layers_keep_what_...
+    # measures it on transformers' own layer (kernel terms included here, as they run)
+    cfg = {**_qwen3_5(64, 4, 2, 16, 96, 4, 48, 16, 16, 4), "num_hidden_layers": 4}
+    cfg.pop("layer_types")
+    x = from_hf_config(_write(tmp_path, cfg))
+    full = HF.replace(recompute="full")
+    _, common, _, _, addons = layer_model_of(x, False, full, "none")
+    at = {**parameter_values(x), **mixer_values(x), s: 4096, b: 1, c: 1, t: 1}
+    kinds = {kind[0]: (hybrid_layer_activations(kind, **common).expr + addons(kind)).xreplace(at)
+             for kind in (("gdn", False), ("attention", False))}
+    assert kinds["gdn"] > kinds["attention"]
+    working = stage_activations(x, training=full)["recompute_working_set"].expr.xreplace(at)
+    assert working == kinds["gdn"]

@@ -34,6 +34,7 @@ from ..terms.transformer_layer import token_split
 from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
+from ..values import cached_max
 from .bf16_layers import bf16_activation_excess
 from .layer_model import layer_model_of
 from .traits import (activation_width, autotp_logits, boundary_bytes, cp_a2a_on, logits_gathered,
@@ -420,10 +421,26 @@ def _mtp_block(x, layout: Layout, training: Training, layer_model: tuple, layers
     return total
 
 
+def _largest_layer(layers: _StageLayers, layer_model: tuple, layout: Layout):
+    """``per_layer``-shaped: one layer's activations without recompute, for the working set.
+    A hybrid stage's largest layer kind (a Gated DeltaNet or Mamba layer may exceed an
+    attention one: :func:`memsym.terms.mamba.hybrid_stack` of each kind alone); else the
+    model's own ``per_layer``."""
+    per_layer, common, mods, shared, addons = layer_model
+    if not layers.hybrid:
+        return per_layer
+    one = [hybrid_terms.hybrid_stack([(kind, 1, gated)], "none", mods, shared, layout.c > 1,
+                                     common, layers.shared_block, addons)
+           for kind, _, gated in layers.hybrid]
+    largest = one[0] if len(one) == 1 else cached_max(*one)
+    return lambda moe, mode: largest
+
+
 def _working_set_terms(layout: Layout, training: Training, stage: int, kinds, per_chunk,
                        per_layer, recompute: str) -> list:
     """Under full recompute, the ``recompute_working_set``: one checkpointed group's
-    activations, rematerialised during its backward."""
+    activations, rematerialised during its backward (``per_layer(moe, "none")``: a layer's
+    activations, a hybrid stage's largest, :func:`_largest_layer`)."""
     method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
     # block 0 checkpoints no layer (core/recompute.py: layer_idx < 0 is never true): nothing
     # is rematerialised, so no working set
@@ -497,8 +514,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     if stage == output_stage(layout, training):
         terms += _output_terms(x, layout, training, schedule, mm, layer_model, layers,
                                recompute)
-    terms += _working_set_terms(layout, training, stage, layers.kinds, per_chunk, per_layer,
-                                recompute)
+    terms += _working_set_terms(layout, training, stage, layers.kinds, per_chunk,
+                                _largest_layer(layers, layer_model, layout), recompute)
     return Total(f"activations of pipeline stage {stage} ({stage_role(stage, pp)})", tuple(terms))
 
 
