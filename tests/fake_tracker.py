@@ -386,10 +386,13 @@ def hf_differences(name: str, *, layers: int = 2, batch: int = 1, seq: int = 409
         :math:`H = a d_h`.
     ``routing_indices``
         its routing keeps, per layer, the top-k indices (int64, :math:`8\\tau k`), the sort's
-        values and permutation and ``perm // k`` (int64, :math:`3 \\cdot 8\\tau k`), the fp32
-        top-k weights and their sum (``norm_topk_prob``, :math:`4\\tau k + 4\\tau`), the
-        bf16 sorted weights (:math:`2\\tau k`) and the int32 offsets (:math:`4E`):
-        :math:`38\\tau k + 4\\tau + 4E`, where torchtitan's MoE keeps the router's scores.
+        permutation, ``perm // k`` and the inverse permutation (int64,
+        :math:`3 \\cdot 8\\tau k`), the fp32 top-k weights and their sum (``norm_topk_prob``,
+        :math:`4\\tau k + 4\\tau`), the bf16 sorted weights (:math:`2\\tau k`) and the int32
+        offsets (:math:`4E`):
+        :math:`38\\tau k + 4\\tau + 4E`, where torchtitan's MoE keeps the router's scores
+        (memsym counts it, as :mod:`memsym.terms.hf_moe_routing`, for jobs that run
+        transformers' model code; these jobs are torchtitan's, which does not keep it).
     ``repeat_kv``
         under ``FakeTensorMode`` transformers materialises the causal mask, and with a mask
         ``sdpa_attention_forward`` does not use SDPA's ``enable_gqa``

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UnknownNameError
+from ..terms.hf_moe_routing import HF_ROUTERS
 from .architecture import Architecture, printable, resolve
 from .hf_classic import CLASSIC_READERS
 from .hf_decoders import DECODER_DEFAULTS, read_llama4, read_llama_like
@@ -249,8 +250,18 @@ def from_hf_config(path) -> Architecture:
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
               extra={**_with_yarn(c, kw), "hf_model_type": file_type, "hf_dropout": dropout,
-                     "notes": tuple(notes)})
+                     "notes": tuple(notes), **_router_fields(c, mtype)})
     return resolve(Architecture(**kw))
+
+
+def _router_fields(c: ConfigFields, mtype: str) -> dict:
+    # whether the router divides its top-k weights by their sum, where config.norm_topk_prob
+    # says so (memsym.terms.hf_moe_routing.HF_ROUTERS; the config classes' default False:
+    # transformers 5.25.0 configuration_qwen3_moe.py:98, configuration_qwen2_moe.py:97,
+    # configuration_olmoe.py:82)
+    if HF_ROUTERS.get(mtype, (True,))[0] is None:
+        return {"hf_norm_topk_prob": c.bool("norm_topk_prob", False)}
+    return {}
 
 
 def _with_yarn(c: ConfigFields, kw: dict) -> dict:

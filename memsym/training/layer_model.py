@@ -18,6 +18,7 @@ import sympy as sp
 
 from ..frameworks import framework as framework_record
 from ..job import Training, dropout_kept, recompute_modules_of
+from ..model.presets import PRESET_MODEL_TYPES
 from ..symbols import c, r_lora
 from ..term import Total
 from ..terms import torch_moments as tm
@@ -27,6 +28,7 @@ from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bi
 from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
+from ..terms.hf_moe_routing import HF_ROUTERS, hf_routing_indices
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.peft_lora import peft_frozen_base, peft_lora_activations
@@ -209,7 +211,8 @@ def _part_addons(x, sp_on: bool, training: Training, recompute: str, cp_a2a: boo
                else 0) \
             + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
             + (tm.dtensor_gathered_inputs(moe, w, attention=False)
-               if mode == "none" and gathered_in else 0)
+               if mode == "none" and gathered_in else 0) \
+            + (_hf_routing(x, training, w) if moe and mode == "none" else 0)
 
     return attention, ffn
 
@@ -327,3 +330,24 @@ def peft_adapters_cast(training: Training) -> bool:
     engine cast them to the config's dtype (DeepSpeed edaa72212 runtime/engine.py:1537-1544; no
     autocast there)."""
     return activation_width(training) != 4 and training.states.sharding not in DEEPSPEED_ZERO
+
+
+# --- transformers' own MoE routing (memsym.terms.hf_moe_routing) ---------------------------
+def _hf_routing(x, training: Training, width: int) -> sp.Expr:
+    """What an MoE layer of transformers' model code keeps for its routing beyond torchtitan's
+    router (its top-k indices, sort permutations, top-k weights, grouped_mm offsets), for the
+    model types whose router was derived and measured (HF_ROUTERS); 0 otherwise.  With full
+    recompute the block keeps only its input: counted at recompute none only."""
+    if not (x.num_experts and framework_record(training.framework).hf_model_code):
+        return sp.Integer(0)
+    extra = x.extra or {}
+    router = HF_ROUTERS.get(extra.get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name))
+    if router is None:
+        return sp.Integer(0)
+    normalized, fp32_weights = router
+    if normalized is None:
+        # a config.json read says (memsym.model.hf_config); the Qwen3-MoE presets' published
+        # config.json (Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B) set norm_topk_prob true
+        normalized = bool(extra.get("hf_norm_topk_prob", True))
+    return hf_routing_indices(normalized=normalized,
+                              weight_width=4 if fp32_weights else width).expr
