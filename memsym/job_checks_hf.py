@@ -101,20 +101,31 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"full), as measured; not {said}")
 
 
-def check_chunked_loss(layout: Layout, training: Training) -> None:
-    """TRL's chunked loss (:mod:`memsym.terms.chunked_loss`) as TRL runs it and as measured."""
+def check_chunked_loss(x, layout: Layout, training: Training) -> None:
+    """TRL's chunked loss (:mod:`memsym.terms.chunked_loss`) as TRL runs it and as measured:
+    under plain DDP, or under DeepSpeed's engine (ZeRO-1/2/3: 16-bit weights, no autocast;
+    ZeRO-3's lm_head gathered per chunk, refused with the parameters offloaded, whose gather
+    first copies the host partition to the GPU, and with tied embeddings, whose weight
+    ``embed_tokens`` keeps gathered: trl/trainer/utils.py:198-220 then gathers nothing)."""
     st = training.states
+    zero = st.sharding in ("zero1", "zero2", "zero3")
     said = (f"framework {training.framework}" if not framework_record(
                 training.framework).hf_model_code else
-            f"sharding {st.sharding}" if st.sharding != "ddp" else
+            f"sharding {st.sharding}" if st.sharding != "ddp" and not zero else
             f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
             f"precision {st.precision}" + (" without autocast" if st.precision == "fp32" else "")
             if st.precision not in ("bf16", "fp16") and not st.autocast else
             f"finetune {training.adapters.finetune} under autocast"
-            if training.adapters.finetune != "full" and st.autocast else None)
+            if training.adapters.finetune != "full" and st.autocast else
+            "sharding ddp without torch_ddp_buckets (DeepSpeed's ZeRO stage 0)"
+            if st.sharding == "ddp" and not st.torch_ddp_buckets else
+            f"sharding zero3 with offload {st.offload}"
+            if st.sharding == "zero3" and "params" in st.offload else
+            "sharding zero3 with tied embeddings" if st.sharding == "zero3"
+            and not x.untie_embeddings_and_output_weights else None)
     if training.memory.chunked_loss and said is not None:
-        raise InvalidValueError("chunked_loss (TRL's chunked_nll) is counted under plain DDP of "
-                                "transformers' model code (framework deepspeed, sharding ddp), "
-                                "bf16/fp16 weights (full training or LoRA, its lm_head frozen) "
-                                f"or fp32 under autocast (full training), one GPU per replica; "
-                                f"not {said} (a TRL launch: give --loss_type nll)")
+        raise InvalidValueError("chunked_loss (TRL's chunked_nll) is counted for transformers' "
+                                "model code under plain DDP or ZeRO-1/2/3 (no offload_param, "
+                                "lm_head untied under ZeRO-3), bf16/fp16 weights (full or LoRA) "
+                                "or fp32 under autocast (full), one GPU per replica; not "
+                                f"{said} (a TRL launch: give --loss_type nll)")

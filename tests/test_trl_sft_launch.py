@@ -204,17 +204,13 @@ def test_chunked_nll_is_refused_where_trl_or_memsym_refuses_it(capsys, tiny, ext
     assert said in err
 
 
-def test_chunked_nll_under_deepspeed_or_without_autocast_is_refused(capsys, tiny, tmp_path):
-    """Not measured: ZeRO's gathered lm_head (trl/trainer/utils.py:188-220) and fp32 weights
-    without autocast (h.float() is then no copy); each refusal says --loss_type nll, which is
-    read."""
-    ds = tmp_path / "ds.json"
-    ds.write_text('{"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, '
-                  '"train_micro_batch_size_per_gpu": "auto"}', encoding="utf-8")
+def test_chunked_nll_without_autocast_is_refused(capsys, tiny):
+    """Not measured: fp32 weights without autocast (h.float() is then no copy); the refusal
+    says --loss_type nll, which is read.  (Under --deepspeed it is counted:
+    tests/test_chunked_loss_deepspeed.py.)"""
     words = ["estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path", tiny]
-    for extra in (["--deepspeed", str(ds)], ["--bf16", "false"]):
-        assert "give --loss_type nll" in refused_line(capsys, [*words, *extra])
-        json_report(capsys, [*words, *extra, "--loss_type", "nll"])
+    assert "give --loss_type nll" in refused_line(capsys, [*words, "--bf16", "false"])
+    json_report(capsys, [*words, "--bf16", "false", "--loss_type", "nll"])
 
 
 def test_trl_arguments_outside_trl_and_other_trainers_are_refused(capsys, tiny):

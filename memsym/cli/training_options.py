@@ -81,8 +81,8 @@ def framework_job_from_args(args):
     host = set(_host_options(args)) | {"world_size", "seq_length"}
     if ds is not None:   # what a DeepSpeed config's "auto" values are filled from (HF Trainer)
         # and the model's own gradient checkpointing, which no config key switches on, and
-        # PEFT's adapters, which the script makes and no config key says
-        host |= {"micro_batch_size", "num_microbatches", "precision", "recompute", *_PEFT}
+        # PEFT's adapters and TRL's chunked loss, which the script makes and no config key says
+        host |= {"micro_batch_size", "num_microbatches", "precision", "recompute", *_BESIDE}
         if getattr(args, "recompute_granularity", None) not in (None, "none", "full"):
             raise InvalidValueError(
                 f"--recompute-granularity {args.recompute_granularity} with --deepspeed-config: "
@@ -120,7 +120,7 @@ def framework_job_from_args(args):
         args.reading = {"read_as": "a DeepSpeed config", "ignored": list(cfg["ignored"])}
         if getattr(args, "recompute_granularity", None) is not None:
             extra["recompute"] = args.recompute_granularity
-        extra.update({name: getattr(args, name) for name in _PEFT
+        extra.update({name: getattr(args, name) for name in _BESIDE
                       if getattr(args, name, None) is not None})
         return deepspeed_job(cfg, args.model, **extra)
     return torchtitan_job(read_torchtitan_config(tt, world_size=args.world_size), args.model,
@@ -130,6 +130,9 @@ def framework_job_from_args(args):
 #: memsym's LoRA / QLoRA fields a DeepSpeed job takes beside its config (the adapters are the
 #: script's, PEFT's get_peft_model; the engine trains them: memsym.training.model_states).
 _PEFT = ("finetune", "lora_rank", "lora_targets", "quantization", "lora_dropout", "dora")
+#: ... and TRL's chunked loss (``loss_type`` chunked_nll: the SFTTrainer's patched forward,
+#: memsym.terms.chunked_loss), which the engine runs as it runs the model.
+_BESIDE = (*_PEFT, "chunked_loss")
 
 
 def _refuse_two():

@@ -211,8 +211,10 @@ def _read_loss(v, out) -> None:
     :mod:`memsym.terms.chunked_loss`; with ``--use_peft`` on the base model, its ``lm_head``
     frozen: sft_trainer.py:1306-1319), refused with a LoRA adapter on ``lm_head`` as TRL
     refuses one (:1307-1318; ``lm_head`` in ``lora_modules_to_save``, which would train it, is
-    refused as every ``lora_modules_to_save``) and under DeepSpeed (not measured); ``dft``
-    refused."""
+    refused as every ``lora_modules_to_save``), under DeepSpeed counted as its engine runs it
+    (no autocast; ZeRO-3's ``lm_head`` gathered per chunk, trl/trainer/utils.py:188-220:
+    :mod:`memsym.terms.chunked_loss`, :func:`memsym.job_checks_hf.check_chunked_loss`);
+    ``dft`` refused."""
     loss = v.get("loss_type", [None])[0]
     if loss is None:
         loss = "chunked_nll"
@@ -232,11 +234,6 @@ def _read_loss(v, out) -> None:
     if out.chunked_loss and peft and any("lm_head" in w for w in v.get("lora_target_modules", [])):
         raise InvalidValueError("loss_type chunked_nll with lm_head in --lora_target_modules: TRL "
                                 "refuses a PEFT adapter on lm_head (sft_trainer.py:1307-1318)")
-    if out.chunked_loss and out.deepspeed is not None:   # TrainingArguments.deepspeed given
-        raise InvalidValueError("--deepspeed under loss_type chunked_nll (TRL's default): memsym "
-                                "counts the chunked loss under the Trainer's plain DDP (ZeRO's "
-                                "gathered lm_head, utils.py:188-220: not measured); give "
-                                "--loss_type nll")
 
 
 def _lora(v, out) -> dict:

@@ -30,6 +30,19 @@ same.  The Trainer runs the forward under Accelerate's autocast (TRL's default `
 bf16 weights too: their chunk's fp32 copies are cast back to 16 bits for the matmul.  ``lm_head`` in ``modules_to_save`` would train a copy of it: memsym refuses every
 ``lora_modules_to_save`` (memsym.readers.trl_sft).
 
+Under DeepSpeed (``--deepspeed ds.json``) the engine holds the model in the config's 16-bit
+dtype and runs no torch.autocast: ``h.float() @ w.float().t()`` is an fp32 matmul over fp32
+copies, fp32 logits (``no_autocast``).  ``_chunk`` runs the matmul inside
+``maybe_gather_lm_head_ctx(w, b)`` (trl/trainer/utils.py:188-220): a null context except under
+ZeRO-3, where it is ``deepspeed.zero.GatheredParameters`` of the partitioned weight
+(``gathered``): the whole 16-bit :math:`V \times h` weight allocated by the all-gather on entry
+(deepspeedai/DeepSpeed edaa722126 deepspeed/runtime/zero/partition_parameters.py:2435-2453,
+1695-1735, 2102-2112: ``torch.empty(partition_size * world_size)``) and freed on exit
+(:2493-2515, 1737-1776, 308-324: ``free_param``, ``param.data = torch.empty(0)``), in the
+forward and again in the checkpoint's recomputation; its gradient reaches the parameter
+through ``w.float()``'s backward after the context has closed (the fp32 copy, not the gathered
+storage, is what the matmul saves).
+
 Measured with torch's MemTracker on transformers' ``LlamaForCausalLM`` running TRL's own
 functions (``tests/trl_chunked_vendored.py``, verbatim from f2cd57710a sft_trainer.py:86-378;
 ``tests/test_chunked_loss.py``), bf16 weights and fp32 weights, both under bf16 autocast, with
@@ -55,6 +68,9 @@ CHUNK = 256
 
 _TRL = Source("huggingface-trl", "f2cd57710a trl/trainer/sft_trainer.py:99-234 (_chunk, "
               "_chunked_cross_entropy_loss) and 237-378 (_patch_chunked_ce_lm_head)")
+_DS = Source("deepspeed-zero", "edaa722126 deepspeed/runtime/zero/partition_parameters.py:"
+             "2435-2515 (GatheredParameters), 2102-2112, 308-324; huggingface/trl f2cd57710a "
+             "trl/trainer/utils.py:188-220 (maybe_gather_lm_head_ctx)")
 _AMP = Source("pytorch-autocast", "aten/src/ATen/autocast_mode.h, CUDA's fp32 ops "
               "(AT_FORALL_FP32: exp, nll_loss; AT_FORALL_FP32_SET_OPT_DTYPE: log_softmax) and "
               "16-bit ones (matmul); cached_cast caches fp32 leaves only (not w.t())")
@@ -118,7 +134,8 @@ def chunked_loss_activations(width: int = 2) -> Total:
     ))
 
 
-def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
+def chunked_loss_forward(autocast: bool = False, width: int = 2, no_autocast: bool = False,
+                         gathered: bool = False) -> Term:
     r"""The peak of the chunked loss in the model's forward, beyond what it keeps [bytes].
 
     The backbone's output ``last_hidden_state`` (:math:`w_r\tau h`, :math:`\tau = sb`) is alive
@@ -141,7 +158,13 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
 
     The last term of each: the logits, ``log_p``, ``log_p.exp()`` and the entropy's product
     alive at once (2 + 4 + 4 + 4 bytes a logit) with the chunk's bool ``valid`` (a byte a
-    row).  The checkpoint keeps none of them: the exponential is freed before the per-row sum
+    row).  16-bit weights without autocast (DeepSpeed's engine, ``no_autocast``): the fp32
+    copies and fp32 logits, and under ZeRO-3 (``gathered``, :math:`g = 1`) the gathered 16-bit
+    weight beside them through the matmul (freed on the context's exit, before ``log_softmax``):
+
+    .. math:: w_r\tau h + \max(w_r n h,\; 4kh + 4Vh + 4kV + 2gVh,\; 16kV + k)
+
+    The checkpoint keeps none of them: the exponential is freed before the per-row sum
     (in the backward's recomputation it is kept for the product's backward,
     :func:`chunked_loss_backward`).
 
@@ -152,9 +175,22 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
         their dtype otherwise).
     width : int
         Bytes of an element of the hidden states, :math:`w_r` (4 under autocast) [bytes].
+    no_autocast : bool
+        16-bit weights without torch.autocast (DeepSpeed's engine).
+    gathered : bool
+        ZeRO-3: the 16-bit weight gathered around the matmul (``no_autocast`` only).
+
+    Raises
+    ------
+    InvalidValueError
+        ``no_autocast`` with ``autocast``, or ``gathered`` without ``no_autocast``.
 
     Examples
     --------
+    >>> chunked_loss_forward(no_autocast=True, gathered=True).evaluate(
+    ...     s=1024, b=2, h=4096, V=151936) == 2 * 2048 * 4096 + (
+    ...     4 * 256 * 4096 + 6 * 151936 * 4096 + 4 * 256 * 151936)
+    True
     >>> chunked_loss_forward().evaluate(s=1024, b=2, h=4096, V=151936) == 2 * 2048 * 4096 + (
     ...     6 * 256 * 4096 + 6 * 151936 * 4096 + 2 * 256 * 151936)
     True
@@ -166,18 +202,39 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2) -> Term:
     .. [pytorch-autocast] torch 2.13.0 ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_FP32``:
        ``exp``; ``AT_FORALL_FP32_SET_OPT_DTYPE``: ``log_softmax``) and ``autocast_mode.cpp``
        (``cached_cast``: leaves only).
+    .. [deepspeed] deepspeedai/DeepSpeed edaa722126
+       ``deepspeed/runtime/zero/partition_parameters.py:2435-2515`` (``GatheredParameters``),
+       :2102-2112 (the gathered flat tensor), :308-324 (``free_param``).
     """
+    _variant(autocast, no_autocast, gathered)
     n, k = chunk_sizes()
     copies = 0 if autocast else 4 * k * h + 4 * V * h     # h.float(), w.float() of 16 bits
     chunk = (copies + 2 * k * h + 2 * V * h + 2 * k * V, 14 * k * V + k)
+    if no_autocast:     # an fp32 matmul on the copies: fp32 logits, no 16-bit casts
+        chunk = (copies + 4 * k * V + (2 * V * h if gathered else 0), 16 * k * V + k)
     return Term("chunk_forward", width * s * b * h + sp.Max(width * n * h, *chunk),
                 "the backbone's output, and the packing or one chunk's logits, "
                 "log-probabilities and entropy temporaries (and the matmul's 16-bit casts"
-                + ("" if autocast else " and fp32 copies") + " of the chunk and weight)",
-                _AMP, label="chunked loss's forward")
+                + ("" if autocast else " and fp32 copies") + " of the chunk and weight)"
+                if not no_autocast else "the backbone's output, and the packing or one chunk's "
+                "fp32 copies and logits" + (" beside the gathered weight" if gathered else "")
+                + " or its log-probabilities and entropy temporaries",
+                _DS if gathered else _TRL if no_autocast else _AMP,
+                label="chunked loss's forward")
 
 
-def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> Term:
+def _variant(autocast: bool, no_autocast: bool, gathered: bool) -> None:
+    # the three ways the chunk runs: autocast over fp32 or 16-bit weights, or no autocast
+    if no_autocast and autocast:
+        raise InvalidValueError("the chunked loss without autocast is over 16-bit weights: "
+                                "not with autocast over fp32 ones")
+    if gathered and not no_autocast:
+        raise InvalidValueError("ZeRO-3's gathered lm_head is counted under DeepSpeed's engine "
+                                "(16-bit weights, no autocast)")
+
+
+def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False,
+                          no_autocast: bool = False, gathered: bool = False) -> Term:
     r"""The peak of the chunked loss's backward over its start (the loss's gradient) [bytes].
 
     With :math:`A = w\,Vh + w\,nh` the gradients of the output weight and of the packed hidden
@@ -201,10 +258,15 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
 
     .. math:: A + \max(6kh + 6Vh + 2kV,\; 14kV + 2Vh + 5k)
 
-    Autograd runs the chunks' backward last-made first, each ``SliceBackward`` scattering the
-    chunk's gradient (:math:`w\,kh`, in the hidden states' dtype) into a new :math:`n \times h`
-    tensor beside the buffer, which then adds it in place; from three chunks (:math:`n > 512`)
-    a middle chunk does so while the packed rows are still kept, the peak at long sequences:
+    Without autocast (``no_autocast``: DeepSpeed; ZeRO-3's ``gathered``, :math:`g = 1`), trained
+    and frozen (:func:`_no_autocast_peak`):
+
+    .. math:: A + \max(16kV + 4Vh + 4kh + 5k,\; 4kV + 8Vh + 8kh) \qquad
+              A + \max(16kV + 4Vh + 5k,\; 4kV + 4Vh + 4kh,\; g\,(6Vh + 4kh + 4kV))
+
+    From three chunks (:math:`n > 512`) a middle chunk's gradient scattered into a new
+    :math:`n \times h` tensor beside the summed one can peak instead
+    (:func:`_middle_chunk_scatter`):
 
     .. math:: [n > 512]\,(w\,Vh + 2w\,nh + w\,kh) \qquad ([n > 512]\,(2w\,nh + w\,kh)
               \text{ frozen})
@@ -229,11 +291,13 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
     frozen_head : bool
         ``lm_head`` frozen (LoRA and QLoRA: not a target, TRL refuses it as one), 16-bit
         weights only.
+    no_autocast, gathered : bool
+        16-bit weights without torch.autocast (DeepSpeed); ZeRO-3's gathered weight.
 
     Raises
     ------
     InvalidValueError
-        ``frozen_head`` under ``autocast`` (not measured).
+        ``frozen_head`` under ``autocast`` (not measured); as :func:`chunked_loss_forward`.
 
     Examples
     --------
@@ -252,28 +316,73 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False) -> 
     .. [pytorch-autocast] torch 2.13.0 ``aten/src/ATen/autocast_mode.h`` (the ops' dtypes
        on CUDA, as in :func:`chunked_loss_forward`); ``torch/csrc/autograd/input_buffer.cpp``
        (``accumulate``: in place unless a dispatch mode or another reference).
+    .. [deepspeed] deepspeedai/DeepSpeed edaa722126
+       ``deepspeed/runtime/zero/partition_parameters.py:2435-2515`` (``GatheredParameters``).
     """
-    if autocast and frozen_head:
-        raise InvalidValueError("the chunked loss with a frozen lm_head is counted over 16-bit "
-                                "weights (LoRA under autocast is not modelled)")
     n, k = chunk_sizes()
     w = 4 if autocast else 2
     weight = 0 if frozen_head else w * V * h
-    copies = 6 * k * h + 6 * V * h + 2 * k * V      # the recomputed 16-bit matmul's peak
-    if frozen_head:
-        peak = sp.Max(copies, 14 * k * V + 2 * V * h + 5 * k)
-    elif autocast:
-        peak = sp.Max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k, 2 * k * V + 4 * V * h
-                      + 4 * k * h, 8 * V * h + 4 * k * h)
-    else:
-        peak = sp.Max(copies, 14 * k * V + 2 * V * h + 2 * k * h + 5 * k)
-    # [n > 512] for an integer n >= 1 as Mins, not a Piecewise in b (memsym.analysis's
-    # closed forms split one peak Max)
-    middle = sp.Min(sp.Max(n - 2 * CHUNK, 0), 1)
-    scatter = middle * (weight + 2 * w * n * h + w * k * h)
+    peak = _chunk_peak(k, autocast, frozen_head, no_autocast, gathered)
+    scatter = _middle_chunk_scatter(n, k, w, weight)
     return Term("chunk_backward", sp.Max(weight + w * n * h + peak, scatter),
                 "one chunk's recomputed forward and backward, with the "
                 + ("" if frozen_head else "output weight's and ")
                 + "packed hidden states' gradients of the chunks done, or a middle chunk's "
-                "gradient scattered beside them", _AMP,
+                "gradient scattered beside them",
+                _DS if gathered else _TRL if no_autocast else _AMP,
                 label="one chunk's backward")
+
+
+def _chunk_peak(k, autocast: bool, frozen_head: bool, no_autocast: bool, gathered: bool):
+    """One chunk's recomputation and backward over the gradients of the chunks done [bytes]
+    (:func:`chunked_loss_backward`'s maxima, by weights' dtype and autocast)."""
+    _variant(autocast, no_autocast, gathered)
+    if autocast and frozen_head:
+        raise InvalidValueError("the chunked loss with a frozen lm_head is counted over 16-bit "
+                                "weights (LoRA under autocast is not modelled)")
+    copies = 6 * k * h + 6 * V * h + 2 * k * V      # the recomputed 16-bit matmul's peak
+    if no_autocast:
+        return _no_autocast_peak(k, frozen_head, gathered)
+    if frozen_head:
+        return sp.Max(copies, 14 * k * V + 2 * V * h + 5 * k)
+    if autocast:
+        return sp.Max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k, 2 * k * V + 4 * V * h
+                      + 4 * k * h, 8 * V * h + 4 * k * h)
+    return sp.Max(copies, 14 * k * V + 2 * V * h + 2 * k * h + 5 * k)
+
+
+def _no_autocast_peak(k, frozen_head: bool, gathered: bool):
+    r"""One chunk's backward peak over the gradients of the chunks done, 16-bit weights
+    without autocast (DeepSpeed's engine) [bytes]: the recomputed forward (the fp32 copies
+    saved for the matmul's backward beside the fp32 logits, ``log_p``, its exponential and the
+    entropy's product) or the matmul's backward (those copies, the fp32 gradient of the logits
+    and the fp32 gradients of the weight and the chunk), as measured before the Trainer's
+    autocast was read (memsym 366edcd's tests/test_chunked_loss.py) and again without it
+    (tests/test_chunked_loss_deepspeed.py).  Frozen, ``h.float()`` is not saved.  Under ZeRO-3
+    the recomputation gathers the weight again around its matmul (``GatheredParameters``,
+    deepspeed/runtime/zero/partition_parameters.py:2435-2515): the gathered 16-bit weight
+    beside its fp32 copy, the chunk's and the fp32 logits, :math:`6Vh + 4kh + 4kV`, freed before
+    the backward reaches the matmul.  Trained, that stays below the matmul's backward
+    (:math:`4kV + 8Vh + 8kh`); frozen it can bind (:math:`2Vh + 4kh > 12kV + 5k`).  The
+    weight's gradient sums in autograd's buffer as under plain DDP (one ``AccumulateGrad`` for
+    every chunk's ``w.float()``), reduced by DeepSpeed's hooks after the chunks (its buckets
+    are the sharding's own terms)."""
+    if not frozen_head:
+        return sp.Max(16 * k * V + 4 * V * h + 4 * k * h + 5 * k,
+                      4 * k * V + 8 * V * h + 8 * k * h)
+    regather = 6 * V * h + 4 * k * h + 4 * k * V if gathered else 0
+    return sp.Max(16 * k * V + 4 * V * h + 5 * k, 4 * k * V + 4 * V * h + 4 * k * h, regather)
+
+
+def _middle_chunk_scatter(n, k, w: int, weight):
+    r"""A middle chunk's scattered gradient beside the summed ones [bytes].
+
+    Autograd runs the chunks' backward last-made first, each ``SliceBackward`` scattering the
+    chunk's gradient (:math:`w\,kh`, in the hidden states' dtype) into a new :math:`n \times h`
+    tensor beside the buffer, which then adds it in place; from three chunks (:math:`n > 512`)
+    a middle chunk does so while the packed rows are still kept, the peak at long sequences
+    (:func:`chunked_loss_backward`'s last math block)."""
+    # [n > 512] for an integer n >= 1 as Mins, not a Piecewise in b (memsym.analysis's
+    # closed forms split one peak Max)
+    middle = sp.Min(sp.Max(n - 2 * CHUNK, 0), 1)
+    return middle * (weight + 2 * w * n * h + w * k * h)

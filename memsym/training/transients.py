@@ -37,8 +37,8 @@ from .activations import output_layer_activations, resolved_stage_activations
 from .layer_model import peft_adapters_cast, peft_layer_targets
 from .model_states import (STEP_STATE_KEYS, bf16_experts_apart, moment_share, stage_has_experts,
                            state_terms, state_training)
-from .traits import (activation_width, autotp_logits, boundary_bytes, logits_gathered,
-                     loss_kind, output_stage, residual_width, sequence_parallel_on)
+from .traits import (DEEPSPEED_ZERO, activation_width, autotp_logits, boundary_bytes,
+                     logits_gathered, loss_kind, output_stage, residual_width, sequence_parallel_on)
 
 #: The phases of one training step whose peaks memsym compares (on the most-loaded stage):
 #: the end of the forward, the loss's backward (the first of the backward: every activation
@@ -359,10 +359,15 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
     loss: :func:`memsym.terms.peft_lora.peft_head_input_held`), the deferred embedding weight-gradient buffers, and in the blocks' backward the
     output layer's activations freed (``output_freed``)."""
     kind, amp = loss_kind(layout, training), bool(training.states.autocast)
-    if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks): nothing gathered
-        fwd = (chunked_loss_forward(amp, residual_width(training)),)
+    if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks)
+        # DeepSpeed's engine: 16-bit weights, no autocast; ZeRO-3 gathers lm_head per chunk
+        ds = training.states.sharding in DEEPSPEED_ZERO
+        gathered = training.states.sharding == "zero3"
+        fwd = (chunked_loss_forward(amp, residual_width(training), no_autocast=ds,
+                                    gathered=gathered),)
         # LoRA/QLoRA: lm_head frozen (TRL refuses it as an adapter target)
-        bwd = (chunked_loss_backward(amp, frozen_head=training.adapters.finetune != "full"),)
+        bwd = (chunked_loss_backward(amp, frozen_head=training.adapters.finetune != "full",
+                                     no_autocast=ds, gathered=gathered),)
     else:
         fwd, bwd = _loss_transients(kind)
         if autotp_logits(training):
