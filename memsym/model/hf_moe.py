@@ -236,22 +236,34 @@ def _read_deepseek_v32(c: ConfigFields, mtype: str, notes: list) -> dict:
     # (default: the first first_k_dense_replace layers dense); the MoE as DeepSeek-V3's (router
     # E x h, its e_score_correction_bias an nn.Buffer; a shared MLP of n_shared_experts *
     # moe_intermediate_size); DeepseekV32MLP never biased (mlp_bias is not read).
-    kw, heads, pattern = _latent_moe_decoder(c, mtype, "DeepSeek-V3.2",
-                                             lambda n_layers: _first_dense_pattern(c, n_layers, 3))
-    q_rank = c.int("q_lora_rank", 1536, null=None)
-    if q_rank is None:
-        raise c._bad("q_lora_rank null: transformers' DeepseekV32Attention and its indexer "
-                     "always build q_a_proj and wq_b of q_lora_rank")
     # DeepseekV32Config's defaults
+    return _dsa_model(c, mtype, notes, family="DeepSeek-V3.2", cls="DeepseekV32", q_rank=1536,
+                      qk_nope=128, v_head=128, index_heads=64)
+
+
+def _dsa_model(c: ConfigFields, mtype: str, notes: list, *, family: str, cls: str, q_rank: int,
+               qk_nope: int, v_head: int, index_heads: int, layers_ok=None) -> dict:
+    """The Architecture fields of a DeepSeek-V3.2-style model (multi-latent attention, the DSA
+    indexer in every layer, DeepSeek MoE after the first_k_dense_replace dense layers), read
+    with its config class's defaults (``q_rank``, ``qk_nope``, ``v_head``, ``index_heads``);
+    ``layers_ok(kw)`` refuses what the family's layers add (GLM-5's shared indexers)."""
+    kw, heads, pattern = _latent_moe_decoder(c, mtype, family,
+                                             lambda n_layers: _first_dense_pattern(c, n_layers, 3))
+    if layers_ok is not None:
+        layers_ok(kw)
+    q_rank = c.int("q_lora_rank", q_rank, null=None)
+    if q_rank is None:
+        raise c._bad(f"q_lora_rank null: transformers' {cls}Attention and its indexer "
+                     "always build q_a_proj and wq_b of q_lora_rank")
     kw.update(_mla_moe_fields(c, heads, pattern, q_rank,
                               ("n_routed_experts", "num_local_experts", "num_experts"),
-                              experts=256, moe_ffn=2048, topk=8, qk_nope=128, v_head=128),
-              dsa_index_heads=c.int("index_n_heads", 64),
+                              experts=256, moe_ffn=2048, topk=8, qk_nope=qk_nope, v_head=v_head),
+              dsa_index_heads=c.int("index_n_heads", index_heads),
               dsa_index_head_dim=c.int("index_head_dim", 128))
     notes.append("DeepSeek Sparse Attention: the indexer's weights counted as any weight; its "
-                 "forward keeps no activation (torch.no_grad in transformers' "
-                 "DeepseekV32Indexer); attention estimated as dense")
-    _uncounted_notes(c, notes, pattern, kw["num_experts"], "DeepseekV32", mtp=True)
+                 f"forward keeps no activation (torch.no_grad in transformers' {cls}Indexer); "
+                 "attention estimated as dense")
+    _uncounted_notes(c, notes, pattern, kw["num_experts"], cls, mtp=True)
     return kw
 
 
@@ -284,26 +296,15 @@ def _read_glm_moe_dsa(c: ConfigFields, mtype: str, notes: list) -> dict:
     # (default: the first first_k_dense_replace layers dense), a router E x h (its
     # e_score_correction_bias an nn.Buffer), E gated experts and a shared MLP of
     # n_shared_experts * moe_intermediate_size; GlmMoeDsaMLP unbiased.
-    kw, heads, pattern = _latent_moe_decoder(c, mtype, "GLM-MoE-DSA",
-                                             lambda n_layers: _first_dense_pattern(c, n_layers, 3))
-    if "shared" in _glm_dsa_indexers(c, kw["num_layers"]):
-        raise c._bad("layers that share the previous layer's top-k (indexer_types 'shared') "
-                     "build no indexer: memsym's Architecture counts one in every layer")
-    q_rank = c.int("q_lora_rank", 2048, null=None)
-    if q_rank is None:
-        raise c._bad("q_lora_rank null: transformers' GlmMoeDsaAttention and its indexer "
-                     "always build q_a_proj and wq_b of q_lora_rank")
+    def shared_indexers_refused(kw):
+        if "shared" in _glm_dsa_indexers(c, kw["num_layers"]):
+            raise c._bad("layers that share the previous layer's top-k (indexer_types 'shared') "
+                         "build no indexer: memsym's Architecture counts one in every layer")
+
     # GlmMoeDsaConfig's defaults (configuration_glm_moe_dsa.py:88-129)
-    kw.update(_mla_moe_fields(c, heads, pattern, q_rank,
-                              ("n_routed_experts", "num_local_experts", "num_experts"),
-                              experts=256, moe_ffn=2048, topk=8, qk_nope=192, v_head=256),
-              dsa_index_heads=c.int("index_n_heads", 32),
-              dsa_index_head_dim=c.int("index_head_dim", 128))
-    notes.append("DeepSeek Sparse Attention: the indexer's weights counted as any weight; its "
-                 "forward keeps no activation (torch.no_grad in transformers' "
-                 "GlmMoeDsaIndexer); attention estimated as dense")
-    _uncounted_notes(c, notes, pattern, kw["num_experts"], "GlmMoeDsa", mtp=True)
-    return kw
+    return _dsa_model(c, mtype, notes, family="GLM-MoE-DSA", cls="GlmMoeDsa", q_rank=2048,
+                      qk_nope=192, v_head=256, index_heads=32,
+                      layers_ok=shared_indexers_refused)
 
 
 def _read_dbrx(c: ConfigFields, mtype: str, notes: list) -> dict:
