@@ -194,7 +194,8 @@ def _cpu_only(checkpointing: bool, family: str) -> int:
 
 def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True,
              activation: str = "gelu_new") -> dict:
-    """Activation bytes (MemTracker's ACT + TEMP) of the two-layer model's training forward at
+    """Activation bytes (MemTracker's ACT + TEMP) of the two-layer model's (GPT-2, GPT-NeoX,
+    GPT-J or Phi; ``activation`` GPT-2's, GPT-J's and Phi's) training forward at
     the forward's end and as the loss's backward starts, the model in ``dtype`` (float32
     under CPU bf16 autocast with CUDA's dtypes, :func:`_cuda_policy`; bfloat16 without),
     its config's dropout (GPT-2's 0.1, GPT-NeoX's 0), SDPA, use_cache off as the Trainer sets
@@ -210,6 +211,17 @@ def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True
                                       n_positions=POSITIONS, activation_function=activation,
                                       **common)
         model = transformers.GPT2LMHeadModel(cfg)
+    elif family == "gptj":
+        cfg = transformers.GPTJConfig(n_embd=H, n_layer=LAYERS, n_head=HEADS, n_inner=F,
+                                      n_positions=POSITIONS, rotary_dim=16,
+                                      activation_function=activation, **common)
+        model = transformers.GPTJForCausalLM(cfg)
+    elif family == "phi":
+        cfg = transformers.PhiConfig(hidden_size=H, num_hidden_layers=LAYERS,
+                                     num_attention_heads=HEADS, intermediate_size=F,
+                                     max_position_embeddings=POSITIONS, hidden_act=activation,
+                                     **common)
+        model = transformers.PhiForCausalLM(cfg)
     else:
         cfg = transformers.GPTNeoXConfig(
             hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
@@ -278,44 +290,13 @@ def test_gelu_new_keeps_three_more_tensors_than_a_fused_gelu(capsys, tmp_path):
         assert ours["gelu_new"][phase] - ours["gelu"][phase] == want, phase
 
 
-def _forward_kept(family: str, activation: str) -> int:
-    """MemTracker's activation bytes (ACT + TEMP) at the forward's end of a two-layer bf16
-    GPT-J or Phi built by transformers with ``activation`` (fc_in / fc1, act, fc_out / fc2)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
-    torch.manual_seed(0)
-    common = dict(vocab_size=V, use_cache=False, bos_token_id=None, eos_token_id=None,
-                  attn_implementation="sdpa")
-    if family == "gptj":
-        cfg = transformers.GPTJConfig(n_embd=H, n_layer=LAYERS, n_head=HEADS, n_inner=F,
-                                      n_positions=POSITIONS, rotary_dim=16,
-                                      activation_function=activation, **common)
-        model = transformers.GPTJForCausalLM(cfg)
-    else:
-        cfg = transformers.PhiConfig(hidden_size=H, num_hidden_layers=LAYERS,
-                                     num_attention_heads=HEADS, intermediate_size=F,
-                                     max_position_embeddings=POSITIONS, hidden_act=activation,
-                                     **common)
-        model = transformers.PhiForCausalLM(cfg)
-    model = model.to(torch.bfloat16).train()
-    mt = tracker.MemTracker()
-    mt.track_external(model)
-    with mt:
-        loss = model(input_ids=torch.randint(0, V, (B, S)), labels=torch.randint(0, V, (B, S))).loss
-        loss.backward()
-    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == type(model).__name__)
-    (snap,) = root.snapshots[tracker._ModState.POST_FW][0].values()
-    return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                   tracker._MemRefType.TEMP))
-
-
 @pytest.mark.parametrize("family", ["gptj", "phi"])
 def test_gelu_new_is_read_and_counted_for_gptj_and_phi(capsys, tmp_path, family):
     """GPT-J's and Phi's configs default to gelu_new too (GPTJConfig.activation_function,
     PhiConfig.hidden_act): the same three tensors, measured on their own MLPs, and counted by
     the job read from a config.json that leaves the activation to the default."""
-    measured = _forward_kept(family, "gelu_new") - _forward_kept(family, "gelu")
+    measured = (_tracked(family, "bfloat16", False, activation="gelu_new")["forward"]
+                - _tracked(family, "bfloat16", False, activation="gelu")["forward"])
     assert measured == LAYERS * 3 * 2 * TAU * F
     field = "activation_function" if family == "gptj" else "hidden_act"
     ours = {}
