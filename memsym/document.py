@@ -99,7 +99,8 @@ def _numeric_lines(parts: JobParts, capacity=None) -> list[str]:
         if vals:
             groups.append(gb(sp.Add(*vals)))
     groups += [gb(s_.value) for s_ in parts.terms if s_.group == "other"]
-    line = (parts.lhs + r" &= " + " + ".join(groups) + r"\ \mathrm{GB} = "
+    signed = groups[:1] + [f"- {x[1:]}" if x.startswith("-") else f"+ {x}" for x in groups[1:]]
+    line = (parts.lhs + r" &= " + " ".join(signed) + r"\ \mathrm{GB} = "
             + gb(parts.total) + r"\ \mathrm{GB}")
     if capacity is not None:
         cap = exact(capacity, "capacity")

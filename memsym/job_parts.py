@@ -173,7 +173,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     >>> est = training_memory("llama2-7b", Layout(t=2, d=4), Training(seq_length=4096))
     >>> parts = job_parts(est, arch="llama2-7b")
     >>> parts.lhs, [g for g in dict.fromkeys(s.group for s in parts.terms)]
-    ('M_{\\\\mathrm{GPU}}', ['states', 'act', 'allow'])
+    ('M_{\\\\mathrm{GPU}}', ['states', 'act', 'tr', 'allow'])
     """
     estimate, arch, layout, training = _unpack(estimate, arch, layout, training)
     total = getattr(estimate, "total", None)

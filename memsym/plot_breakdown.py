@@ -14,21 +14,26 @@ import numpy as np
 from .errors import InvalidValueError
 from .plot_base import (CAPACITY_COLOR, GB, OKABE_ITO, PALETTE, color, figure, legend_outside,
                         plot_text)
+from .groups import TRANSIENT_KEYS
 from .training import ACTIVATION_KEYS, ALLOWANCE_KEYS, STATE_KEYS
 
 __all__ = ["breakdown", "breakdown_bars", "stage_breakdown", "phase_breakdown"]
 
 #: Term keys by group, as :meth:`memsym.training.TrainingEstimate.grouped` reports them.
 _GROUPS = (("model states", STATE_KEYS), ("activations", ("activations",) + ACTIVATION_KEYS),
+           ("peak-phase transients", ("transients",) + TRANSIENT_KEYS),
            ("allowances", ALLOWANCE_KEYS))
 #: Okabe-Ito colours (:data:`memsym.plot_base.OKABE_ITO`), one per group.
 _COLORS = {"model states": OKABE_ITO["blue"], "activations": OKABE_ITO["orange"],
+           "peak-phase transients": OKABE_ITO["sky blue"],
            "allowances": OKABE_ITO["reddish purple"], "other": OKABE_ITO["yellow"]}
 
 
 def _grouped_bytes(item) -> dict:
     """Group name -> bytes for an estimate or a ``{term: bytes}`` mapping."""
-    if hasattr(item, "breakdown") and hasattr(item, "total"):
+    if hasattr(item, "held"):       # an estimate: its rows as the peak phase holds them
+        bd = item.held()
+    elif hasattr(item, "breakdown") and hasattr(item, "total"):
         bd = item.breakdown()
     else:
         bd = dict(item)
@@ -64,7 +69,7 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
     >>> est = training_memory("llama2-7b", Layout(d=8), Training(seq_length=4096))
     >>> fig = breakdown({"llama2-7b d=8": est}, capacity=80e9)
     >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    ['capacity 80 GB', 'model states', 'activations', 'allowances']
+    ['capacity 80 GB', 'model states', 'activations', 'peak-phase transients', 'allowances']
     """
     if hasattr(items, "breakdown") and hasattr(items, "total"):
         items = {"most-loaded GPU": items}
@@ -78,13 +83,22 @@ def breakdown(items, *, capacity=None, title: str | None = None, ax=None):
         groups.append("other")
     fig, ax = figure(ax)
     bottom = np.zeros(len(labels))
+    held_less = np.zeros(len(labels))    # a group below zero (the transients), drawn last
     for g in groups:
         vals = np.array([d.get(g, 0.0) / GB for d in data])
-        ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS[g],
-               edgecolor="white")
+        below = np.minimum(vals, 0)
+        held_less -= below
+        vals = np.maximum(vals, 0)
+        if not below.any() or vals.any():
+            ax.bar(labels, vals, bottom=bottom, label=g, color=_COLORS[g], edgecolor="white")
         bottom += vals
-    for i, top in enumerate(bottom):
-        ax.annotate(f"{top:.1f} GB", (i, top), xytext=(0, 3), textcoords="offset points",
+    if held_less.any():
+        # what the peak phase does not hold (e.g. the first iteration's Adam moments) is
+        # struck through at the top of the stack: the bar's total is where it begins
+        ax.bar(labels, held_less, bottom=bottom - held_less, fill=False, hatch="//",
+               edgecolor=CAPACITY_COLOR, label="not held at the peak phase")
+    for i, top in enumerate(bottom - held_less):
+        ax.annotate(f"{top:.1f} GB", (i, bottom[i]), xytext=(0, 3), textcoords="offset points",
                     ha="center", va="bottom", fontsize="small")
     if capacity is not None:
         cap = float(capacity) / GB

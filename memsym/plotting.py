@@ -278,7 +278,7 @@ def _x_axis(ax, x, xs, skipped, MaxNLocator) -> None:
 #: Short labels of the binding terms on the feasibility map (others: the initials of their
 #: words, ``expert_optimizer`` -> ``EO``); the legend spells out each one drawn.
 _BINDING_CODES = {"weights": "W", "gradients": "G", "optimizer": "O", "activations": "A",
-                  "workspace": "WS", "nccl": "N", "fragmentation": "F"}
+                  "transients": "T", "workspace": "WS", "nccl": "N", "fragmentation": "F"}
 
 
 def binding_code(term: str) -> str:

@@ -20,7 +20,7 @@ import sympy as sp
 from sympy.printing.latex import LatexPrinter
 
 from .bibliography import clean_locator, entry_text, references
-from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, BUFFER_KEYS, STATE_KEYS
+from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, BUFFER_KEYS, STATE_KEYS, TRANSIENT_KEYS
 from .symbols import C, E as E_, L as L_, M_alloc, phi_frag, registry
 from .tex_width import BUDGET, FILL, break_sum, tex_width
 from .values import as_expr, as_values
@@ -82,6 +82,7 @@ def escape(text: str) -> str:
 # ---------------------------------------------------------------------------------------------
 #: (group, label, term keys) of a training total's groups, in the order they are printed.
 GROUPS = (("states", "model states", STATE_KEYS), ("act", "activations", ACTIVATION_KEYS),
+          ("tr", "peak-phase transients", TRANSIENT_KEYS),
           ("buf", "framework buffers", BUFFER_KEYS), ("allow", "allowances", ALLOWANCE_KEYS))
 
 
@@ -224,7 +225,7 @@ def shown_terms(total, values: Mapping, budget: float, printer: NamedPrinter,
     """
     shown = shown or {}
     states = [tm for tm in total if tm.key in STATE_KEYS]
-    acts = [tm for tm in total if tm.key in ACTIVATION_KEYS + BUFFER_KEYS]
+    acts = [tm for tm in total if tm.key in ACTIVATION_KEYS + TRANSIENT_KEYS + BUFFER_KEYS]
     allocated = sp.Add(*(tm.expr for tm in states + acts))
     terms, defs, taken = [], [], set()
     for tm in total:
@@ -251,8 +252,7 @@ def align_lines(parts) -> list[str]:
     pr = parts.printer
     present = [g for g, _, _ in GROUPS if any(s_.group == g for s_ in parts.terms)]
     extra = [s_ for s_ in parts.terms if s_.group == "other"]
-    names = {"states": r"M_{\mathrm{states}}", "act": r"M_{\mathrm{act}}",
-             "buf": r"M_{\mathrm{buf}}", "allow": r"M_{\mathrm{allow}}"}
+    names = {g: r"M_{\mathrm{%s}}" % g for g, _, _ in GROUPS}
     labels = dict((g, lab) for g, lab, _ in GROUPS)
     top = [r"\underbrace{%s}_{\text{%s}}" % (names[g], labels[g]) for g in present]
     top += [underbraced(s_, pr) for s_ in extra]
@@ -267,7 +267,7 @@ def align_lines(parts) -> list[str]:
             lines.append(names[g] + " &= " + line if i == 0 else "&" + line)
     if any(s_.key == "fragmentation" for s_ in parts.terms):
         lines.append(r"M_{\mathrm{alloc}} &= " + " + ".join(names[g] for g in present
-                                                           if g in ("states", "act", "buf")))
+                                                           if g != "allow"))
     for sym, name, meaning, expr in parts.definitions:
         for i, line in enumerate(break_sum(placeholder_parts(expr, pr), parts.budget)):
             lines.append(name + " &= " + line if i == 0 else "&" + line)

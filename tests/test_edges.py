@@ -151,7 +151,7 @@ def test_zero3_at_d1_equals_ddp():
 def test_zero3_at_huge_d_is_finite_and_above_activations():
     est = training_memory("llama2-7b", Layout(d=2**20), Training(seq_length=2048, sharding="zero3"))
     bd = sensible(est)
-    acts = sum(est.activations().values())
+    acts = sum(est.activations().values()) + est.grouped().get("transients", 0)
     assert acts < bd["total"] < acts * sp.Rational(11, 10) + 2 * 2**30 + 2 * 10**6
 
 

@@ -71,6 +71,28 @@ def test_the_first_iteration_runs_forward_and_backward_without_the_moments():
     assert steady["optimizer"] == first["optimizer"]   # the step holds them either way
 
 
+def test_the_rows_say_the_moments_are_missing_not_the_activations():
+    """The report's rows at the first iteration's peak: the activations are those held, the
+    missing moments a ``transients`` part of their own, and the stacked bars (``held``) take
+    them off the optimizer row, whose fp32 master shard (4 of its 12 bytes) stays."""
+    bf16 = dict(precision="bf16", fp8_param_gather=False, grad_dtype="fp32")  # a forward peak
+    steady = training_memory("llama3-70b", LAYOUT, _training(**bf16), stage=1)
+    first = training_memory("llama3-70b", LAYOUT, _training(first_iteration=True, **bf16),
+                            stage=1)
+    assert first.phase == "forward"
+    params = LAYERS * (LINEAR_PER_LAYER // 4 + 2 * 8192)
+    moments = 8 * params // 2
+    rows = first.grouped()
+    assert rows["activations"] == steady.grouped()["activations"]
+    assert [(key, val) for key, _, val in first.peak_parts if val < 0] == [
+        ("moments_not_yet_made", -moments)]
+    assert rows["transients"] == steady.grouped().get("transients", 0) - moments
+    held = first.held()
+    assert held["optimizer"] == 4 * params // 2            # the fp32 master shard alone
+    assert held["activations"] == rows["activations"]
+    assert sum(v for k, v in held.items() if k != "total") == held["total"] == first.bytes_total
+
+
 def test_the_first_iteration_is_refused_where_it_is_not_modelled():
     with pytest.raises(InvalidValueError, match="first_iteration") as exc:
         job("llama3-8b", training=Training(first_iteration=True, framework="deepspeed",

@@ -122,9 +122,9 @@ def _memsym(capsys, folder: str, loss: str, lora: bool, batch: int) -> dict:
         "--max_length", str(S), "--per_device_train_batch_size", str(batch), "--dtype",
         "bfloat16", "--loss_type", loss, "--gpu", "h100-80gb", "--metric", "allocated",
         *(["--use_peft"] if lora else [])])
-    states = rep["bytes"]["total"] - rep["bytes"]["activations"]
-    held = sum(v for k, v in rep["activation_bytes"].items()
-               if k not in ("phase_transient", "recompute_working_set"))
+    states = (rep["bytes"]["total"] - rep["bytes"]["activations"]
+              - rep["bytes"].get("transients", 0))
+    held = sum(v for k, v in rep["activation_bytes"].items() if k != "recompute_working_set")
     return {"forward_peak": rep["phases"]["forward"] - states, "held": held,
             "output": rep["activation_bytes"]["output_activations"]}
 

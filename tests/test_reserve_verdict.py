@@ -40,7 +40,8 @@ def allocated():
             data = json.loads(text)
             assert code == 0 and data["verdict"] is None and data["fits"] is None, err
             b = data["bytes"]
-            a = b["weights"] + b["gradients"] + b["optimizer"] + b["activations"]
+            a = (b["weights"] + b["gradients"] + b["optimizer"] + b["activations"]
+                 + b.get("transients", 0))
             # the allowances, by hand: this A is a multiple of 20, so A / 10 and A / 20 are
             # whole bytes
             assert a % 20 == 0

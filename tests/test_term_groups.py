@@ -14,11 +14,12 @@ import json
 import pytest
 
 from memsym.cli import main
-from memsym.groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, BUFFER_KEYS, STATE_KEYS
+from memsym.groups import (ACTIVATION_KEYS, ALLOWANCE_KEYS, BUFFER_KEYS, STATE_KEYS,
+                           TRANSIENT_KEYS)
 from memsym.training.totals import OUTSIDE_ALLOCATOR_KEYS
 
 GROUPED = set(STATE_KEYS) | set(ACTIVATION_KEYS) | set(BUFFER_KEYS) | set(ALLOWANCE_KEYS) \
-    | set(OUTSIDE_ALLOCATOR_KEYS)
+    | set(OUTSIDE_ALLOCATOR_KEYS) | set(TRANSIENT_KEYS)
 
 JOBS = {
     "dense": ["llama3-8b", "--world-size", "8"],
@@ -44,9 +45,12 @@ def test_every_term_is_grouped_and_the_rows_add_up(name):
     with contextlib.redirect_stdout(buf):
         main(["estimate", *JOBS[name], "--gpu", "h100-80gb", "--json"])   # 0 or 1 (fits or not)
     out = json.loads(buf.getvalue())
-    assert set(out["sources"]) - {"total"} <= GROUPED | {"activations"}, name
+    assert set(out["sources"]) - {"total"} <= GROUPED | {"activations", "transients"}, name
     assert out["bytes"]["activations"] == sum(out["activation_bytes"].values())
     assert out["bytes"]["total"] == out["phases"][out["phases"]["peak"]]
+    # the transients row is the peak phase's own Terms (and the activations it frees), summed
+    # apart from the total's max over the phases
+    assert out["bytes"].get("transients", 0) == sum(p["bytes"] for p in out["peak_parts"]), name
 
 
 def test_the_terms_of_the_totals_are_grouped():

@@ -77,6 +77,9 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
             # the peak over the step's phases, and the states that exist only in the step
             "phases": {"peak": est.phase, **{ph: _num(v_) for ph, v_ in est.phase_bytes}},
             "optimizer_step_bytes": {k_: _num(v_) for k_, v_ in est.step_bytes},
+            # the transients row itemised: what the peak phase adds or takes away
+            "peak_parts": [{"key": k_, "label": l_, "bytes": _num(v_)}
+                           for k_, l_, v_ in est.peak_parts],
             "allowances": {str(s_): number_out(v_) for s_, v_ in est.values.items()
                            if s_.name in ("M_ws", "M_nccl", "phi_frag")},
             "sources": _sources(est),
@@ -204,12 +207,14 @@ def metric_report(args, j, rep: dict, total) -> int:
 
 
 def _sources(est) -> dict:
-    """The source of every row the report shows: each term's own, and for the activations row
-    (several terms summed) each of its terms' sources once."""
+    """The source of every row the report shows: each term's own, for the activations row
+    (several terms summed) each of its terms' sources once, and the transients row's (the
+    peak phase's Term)."""
     out = {term.key: str(term.source) for term in est.total}
-    grouped = est.grouped()
+    grouped = set(est.grouped()) | {"phase_transient"}
     acts = [term for term in est.total if term.key not in grouped]
     out["activations"] = "; ".join(dict.fromkeys(str(term.source) for term in acts))
+    out["transients"] = out.pop("phase_transient", "")
     return out
 
 

@@ -121,10 +121,10 @@ def stage_bytes(estimate, job=None) -> dict:
 
     if job is None:
         return {label(estimate.stage, 1 if estimate.role == "only" else 2):
-                bytes_json(estimate.grouped())}
+                bytes_json(estimate.held())}
     p = job.layout.p
     return {label(i, p): bytes_json((estimate if i == estimate.stage else
-                                     job_memory(job, stage=i)).grouped())
+                                     job_memory(job, stage=i)).held())
             for i in candidate_stages(job.model, job.layout)}
 
 
@@ -132,33 +132,24 @@ def phase_segments(estimate, job) -> dict:
     """Phase -> ``{term: exact bytes}`` of the most-loaded stage in each phase of the step
     (:func:`memsym.training.phase_totals` evaluated at the estimate's values), in step order:
     the model states and allowances each a segment, the activation terms together
-    (``activations``), and the phase's transients (logits, the loss's buffers, what backward
-    frees) netted as ``transients``; where that net is negative (backward freeing the output
-    layer's activations) it is taken off ``activations``, so that every segment is >= 0 and
-    each phase's segments add up to its total (:meth:`TrainingEstimate.phases`)."""
+    (``activations``), and the phase's transients placed by :func:`memsym.groups.held_rows`
+    (states not yet made taken off those states, the rest netted as ``transients``, a
+    negative net taken off ``activations``), so that every segment is >= 0 and each phase's
+    segments add up to its total (:meth:`TrainingEstimate.phases`)."""
+    from ..groups import held_rows
     from ..training import (ACTIVATION_KEYS, ALLOWANCE_KEYS, OUTSIDE_ALLOCATOR_KEYS, STATE_KEYS,
                             phase_totals)
 
-    totals = phase_totals(job, estimate.stage)
     out = {}
-    for ph, tot in totals.items():
+    for ph, tot in phase_totals(job, estimate.stage).items():
         bd = tot.breakdown(estimate.values)
-        seg, act, trans = {}, 0, 0
-        for key, val in bd.items():
-            if key == "total":
-                continue
-            if key in ACTIVATION_KEYS:
-                act += val
-            elif key in STATE_KEYS or key in ALLOWANCE_KEYS or key in OUTSIDE_ALLOCATOR_KEYS:
-                seg[key] = val
-            else:
-                trans += val
-        if trans < 0:
-            act, trans = act + trans, 0
-        seg.update({"activations": act, "transients": trans})
-        # the drawing order: states, activations, transients, allowances
-        order = [k for k in STATE_KEYS if k in seg] + ["activations", "transients"]
-        out[ph] = {k: seg[k] for k in order + [k for k in seg if k not in order]}
+        rows = {k: v for k, v in bd.items() if k in STATE_KEYS}
+        rows["activations"] = sum((v for k, v in bd.items() if k in ACTIVATION_KEYS), 0)
+        rows.update((k, v) for k, v in bd.items()
+                    if k in ALLOWANCE_KEYS or k in OUTSIDE_ALLOCATOR_KEYS)
+        parts = {k: v for k, v in bd.items() if k not in rows and k not in ACTIVATION_KEYS
+                 and k != "total"}
+        out[ph] = held_rows(rows, parts)
     return out
 
 

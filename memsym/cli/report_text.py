@@ -88,6 +88,8 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
             f"backward {ph['loss-backward'] / 1e9:.3f} GB, blocks' backward "
             f"{ph['backward'] / 1e9:.3f} GB, optimizer step {ph['optimizer'] / 1e9:.3f} GB"
             f"{step})")
+    if rep.get("peak_parts"):
+        lines.append(_peak_parts(rep) if wide else _wrap(_peak_parts(rep)))
     said = _said(rep, device)
     lines += said if wide else [_wrap(x) for x in said]
     if fits is not None:
@@ -105,6 +107,14 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
                                 break_long_words=True, break_on_hyphens=False)
                   for i, src in enumerate(refs, 1)]
     return "\n".join(lines)
+
+
+def _peak_parts(rep: dict) -> str:
+    """The transients row itemised: each part the peak phase adds or does not hold [GB]."""
+    parts = ", ".join(f"{part['label']} {part['bytes'] / 1e9:.3f} GB"
+                      for part in rep["peak_parts"])
+    return (f"transients: what the peak phase ({rep['phases']['peak']}) adds to the steady "
+            f"states and activations or does not hold: {parts}")
 
 
 def _title(rep: dict) -> str:
@@ -267,7 +277,8 @@ def render_markdown(rep: dict, args, *, fits, device: int) -> str:
         lines += [f"Dominant: {markdown_text(_dominant(terms, total))}.", ""]
     if rep.get("phases"):
         ph = rep["phases"]
-        lines += [f"Peak phase: {ph['peak']}.", ""]
+        lines += [f"Peak phase: {ph['peak']}"
+                  + (f"; {_peak_parts(rep)}." if rep.get("peak_parts") else "."), ""]
     lines += [f"- {markdown_text(x)}" for x in _said(rep, device)]
     if fits is not None:
         lines += ["", f"**{markdown_text(_verdict(rep, args, fits, device))}**"]

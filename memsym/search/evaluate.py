@@ -98,7 +98,7 @@ def evaluate_grid(space: Space, grid: dict, progress=None, want_time=True,
     memos.clear()
     save_stage_tables()   # the templates built here, for the next process (compile cache)
     # term columns absent everywhere (NaN on every row) are dropped, not joined
-    dropped = set(_TERM_COLUMNS) - present - {"activations"} - set(_ALLOW)
+    dropped = set(_TERM_COLUMNS) - present - {"activations", "transients"} - set(_ALLOW)
     cols = {k: _joined(chunks, k) for k in keys if k not in dropped}
     chunks.clear()
     for name, values in choices.items():
@@ -341,7 +341,7 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
         # a slot every row has (the first and last stage) takes the rows as they are
         rkw = _pick(kw, slice(None) if len(ridx) == len(idx) else ridx)
         rkw.update({name: arr[j, rows] for name, arr in slots.counts.items()})
-        parts = {"activations": np.zeros(len(ridx))}
+        parts = {"activations": np.zeros(len(ridx)), "transients": np.zeros(len(ridx))}
         tid = slots.template[j, rows]
         for q in distinct(tid):
             sub = np.flatnonzero(tid == q)
@@ -356,7 +356,8 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
             act_q = acts + fac_q * layer
             *running, to = phases
             peak = functools.reduce(np.maximum, running, to - act_q)
-            parts["activations"][sub] = act_q + peak
+            parts["activations"][sub] = act_q
+            parts["transients"][sub] = peak
             for key, value in states.items():
                 parts.setdefault(key, np.zeros(len(ridx)))[sub] = value
         # the allowances are over what PyTorch's allocator holds; the buffers outside it

@@ -17,16 +17,16 @@ from .grid import with_split
 from .templates import check_stages, stage_count_items, choice_template, template_rep
 from ..symbols import lookup, m as m_sym
 from ..term import Total
-from ..groups import BUFFER_KEYS
+from ..groups import BUFFER_KEYS, TRANSIENT_KEYS
 
 #: The framework's buffers kept in every phase through PyTorch's allocator (the CUDA graphs');
 #: FSDP2's pools are buffers too but are listed with those outside the allocator's reach.
 _BUFFERS = tuple(key for key in BUFFER_KEYS if key not in _OUTSIDE)
 #: The per-term columns of a search, in the groups ``memsym estimate --json`` reports
-#: (:meth:`memsym.training.TrainingEstimate.grouped`): the model states, the activations (with
-#: the peak phase's transients), the allowances, the framework's buffers and those outside
+#: (:meth:`memsym.training.TrainingEstimate.grouped`): the model states, the activations, the
+#: peak phase's transients, the allowances, the framework's buffers and those outside
 #: PyTorch's allocator.
-TERM_COLUMNS = _STATE_KEYS + ("activations",) + _ALLOW + _BUFFERS + _OUTSIDE
+TERM_COLUMNS = _STATE_KEYS + ("activations", "transients") + _ALLOW + _BUFFERS + _OUTSIDE
 
 
 def exact_row(space: Space, row: Mapping) -> dict:
@@ -44,11 +44,15 @@ def exact_row(space: Space, row: Mapping) -> dict:
 
 def group_bytes(bd: Mapping) -> dict:
     """Exact per-term bytes grouped as ``memsym estimate --json`` reports them: model-state
-    keys, ``activations`` (every activation term), the allowances, the framework's buffers
-    and those outside PyTorch's allocator where the job has them, ``total``."""
+    keys, ``activations`` (every activation term), ``transients`` (the peak phase's, where
+    not zero), the allowances, the framework's buffers and those outside PyTorch's allocator
+    where the job has them, ``total``."""
     out = {k: bd[k] for k in _STATE_KEYS if k in bd}
-    grouped = set(TERM_COLUMNS) | {"total"}
+    grouped = set(TERM_COLUMNS) | {"total"} | set(TRANSIENT_KEYS)
     out["activations"] = sp.Add(*(val for key, val in bd.items() if key not in grouped))
+    for key in TRANSIENT_KEYS:
+        if bd.get(key, 0) != 0:
+            out["transients"] = bd[key]
     for key in _ALLOW + _BUFFERS + _OUTSIDE:
         if key in bd:
             out[key] = bd[key]

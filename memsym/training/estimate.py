@@ -15,7 +15,7 @@ from typing import Mapping
 import sympy as sp
 
 from ..errors import InvalidValueError
-from ..groups import ACTIVATION_KEYS, BUFFER_KEYS, STATE_KEYS
+from ..groups import ACTIVATION_KEYS, BUFFER_KEYS, STATE_KEYS, TRANSIENT_KEYS, held_rows
 from ..job import (Job, Layout, Training, check_fields, job as make_job, microbatches,
                    validate as _validate_job)
 from ..limits import LIMITS
@@ -133,6 +133,13 @@ class TrainingEstimate:
         :func:`memsym.terms.transients.megatron_fsdp_buckets`).
     defaults : tuple of (str, object, str)
         The defaults the job applied, with where each comes from (:attr:`memsym.job.Job.defaults`).
+    peak_parts : tuple of (str, str, sympy.Expr)
+        (key, label, exact bytes) of what the peak phase adds to the steady states and
+        activations or takes from them, in the order the phase lists them: its transient
+        Terms (:func:`memsym.training.phase_transients`, the step-only states in the optimizer
+        phase) and, when the peak is the optimizer step, ``activations_freed`` (every
+        activation is freed before the step).  Their sum is the ``transients`` row of
+        :meth:`grouped`.
     """
 
     total: Total
@@ -145,6 +152,7 @@ class TrainingEstimate:
     phase_bytes: tuple = ()
     step_bytes: tuple = ()
     defaults: tuple = ()
+    peak_parts: tuple = ()
 
     @cached_property
     def _breakdown(self) -> dict:
@@ -161,19 +169,34 @@ class TrainingEstimate:
 
     def grouped(self) -> dict:
         """Exact bytes grouped as the command line reports them: model-state keys,
-        ``activations`` (all activation terms), ``workspace``, ``nccl``, ``fragmentation``,
-        the framework's buffers (:data:`memsym.groups.BUFFER_KEYS`: the CUDA graphs') and
-        those outside PyTorch's allocator where the job has them (``tp_comm_userbuffers``)
-        and ``total`` (their sum)."""
+        ``activations`` (the activation terms: what the micro-batches in flight keep),
+        ``transients`` where the peak phase changes them (:attr:`peak_parts`; negative where
+        the phase holds less, e.g. the first iteration's forward without the Adam moments),
+        ``workspace``, ``nccl``, ``fragmentation``, the framework's buffers
+        (:data:`memsym.groups.BUFFER_KEYS`: the CUDA graphs') and those outside PyTorch's
+        allocator where the job has them (``tp_comm_userbuffers``) and ``total`` (their
+        sum)."""
         bd = self._breakdown
         out = {key: bd[key] for key in _STATE_KEYS if key in bd}
         out["activations"] = sp.Add(*(bd[key] for key in _ACT_KEYS if key in bd))
+        for key in TRANSIENT_KEYS:
+            if bd.get(key, 0) != 0:
+                out["transients"] = bd[key]
         for key in ALLOWANCE_TERMS:
             out[key] = bd[key]
         for key in BUFFER_KEYS + OUTSIDE_ALLOCATOR_KEYS:
             if key in bd:
                 out[key] = bd[key]
         out["total"] = bd["total"]
+        return out
+
+    def held(self) -> dict:
+        """:meth:`grouped` as the peak phase holds it, every row >= 0 (stacked bars): the
+        transients placed by :func:`memsym.groups.held_rows` (the first iteration's Adam
+        moments taken off ``optimizer``, freed activations off ``activations``)."""
+        rows = {k: v for k, v in self.grouped().items() if k not in ("transients", "total")}
+        out = held_rows(rows, {key: val for key, _, val in self.peak_parts})
+        out["total"] = self.bytes_total
         return out
 
     def phases(self) -> dict:
@@ -287,12 +310,29 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     phases = phase_totals(j, best)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
-    opt = states_and_transients(j, best)[1]["optimizer"]
-    step = tuple((term.key, term.evaluate(results[best][2])) for term in opt
+    trans = states_and_transients(j, best)[1]
+    step = tuple((term.key, term.evaluate(results[best][2])) for term in trans["optimizer"]
                  if term.key in STEP_STATE_KEYS + ("unsharded_params", "unsharded_grads"))
     return TrainingEstimate(results[best][0], results[best][2], best, stage_role(best, layout.p),
                             tuple(results[i][1] for i in sorted(results)), j.notes, phase,
-                            tuple(pb.items()), step, j.defaults)
+                            tuple(pb.items()), step, j.defaults,
+                            _peak_parts(results[best][0], trans[phase], phase, results[best][2]))
+
+
+def _peak_parts(total: Total, terms, phase: str, vals: dict) -> tuple:
+    """(key, label, exact bytes) of the peak phase's change to the steady sum
+    (:attr:`TrainingEstimate.peak_parts`), the parts of the same key added together; none
+    where the total has no ``phase_transient`` (the steady sum is the peak)."""
+    if not any(term.key in TRANSIENT_KEYS for term in total):
+        return ()
+    parts: dict = {}
+    for term in terms:
+        label, val = parts.get(term.key, (term.label or term.key.replace("_", " "), 0))
+        parts[term.key] = (label, val + term.evaluate(vals))
+    if phase == "optimizer":     # the step runs after every activation is freed
+        freed = -sp.Add(*(term.evaluate(vals) for term in total if term.key in _ACT_KEYS))
+        parts["activations_freed"] = ("activations freed before the step", freed)
+    return tuple((key, label, val) for key, (label, val) in parts.items() if val != 0)
 
 
 def validate(arch, layout: Layout, training: Training) -> None:
