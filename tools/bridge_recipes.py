@@ -27,11 +27,15 @@ its checkpoint read from the Hub, :mod:`memsym.readers.bridge_models`): the valu
   with its line: :mod:`memsym.readers.bridge` transcribes the ones that matter by hand.
 
 It also writes ``PERF_RECIPES``: one row per performance recipe function
-``*_pretrain_*_config`` of ``perf_recipes/<family>/<system>/<model>.py`` (the families of
-:data:`PERF_FAMILIES`), read by :class:`_Perf`,
-a small reader of the statements (never an import, never a call): ``cfg = base()`` starts from
-the base recipe's values (found through the imports: ``perf_recipes/<family>/common.py`` and the
-legacy names of ``recipes/<family>/<model>.py``); ``_perf_precision("fp8_cs")`` and the other
+``*_pretrain_*_config``, ``*_sft_*_config`` and ``*_peft_*_config`` of
+``perf_recipes/<family>/<system>/<model>.py`` (the families of :data:`PERF_FAMILIES`), read by
+:class:`_Perf`, a small reader of the statements (never an import, never a call):
+``cfg = base()`` starts from the base recipe's values (found through the imports:
+``perf_recipes/<family>/common.py`` and the legacy names of ``recipes/<family>/<model>.py``; a
+fine-tuning base such as ``llama3_70b_peft_config(peft_scheme="lora")`` is its row, called with
+its defaults, another argument value not read; ``_sft_common()`` and ``_peft_common()`` are
+their values); ``cfg.model = AutoBridge.from_hf_pretrained("ID")...`` makes ``ID`` the row's
+model; ``cfg.peft.target_modules = [...]`` sets the LoRA's field; ``_perf_precision("fp8_cs")`` and the other
 helpers of ``perf_recipes/_common.py`` and ``perf_recipes/<family>/common.py`` (and the
 recipes' own, such as ``set_deepseek_v3_pipeline_model_parallel_layout``) are read the same way,
 their parameters bound; an ``if`` whose condition is literal (``compute_dtype == "bf16"``,
@@ -50,8 +54,8 @@ naming no field is refused; and it checks that each field memsym reads is one.
 The rows are written compact (:func:`_compact`, read back by
 :func:`memsym.readers.bridge_rows.expand_rows`): each the difference from the earlier row of its
 table it differs least from, each unread statement once (``COMPUTED``), one row a line, so that
-the 560 recipes take about 230 kB and 520 lines (written out in full, 1.2 MB and well over the
-package's 600-line limit).
+the 451 pretrain and performance recipes take about 250 kB and 550 lines (written out in full,
+well over a megabyte and the package's 600-line limit).
 
 ``--check`` writes nothing and exits 1 when the file on disk differs from what would be written.
 """
@@ -61,6 +65,7 @@ from __future__ import annotations
 import argparse
 import ast
 import pprint
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -611,7 +616,10 @@ def section_fields(bridge: str, mcore: str) -> dict:
 
 # --- performance recipes ---------------------------------------------------------------------
 #: The families of ``perf_recipes/<family>/<system>/<model>.py`` read (the language models';
-#: qwen_vl and wan are not); each function ``*_pretrain_*_config`` is one row of PERF_RECIPES.
+#: qwen_vl and wan are not); each function ``*_pretrain_*``, ``*_sft_*`` or ``*_peft_*_config``
+#: is one row of PERF_RECIPES.
+#: The perf recipe functions read: pretraining, SFT and PEFT (LoRA) ones.
+_PERF_TASK = re.compile(r"_(pretrain|sft|peft)_")
 PERF_FAMILIES = ("llama", "qwen", "deepseek", "gpt_oss", "kimi", "nemotronh", "glm_moe_dsa")
 _PERF = _BASE + "perf_recipes/"
 
@@ -642,6 +650,16 @@ class _Return(Exception):
 
 
 _UNSET = object()
+
+
+def _default(fn, name):
+    """The literal default of parameter ``name`` of function ``fn`` (``_UNSET`` if none)."""
+    params = fn.args.args[len(fn.args.args) - len(fn.args.defaults):]
+    for p, d in list(zip(params, fn.args.defaults)) + list(zip(fn.args.kwonlyargs,
+                                                                fn.args.kw_defaults)):
+        if p.arg == name and isinstance(d, ast.Constant):
+            return d.value
+    return _UNSET
 
 
 class _Perf:
@@ -761,6 +779,10 @@ class _Perf:
         if where == "megatron.bridge.training.mixed_precision":
             return _Obj({"": fn.name})                    # bf16_with_fp8_current_scaling_mixed
         if fn.name in self.base and not where.startswith("megatron.bridge.perf_recipes"):
+            # the base's row is the function called with its defaults: a call passing another
+            # value (``llama3_70b_peft_config(peft_scheme="dora")``) is not that row
+            if node.args or any(_default(fn, k) != v for k, v in kwargs.items()):
+                raise _Unknown(f"{fn.name}(...) with arguments other than its defaults")
             values, hf, unread = self.base[fn.name]
             # the base's own unread statements run too: DeepSeek-V3's base ends in
             # apply_flex_dispatcher_backend (recipes/deepseek/h100/deepseek_v3.py:256), which
@@ -833,6 +855,16 @@ class _Perf:
         except _Unknown:
             # an imported config object (a userbuffers config): its name stands for it
             value = stmt.value.id if isinstance(stmt.value, ast.Name) else _UNSET
+        hf = _hf_id(stmt.value, env)
+        if targets == ["cfg.model"] and isinstance(hf, str) and isinstance(env.get("cfg"), _Ref):
+            # cfg.model = AutoBridge.from_hf_pretrained("zai-org/GLM-5.1").to_megatron_provider(
+            # ...) (perf_recipes/glm_moe_dsa/gb200/glm5.py:28): the row's model is that
+            # checkpoint, the earlier model fields gone with the model object they were on
+            cfg = env["cfg"].cfg
+            cfg.hf = hf
+            for key in [k for k in cfg.values if k.startswith("model.")]:
+                del cfg.values[key]
+            return
         for target in stmt.targets:
             if isinstance(target, ast.Name):
                 env[target.id] = value
@@ -910,13 +942,25 @@ def _resolve(mods, module, name, depth=0):
     return None
 
 
-def _module_constants(mods, module):
+def _module_constants(mods, module, depth=0):
+    """The literal module-level constants of ``module``, with those it imports from Bridge
+    (``DEFAULT_NULL_TOKENIZER_VOCAB_SIZE``, perf_recipes/glm_moe_dsa/gb200/glm5.py:20)."""
     got = mods.tree(module)
     out = {}
     for n in (got[0].body if got else ()):
-        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) \
+        target = n.targets[0] if isinstance(n, ast.Assign) else getattr(n, "target", None)
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) \
                 and isinstance(n.value, ast.Constant):
-            out[n.targets[0].id] = n.value.value
+            out[target.id] = n.value.value   # also ``NAME: int = 32000`` (tokenizer_utils.py:15)
+        if isinstance(n, ast.ImportFrom) and depth < 4 and n.names[0].name != "*":
+            source = _Modules._absolute(module, n, got[1])
+            if not source.startswith("megatron.bridge."):
+                continue
+            names = {a.name: a.asname or a.name for a in n.names}
+            if not any(name.isupper() for name in names):
+                continue            # only constants (upper-case names) are followed
+            theirs = _module_constants(mods, source, depth + 1)
+            out.update({mine: theirs[name] for name, mine in names.items() if name in theirs})
     return out
 
 
@@ -935,7 +979,7 @@ def perf_rows(source: str, mcore: str, base: dict, keep) -> dict:
         tree, _ = mods.tree(module)
         for fn in tree.body:
             if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_") \
-                    or "_pretrain_" not in fn.name or not fn.name.endswith("_config"):
+                    or not _PERF_TASK.search(fn.name) or not fn.name.endswith("_config"):
                 continue
             reader = _Perf(mods, base, SECTION_CLASSES)
             try:
@@ -1014,13 +1058,17 @@ def build(source: str, mcore: str = DEFAULT_MCORE) -> tuple:
                     or ("_pretrain_" not in name and not finetune):
                 continue
             values, hf, computed = _run(file, name, [], common)
-            if not finetune:
-                base[name] = (values, hf, [f"{rel}:{line}" for line in computed])
+            # a perf recipe starts from a pretrain or a fine-tuning recipe
+            base[name] = (values, hf, [f"{rel}:{line}" for line in computed])
             keep = {k: v for k, v in sorted(values.items()) if k in FIELDS or k == "peft"}
             (tuning if finetune else rows)[name] = {
                 "source": f"{_BASE}{rel}:{fn.lineno} {name}", "hf_model": hf,
                 "values": keep, "computed": tuple(computed)}
-    perf = perf_rows(source, mcore, base, (set(rows), set(FIELDS)))
+    # the bases a perf recipe may call itself (``cfg = _sft_common()``,
+    # perf_recipes/glm_moe_dsa/gb200/glm5.py:26)
+    base.update({name: (common[name], None, []) for name in ("_pretrain_common",)
+                 + FINETUNE_COMMONS})
+    perf = perf_rows(source, mcore, base, (set(rows) | set(tuning), set(FIELDS) | {"peft"}))
     aliases = {k: v for k, v in sorted(_aliases(source).items()) if v in rows or v in tuning}
     head = (f'"""Megatron-Bridge {COMMIT[:10]} pretrain recipes as data: GENERATED by '
             "``python -m tools.bridge_recipes`` (do not edit).\n\n"

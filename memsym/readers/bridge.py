@@ -7,7 +7,8 @@ A Bridge job is ``python scripts/training/run_recipe.py --recipe NAME [-tp N ...
 generated from the recipe functions' source by ``python -m tools.bridge_recipes`` (read with
 :mod:`ast`, never executed); what a recipe computes in code is transcribed here by hand with
 its file:line.  Bridge's performance recipes (``perf_recipes/<family>/<system>/``, e.g.
-``llama3_70b_pretrain_64gpu_h100_fp8cs_config``) are read the same way
+``llama3_70b_pretrain_64gpu_h100_fp8cs_config``, and the SFT and LoRA ones such as
+``llama3_70b_sft_32gpu_h100_fp8cs_config`` on the fine-tuning recipes) are read the same way
 (:data:`memsym.readers._bridge_recipes.PERF_RECIPES`: the base recipe with the perf helpers'
 precision, bf16 gradient reduction, recompute modules, layout, offloading, CUDA graphs and
 dispatcher); what memsym does not count is said in a note, NVFP4 is read as fp4.  An override is applied with Bridge's meaning for the fields memsym models
@@ -42,7 +43,7 @@ from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
 from ._bridge_finetune import FINETUNE_RECIPES
 from .bridge_models import HF_PRESETS, recipe_model
 from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
-from .bridge_peft import PEFT_FIELDS, apply_mode, check_peft, recipe_peft
+from .bridge_peft import PEFT_FIELDS, apply_mode, check_peft, fp8_base_note, recipe_peft
 from .bridge_precision import PRECISION_RECIPES, recipe_precision, recipe_sharding
 from .bridge_userbuffers import recipe_ub_option
 from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
@@ -436,8 +437,15 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     values, notes = reading["values"], []
     twin = [k for k in PERF_RECIPES if k.endswith("." + reading["recipe"])]
     if twin:     # a perf recipe named like the base recipe it builds on
-        notes.append(f"{reading['recipe']} is the pretrain recipe; the performance recipe of "
-                     f"that name is {twin[0]}")
+        # run_recipe.py runs the perf one for such a name (BENCHMARK_RECIPE_PRECEDENCE_
+        # COLLISIONS, scripts/training/recipe_metadata.py:52-64, recipe_runner.py:234-243)
+        notes.append(f"{reading['recipe']} is read as the library recipe (recipes/); Bridge's "
+                     f"run_recipe.py --recipe of that name runs the performance recipe, read "
+                     f"here as {twin[0]}")
+    if reading["source"].startswith("src/megatron/bridge/perf_recipes/") and \
+            values.get("dataset.enable_offline_packing"):     # a perf SFT or LoRA recipe
+        notes.append("run_recipe.py runs a performance SFT/LoRA recipe on mock sequences of "
+                     "model.seq_length (run_recipe.py:397-415), not its packed dataset")
     preset, opts, fused, more = recipe_model(reading, model)
     notes += more
     label = preset if isinstance(preset, str) else preset.name
@@ -489,6 +497,7 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     opts["sharding"] = recipe_sharding(values, prec, notes)
     recipe_muon(values, opts, notes)
     opts.update(prec)
+    notes += fp8_base_note(opts)
     tp_overlap = recipe_flag(values, "comm_overlap.tp_comm_overlap", False)
     # comm_overlap.py:442-448: Bridge turns TP overlap off at TP < 2 or without SP
     opts["tp_comm_overlap"] = bool(tp_overlap and opts.get("t", 1) > 1

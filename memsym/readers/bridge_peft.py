@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 
-__all__ = ["PEFT_FIELDS", "LORA_MODULES", "recipe_peft", "lora_targets", "apply_mode", "check_peft"]
+__all__ = ["PEFT_FIELDS", "LORA_MODULES", "recipe_peft", "lora_targets", "apply_mode", "check_peft",
+           "fp8_base_note"]
 
 #: The PEFT fields memsym reads (LoRA's dataclass fields, ``peft/lora.py:143-157``, and
 #: ModuleMatcher's ``exclude_modules``), and the fine-tuning dataset's packing switch
@@ -150,3 +151,24 @@ def check_peft(recipe: dict, values: dict, overridden) -> None:
     if stray and values.get("peft") is None:
         raise InvalidValueError(f"{stray[0]}: the recipe has no PEFT (peft=None, full "
                                 "fine-tuning or pretraining)")
+
+
+def fp8_base_note(opts: dict) -> list:
+    """A note for LoRA over FP8 parameters (the perf LoRA recipes' fp8cs and fp8mx
+    precisions), which memsym counts as it counts LoRA over a 16-bit base.
+
+    ``fp8_param_gather`` sets ``fp8_param`` (training/mixed_precision.py:81-100 at 067f987df0),
+    under which Megatron-core builds the linear weights as FP8 parameters, frozen or not
+    (``get_fp8_context(config, is_init=True)``: ``fp8_model_init`` where ``config.fp8_param``,
+    Megatron-LM d98e8a64dd fp8_utils.py:848, as tests/test_fp8_frozen.py reads it); memsym's
+    LoRA keeps the frozen base in 16 bits beside Transformer Engine's cached FP8 copies
+    (:func:`memsym.terms.model_state.te_weight_cache`), so its weights are counted high.
+
+    >>> len(fp8_base_note({"finetune": "lora", "fp8_param_gather": True}))
+    1
+    """
+    if opts.get("finetune") != "lora" or not opts.get("fp8_param_gather"):
+        return []
+    return ["LoRA with mixed_precision.fp8_param_gather: Bridge builds the frozen base as FP8 "
+            "parameters (fp8_param, training/mixed_precision.py:81-100); memsym counts it as "
+            "16-bit weights with Transformer Engine's cached FP8 copies, more than Bridge holds"]
