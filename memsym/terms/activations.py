@@ -48,10 +48,11 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import V, a, c, c_f, d_h, f, f_e, f_sh, g, h, k, t, t_e
+from ..symbols import V, a, c, d_h, f, g, h, t
 from ..term import Source, Term, Total
 from ..values import as_expr
 from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa: F401
+from .eager_glu import glu_elements
 from .korthikanti import PARALLEL, korthikanti, korthikanti_terms
 from .schedule import first_stage_layers
 # one layer's derivation, term by term, re-exported: every name stays importable from here
@@ -367,9 +368,9 @@ def unfused_glu_products(fused: bool = True, *, moe: bool = False, width: int = 
         Megatron's ``bias_activation_fusion`` [1].
     moe : bool
         An MoE layer's grouped experts (``TEGroupedMLP``) instead of a dense MLP [1].
-
     width : {2, 4}
         Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
+
     Examples
     --------
     Qwen3-8B (f = 12288, 36 layers) at t = 2, s = 8192, b = 1: 36 x 2 x 2 x 8192 x 6144 bytes,
@@ -393,13 +394,7 @@ def unfused_glu_products(fused: bool = True, *, moe: bool = False, width: int = 
        qwen3_moe_bridge.py at 33655ef845 (``provider_bridge`` leaves it unset),
        models/llama/llama_bridge.py:65 (sets it True).
     """
-    tok, _ = token_split(False)
-    if fused:
-        expr = sp.Integer(0)
-    elif moe:
-        expr = 3 * width * (c_f * k * tok * t_e / t) * f_e / t_e
-    else:
-        expr = 2 * width * tok * f / t
+    expr = sp.Integer(0) if fused else (3 if moe else 2) * width * glu_elements(moe)
     return Term("unfused_glu_products", expr, "16-bit silu(gate) and gate-offset up product "
                 "operands kept by an unfused SwiGLU (bias_activation_fusion False)"
                 + (", and its output the probability weighting keeps" if moe else ""),
@@ -465,8 +460,7 @@ def clamped_glu_copy(clamped: bool = True, *, width: int = 2) -> Term:
     .. [pytorch] ``ClampBackward1`` saves ``self``, ``CatBackward0`` only ``dim`` (torch
        2.13.0: the nodes' ``_saved_*`` attributes; ``tests/test_clamped_glu.py``).
     """
-    tok, _ = token_split(False)
-    expr = 2 * width * (c_f * k * tok * t_e / t) * f_e / t_e if clamped else sp.Integer(0)
+    expr = 2 * width * glu_elements(moe=True) if clamped else sp.Integer(0)
     return Term("clamped_glu_copy", expr, "16-bit clamped copy of the expert fc1 output "
                 "(torch.cat of the clamped halves) saved by the fused quick-GeGLU",
                 Source("megatron-core", "core/fusions/fused_bias_geglu.py:424-440, :326-327; "
@@ -501,10 +495,10 @@ def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = Fals
         An MoE layer: the routed experts' fc1 outputs (``TEGroupedMLP``) [1].
     shared : bool
         The MoE layer's shared experts keep their activation (not recomputed) [1].
-
     width : {2, 4}
         Bytes of an element in the compute dtype: the FP8 copy saves width - 1 on each of the
         2f-wide input's elements (1 at 16 bits, 3 in fp32) [bytes/element].
+
     Examples
     --------
     Qwen3-30B-A3B's experts (f_e = 768, top-8) at s = 4096, b = 1, TP 1, ETP 1: R = 8 x 4096 =
@@ -525,14 +519,7 @@ def fp8_glu_input(stored: bool = True, *, moe: bool = False, shared: bool = Fals
        transformer/mlp.py:283-316 (the fused calls), moe/experts.py:966-972 and
        moe/shared_experts.py:285-290; transformer_config.py:227 (default False), :2467-2469.
     """
-    tok, _ = token_split(False)
-    if not stored:
-        expr = sp.Integer(0)
-    elif moe:
-        expr = -2 * (width - 1) * (c_f * k * tok * t_e / t) * f_e / t_e - (
-            2 * (width - 1) * tok * f_sh / t if shared else 0)
-    else:
-        expr = -2 * (width - 1) * tok * f / t
+    expr = -2 * (width - 1) * glu_elements(moe, shared) if stored else sp.Integer(0)
     return Term("fp8_glu_input", expr, "one byte per element saved on the SwiGLU input kept "
                 "in FP8 (activation_func_fp8_input_store)",
                 Source("megatron-core", "core/fusions/fused_bias_swiglu.py:180-184, :232-235, "

@@ -8,6 +8,8 @@ unclamped products) and :func:`memsym.terms.activations.clamped_glu_copy` (the f
 :func:`eager_silu_output`: the SiLU output that torchtitan's and transformers' own
 ``w2(silu(w1 x) * w3 x)`` keeps.  :func:`eager_tanh_gelu`: the three tensors transformers'
 unfused tanh GELU (``gelu_new``, GPT-2's) keeps beyond a fused GeLU's input.
+:func:`glu_elements`: the size of one f-wide tensor of a layer's MLP, which these terms and
+:mod:`memsym.terms.activations`' GLU terms count in.
 """
 
 from __future__ import annotations
@@ -18,7 +20,38 @@ from ..symbols import c_f, f, f_e, f_sh, k, t, t_e
 from ..term import Source, Term
 from .transformer_layer import token_split
 
-__all__ = ["eager_clamped_glu_input", "eager_silu_output", "eager_tanh_gelu"]
+__all__ = ["eager_clamped_glu_input", "eager_silu_output", "eager_tanh_gelu", "glu_elements"]
+
+
+def glu_elements(moe: bool = False, shared: bool = False) -> sp.Expr:
+    r"""Elements of one f-wide tensor of a layer's MLP, one micro-batch [elements].
+
+    .. math:: \text{dense: } \tau f / t, \qquad
+              \text{MoE: } R f_e / t_e \; (+\, \tau f_{sh} / t \text{ with shared experts})
+
+    with :math:`\tau = sb/c` and :math:`R = c_f k \tau t_e / t` the routed token copies an
+    expert rank receives (:mod:`memsym.terms.transformer_layer`).
+
+    Parameters
+    ----------
+    moe : bool
+        An MoE layer's routed experts instead of a dense MLP [1].
+    shared : bool
+        With ``moe``, the shared experts' tensor of the same kind too [1].
+
+    Examples
+    --------
+    >>> glu_elements(), glu_elements(moe=True, shared=True)
+    (b*f*s/(c*t), b*c_f*f_e*k*s/(c*t) + b*f_sh*s/(c*t))
+
+    References
+    ----------
+    .. [shazeer-switch] arXiv:2101.03961, §2.2 (expert capacity: the routed copies).
+    """
+    tok, _ = token_split(False)
+    if not moe:
+        return tok * f / t
+    return (c_f * k * tok * t_e / t) * f_e / t_e + (tok * f_sh / t if shared else 0)
 
 
 def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False, width: int = 2) -> Term:
@@ -51,9 +84,9 @@ def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False, width: i
         The GLU input is clamped and runs eagerly under Megatron-core [1].
     moe : bool
         An MoE layer's grouped experts (``TEGroupedMLP``) instead of a dense MLP [1].
-
     width : {2, 4}
         Bytes of an element in the compute dtype (each 2 above; 4 in fp32) [bytes/element].
+
     Examples
     --------
     GPT-OSS's example shape (f_e = 2048, top-2) at s = 8192, b = 1, t = t_e = 1: R = 2 x 8192
@@ -75,13 +108,7 @@ def eager_clamped_glu_input(clamped: bool = True, *, moe: bool = False, width: i
     .. [pytorch] ``tests/test_clamped_glu.py`` replays the eager code under saved-tensor hooks
        with ``quick_gelu`` compiled by a min-cut partitioning backend, and with ``F.silu``.
     """
-    tok, _ = token_split(False)
-    if not clamped:
-        expr = sp.Integer(0)
-    elif moe:
-        expr = width * (c_f * k * tok * t_e / t) * f_e / t_e
-    else:
-        expr = width * tok * f / t
+    expr = width * glu_elements(moe) if clamped else sp.Integer(0)
     return Term("eager_clamped_glu_input", expr, "16-bit clamped gate half kept by the "
                 "activation of an eager clamped GLU (bias_activation_fusion False)",
                 Source("megatron-core", "moe/experts.py:995-1016, transformer/mlp.py:320-334, "
@@ -140,14 +167,7 @@ def eager_silu_output(eager: bool = True, *, moe: bool = False, shared: bool = F
        (``grouped_mm_experts_forward``: the experts' ``_apply_gate``, ``act_fn(gate) * up``);
        ``tests/test_hf_activations.py`` and ``tests/fake_tracker.py`` measure it.
     """
-    tok, _ = token_split(False)
-    if not eager:
-        expr = sp.Integer(0)
-    elif moe:
-        expr = width * (c_f * k * tok * t_e / t) * f_e / t_e + (
-            width * tok * f_sh / t if shared else 0)
-    else:
-        expr = width * tok * f / t
+    expr = width * glu_elements(moe, shared) if eager else sp.Integer(0)
     return Term("eager_silu_output", expr, "SiLU output kept by the product of an eager SwiGLU "
                 "(silu(w1 x) * w3 x)", _EAGER_SILU, label="eager SiLU output")
 
@@ -196,8 +216,7 @@ def eager_tanh_gelu(eager: bool = True, *, width: int = 2) -> Term:
        (``GPT2MLP``: ``act`` between ``c_fc`` and ``c_proj``); ``tests/test_hf_activations.py``
        measures it on ``GPT2Block``, ``tests/test_autocast_gpt2.py`` on GPT-2, GPT-J and Phi.
     """
-    tok, _ = token_split(False)
-    expr = 3 * width * tok * f / t if eager else sp.Integer(0)
+    expr = 3 * width * glu_elements() if eager else sp.Integer(0)
     return Term("eager_tanh_gelu", expr, "gelu_new's tanh output, 0.5 x and 1 + tanh, kept by "
                 "its op-by-op backward", _TANH_GELU, label="eager tanh GELU")
 
