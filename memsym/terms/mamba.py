@@ -198,9 +198,11 @@ _TE_NORM = Source("transformer-engine", "pytorch/module/layernorm_linear.py (the
                   "(in_proj = TELayerNormColumnParallelLinear)")
 
 
-def _part(total: Total, prefix: str, keys) -> list:
+def _part(terms, prefix: str, keys=None) -> list:
+    """``terms`` (those named in ``keys``, where given) keyed and labelled with ``prefix``."""
     return [Term(f"{prefix}_{term.key}", term.expr, term.description, term.source,
-                 label=f"{prefix} {term.label}") for term in total if term.key in keys]
+                 label=f"{prefix} {term.label}")
+            for term in terms if keys is None or term.key in keys]
 
 
 def _half(total: Total, key: str):
@@ -343,8 +345,7 @@ def _mamba_mixer(sp_on: bool, dropout: bool, gated_norm: bool, one_stat, fp8,
             Term("gated_norm_rstd", 4 * G_ssm * s * b / t, "the gated RMSNorm's per-group fp32 "
                  "rstd, saved by the fused kernel (its output recomputed)", _FUSED_NORM,
                  label="gated norm rstd")]
-    terms = [Term(f"mamba_{term.key}", term.expr, term.description, term.source,
-                  label=f"mamba {term.label}") for term in mamba]
+    terms = _part(mamba, "mamba")
     if one_stat != 0:
         terms.append(Term("mamba_norm_statistics", one_stat,
                           "fp32 per-token statistics of the fused pre-norm", _TE_NORM,
@@ -364,9 +365,7 @@ def _other_mixer(mixer: str, sp_on: bool, dropout: bool, one_stat) -> list:
     if one_stat != 0:
         terms.append(Term(f"{mixer}_norm_statistics", one_stat, "fp32 per-token statistics of "
                           "the mixer's pre-norm", src, label=f"{mixer} norm stats"))
-    terms += [Term(f"{mixer}_{term.key}", term.expr, term.description, term.source,
-                   label=f"{mixer} {term.label}")
-              for term in terms_of(sequence_parallel=sp_on)]
+    terms += _part(terms_of(sequence_parallel=sp_on), mixer)
     if dropout:
         terms.append(Term(f"{mixer}_dropout_mask", s * b * h / sigma, "hidden dropout mask "
                           "after the mixer (1 byte), as the other parts'", src,
@@ -387,8 +386,7 @@ def _mixer_terms(mixer: str, common: dict, gated_norm: bool, norm: tuple, shared
             attention_adapters=shared_block.get("attention_adapters", False),
             sequence_parallel=sp_on, flash=common.get("flash", True),
             hf_norms=bool(common.get("hf_norms")))
-        terms += [Term(f"shared_{term.key}", term.expr, term.description, term.source,
-                       label=f"shared {term.label}") for term in use]
+        terms += _part(use, "shared")
     if mixer == "mamba1" or (mixer == "shared" and shared_block.get("mamba1")):
         terms += mamba1_layer_terms(one_stat)        # Zamba (transformers' torch path)
     elif mixer in ("mamba", "shared"):
