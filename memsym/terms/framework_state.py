@@ -27,6 +27,14 @@ def _check_shapes(shapes):
     return shapes
 
 
+def _check_numels(numels, what: str = "numels") -> list:
+    """``numels`` as ints: at most :data:`_MAX_TENSORS` sizes, each >= 0 (``what`` names them)."""
+    numels = [int(n) for n in numels]
+    if len(numels) > _MAX_TENSORS or any(n < 0 for n in numels):
+        raise InvalidValueError(f"{what}: at most {_MAX_TENSORS} sizes, each >= 0")
+    return numels
+
+
 def _check_world(world, rank=0):
     if int(world) != world or world < 1 or int(rank) != rank or not 0 <= rank < world:
         raise InvalidValueError(f"world must be an integer >= 1 and 0 <= rank < world, got "
@@ -138,9 +146,7 @@ def adam_state_bytes(numels, state_bytes: int = 4, step_bytes: int = 4) -> dict:
     ----------
     PyTorch ``torch/optim/adam.py:Adam._init_group``.
     """
-    numels = [int(n) for n in numels]
-    if len(numels) > _MAX_TENSORS or any(n < 0 for n in numels):
-        raise InvalidValueError("numels: at most 100000 sizes, each >= 0")
+    numels = _check_numels(numels)
     return {"moments": 2 * state_bytes * sum(numels), "step": step_bytes * len(numels)}
 
 
@@ -156,9 +162,7 @@ def sgd_state_bytes(numels, state_bytes: int = 4) -> dict:
     >>> sgd_state_bytes([35, 5])
     {'moments': 160, 'step': 0}
     """
-    numels = [int(n) for n in numels]
-    if len(numels) > _MAX_TENSORS or any(n < 0 for n in numels):
-        raise InvalidValueError("numels: at most 100000 sizes, each >= 0")
+    numels = _check_numels(numels)
     return {"moments": state_bytes * sum(numels), "step": 0}
 
 
@@ -200,9 +204,7 @@ def megatron_buffer_layout(param_numels, dp: int, bucket_size: int | None = None
     Megatron-core ``core/optimizer/distrib_optimizer.py:_compute_per_buffer_param_layout``,
     ``core/optimizer/param_layout.py`` (d98e8a64dd).
     """
-    numels = [int(n) for n in param_numels]
-    if len(numels) > _MAX_TENSORS or any(n < 0 for n in numels):
-        raise InvalidValueError("param_numels: at most 100000 sizes, each >= 0")
+    numels = _check_numels(param_numels, "param_numels")
     _check_world(dp)
     if bucket_size is not None and (int(bucket_size) != bucket_size or bucket_size < 1):
         raise InvalidValueError(f"bucket_size must be a positive integer or None, got {bucket_size}")
