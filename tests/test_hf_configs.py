@@ -318,7 +318,9 @@ def _transformers_count(path) -> int:
 def test_every_accepted_type_has_a_small_config():
     # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py,
     # tests/test_hf_more_types.py and tests/test_hf_layer_kinds.py, the hybrid Mamba types in
-    # tests/test_hf_hybrid.py, zamba and zamba2 in tests/test_hf_zamba.py
+    # tests/test_hf_hybrid.py, zamba and zamba2 in tests/test_hf_zamba.py, OPT, GPT-Neo,
+    # CodeGen, MPT and Persimmon in tests/test_hf_classic_types.py
+    from test_hf_classic_types import SMALL as CLASSIC_MORE
     from test_hf_layer_kinds import SMALL as DBRX_DSA
     from test_hf_zamba import SMALL as ZAMBA
     from test_hf_hybrid import SMALL as HYBRID
@@ -326,7 +328,7 @@ def test_every_accepted_type_has_a_small_config():
     from test_hf_newer_types import SMALL as NEWER
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
-                                           **DBRX_DSA, **ZAMBA}.values()}
+                                           **DBRX_DSA, **ZAMBA, **CLASSIC_MORE}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -639,12 +641,12 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
     # hidden_dropout only for its token-classification head's classifier); Llama 4's
     # projector_dropout is its vision projector's
     read = {k for k in read if not k.startswith(("classifier", "summary", "projector"))}
-    if mtype in ("gpt2", "gpt_bigcode"):       # GPTBigCode's token-classification head alike
+    if mtype in ("gpt2", "gpt_bigcode", "mpt"):  # their token-classification heads alike
         read.discard("hidden_dropout")
     assert set(_DROPOUT[mtype]) == read
     defaults = AutoConfig.for_model(mtype).to_dict()
-    if mtype == "dbrx":
-        # DbrxAttention reads attn_config.attn_pdrop (memsym reads the nested field)
+    if mtype in ("dbrx", "mpt"):
+        # DbrxAttention / MptAttention read attn_config.attn_pdrop (memsym reads the nested field)
         defaults.update(attn_pdrop=defaults["attn_config"]["attn_pdrop"])
     assert {k: defaults[k] for k in read} == _DROPOUT[mtype]
 

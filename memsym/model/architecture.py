@@ -73,7 +73,8 @@ class Architecture:
       16-bit weight into fp32 (OLMo 2/3, FlexOlmo, GPT-OSS).  None changes a parameter count.
     * ``attention_bias``: biases on Q, K, V and the output projection; None follows
       ``add_bias_linear`` (False with ``add_bias_linear`` True: GPT-J, GPT-NeoX without
-      attention bias, where only the MLP has biases).
+      attention bias, where only the MLP has biases); ``attention_out_bias`` the output
+      projection's alone (None: as ``attention_bias``; True beside False: GPT-Neo's out_proj).
     * ``output_layer_bias``: V biases on the output layer (GPT-J, Phi-MoE ``lm_head_bias``).
     * ``embedding_norm``: a norm right after the word embedding (BLOOM), on the first stage.
     * ``parallel_attention``: attention and MLP read the same normalised input (GPT-J, Falcon,
@@ -171,6 +172,7 @@ class Architecture:
     norm_fp32_scale: bool = False                  # layer norms scale by 1 + weight in fp32 (Gemma)
     norm_fp32_product: bool = False                # RMSNorms' (weight * x) in fp32 (OLMo 2, GPT-OSS)
     attention_bias: Optional[bool] = None          # Q, K, V, O biases; None = add_bias_linear
+    attention_out_bias: Optional[bool] = None      # O bias alone; None = attention_bias (GPT-Neo)
     output_layer_bias: bool = False                # V biases on the output layer (GPT-J)
     embedding_norm: bool = False                   # norm after the word embedding (BLOOM)
     parallel_attention: bool = False               # attention and MLP in parallel (no count change)
@@ -239,7 +241,7 @@ _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linea
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
                 "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms", "mtp_repeated",
                 "attention_output_gate", "short_conv_bias", "shared_attention_adapters")
-_OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias")
+_OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias", "attention_out_bias")
 _QK_NORM_WIDTHS = ("head", "full")
 MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "shared", "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
@@ -487,10 +489,9 @@ _MAKING = threading.local()
 class Resolved(Architecture):
     """An :class:`Architecture` with every default filled in and every field checked.
 
-    Only :func:`resolve` makes one; everything downstream of a job (parameter counts, stage
-    splits, activations, conventions) takes it as it is, so no caller resolves twice with a
-    different leniency.  ``dataclasses.replace`` on a Resolved gives a plain Architecture
-    again (a changed field must be checked again).
+    Only :func:`resolve` makes one; everything downstream of a job (counts, stages,
+    activations) takes it as it is, so no caller resolves twice with another leniency;
+    ``dataclasses.replace`` on a Resolved gives a plain Architecture (checked again).
 
     Examples
     --------
@@ -572,10 +573,9 @@ def moe_layer_count(arch: Architecture) -> int:
 
 
 # (is_moe, layers, freq or id of the freq tuple) -> (freq, pattern, kinds, count).  The pattern
-# is asked for several times per pipeline stage (parameters, rules, activations); building a
-# 10^6-layer tuple and its set and sum each time made a job of p stages O(p L) (1000 stages of
-# 10^6 layers: 51 s before a step-time check could refuse it).  Holding ``freq`` keeps the id
-# of a tuple from being reused while its entry lives.
+# is asked for several times per pipeline stage (parameters, rules, activations): rebuilt each
+# time, a job of p stages was O(p L) (1000 stages of 10^6 layers: 51 s).  Holding ``freq``
+# keeps the id of a tuple from being reused while its entry lives.
 _PATTERNS: dict = {}
 _MAX_PATTERNS = 16
 

@@ -59,6 +59,8 @@ def _attention_parts(x: Architecture):
     """Per-layer attention parameters as (TP-sharded, TP-replicated) expressions."""
     bias_all = _attention_bias(x)
     bias_qkv = bias_all or x.add_qkv_bias
+    # the output projection's bias: its own switch (GPT-Neo's out_proj alone), else bias_all
+    bias_out = bias_all if x.attention_out_bias is None else x.attention_out_bias
     eta = norm_params(x)
     if x.multi_latent_attention:
         # DeepSeek-V2/V3 MLA (arXiv 2405.04434 §2.1): queries and keys/values through low-rank
@@ -86,7 +88,7 @@ def _attention_parts(x: Architecture):
     rep = ZERO
     if bias_qkv:
         tp += (a + 2 * g) * d_h
-    if bias_all:
+    if bias_out:
         rep += h                      # the output projection's bias (row-parallel: replicated)
     if x.qk_layernorm and x.qk_norm_width == "full":
         # OLMo 2 (Olmo2RMSNorm(a*d_h), (g*d_h)) and Cohere (CohereLayerNorm((a, d_h)), (g, d_h))):

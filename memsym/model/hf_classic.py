@@ -1,7 +1,7 @@
 """The GPT-style ``config.json`` families: GPT-2, GPT-NeoX, GPT-J, Falcon, BLOOM, StarCoder2,
-Nemotron (Nemotron-4 / Minitron), Phi (Phi-1, Phi-1.5, Phi-2), GPTBigCode (StarCoder, SantaCoder)
-and StableLM: biased projections, LayerNorms,
-learned, rotary or ALiBi positions, parallel blocks.
+Nemotron (Nemotron-4 / Minitron), Phi (Phi-1, Phi-1.5, Phi-2), GPTBigCode (StarCoder, SantaCoder),
+StableLM, OPT, GPT-Neo, CodeGen, MPT and Persimmon: biased projections, LayerNorms, learned,
+rotary or ALiBi positions, parallel blocks.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
 the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
@@ -10,6 +10,7 @@ the defaults of transformers' config class and the modules its ``modeling_<type>
 
 from __future__ import annotations
 
+from .architecture import printable
 from .hf_decoders import decoder_fields
 from .hf_fields import ConfigFields
 
@@ -167,8 +168,115 @@ def _read_stablelm(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+def _read_opt(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # OPTDecoder: embed_tokens V x word_embed_proj_dim (None: h), embed_positions
+    # OPTLearnedPositionalEmbedding(max_position_embeddings + 2, h) (offset 2), final_layer_norm
+    # iff do_layer_norm_before and not _remove_final_layer_norm; OPTDecoderLayer: q, k, v,
+    # out_proj and fc1, fc2 with bias=config.enable_bias, self_attn_layer_norm and
+    # final_layer_norm nn.LayerNorm(h, elementwise_affine=config.layer_norm_elementwise_affine)
+    # (weight and bias, or neither); lm_head word_embed_proj_dim -> V, no bias, tied by default
+    hs = c.int("hidden_size")
+    if c.int("word_embed_proj_dim", hs, null=hs) != hs:
+        raise c._bad("word_embed_proj_dim other than hidden_size (OPT-350m's project_in and "
+                     "project_out around a narrower embedding) is not modelled")
+    if not c.bool("do_layer_norm_before", True) or c.bool("_remove_final_layer_norm", False):
+        raise c._bad("an OPT without the final LayerNorm (do_layer_norm_before false or "
+                     "_remove_final_layer_norm true) is not modelled")
+    bias, positions = c.bool("enable_bias", True), c.int("max_position_embeddings", 2048)
+    notes.append(f"position table of max_position_embeddings + 2 = {positions + 2} rows "
+                 "(OPTLearnedPositionalEmbedding's offset of 2), read as max_position_embeddings")
+    return dict(num_layers=c.int("num_hidden_layers"), hidden_size=hs,
+                num_attention_heads=c.int("num_attention_heads"),
+                ffn_hidden_size=c.int("ffn_dim"), vocab_size=c.int("vocab_size"),
+                max_position_embeddings=positions + 2, add_bias_linear=bias,
+                norm_affine=c.bool("layer_norm_elementwise_affine", True),
+                # OPTConfig's default relu (configuration_opt.py), OPTDecoderLayer's activation_fn
+                extra={"hf_activation": c.str("activation_function", "relu")})
+
+
+def _gpt_neo_layers(c: ConfigFields) -> int:
+    """GPT-Neo's layer count, which its attention_types must expand to (GPTNeoConfig's
+    validate_architecture refuses a file where they differ)."""
+    n_layers = c.int(("num_layers", "num_hidden_layers"))
+    types = c.data.get("attention_types", [[["global", "local"], 12]])
+    try:
+        expanded = sum(len(kinds) * repeat for kinds, repeat in types if isinstance(kinds, list)
+                       and isinstance(repeat, int) and not isinstance(repeat, bool))
+    except (TypeError, ValueError):
+        expanded = None
+    if expanded != n_layers:
+        raise c._bad(f"attention_types must expand to num_layers={n_layers} layers (as "
+                     "[[[\"global\", \"local\"], repeats], ...]; transformers' GPTNeoConfig "
+                     "refuses the file otherwise)")
+    return n_layers
+
+
+def _read_gpt_neo(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # GPTNeoSelfAttention: q, k, v without bias, out_proj with bias (its local layers' window
+    # is a buffer); GPTNeoMLP: c_fc h -> intermediate_size (None: 4h), c_proj, both biased;
+    # ln_1, ln_2 and ln_f nn.LayerNorm; wte and the learned wpe; lm_head tied, no bias
+    hs, heads = c.int("hidden_size"), c.int(("num_heads", "num_attention_heads"))
+    if hs % heads:
+        raise c._bad("hidden_size must be a multiple of num_heads (GPTNeoSelfAttention refuses "
+                     "it)")
+    return dict(num_layers=_gpt_neo_layers(c), hidden_size=hs, num_attention_heads=heads,
+                ffn_hidden_size=c.int("intermediate_size", 4 * hs, null=4 * hs),
+                vocab_size=c.int("vocab_size"),
+                max_position_embeddings=c.int("max_position_embeddings", 2048),
+                add_bias_linear=True, attention_bias=False, attention_out_bias=True,
+                # GPTNeoConfig's default gelu_new (configuration_gpt_neo.py), GPTNeoMLP's act
+                extra={"hf_activation": c.str("activation_function", "gelu_new")})
+
+
+def _read_mpt(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # MptAttention: Wqkv h -> 3h, out_proj, no bias; MptMLP: up_proj h -> 4h (expansion_ratio
+    # is not read), GELU, down_proj, no bias (no_bias is not read); norm_1, norm_2 and norm_f
+    # nn.LayerNorm with their bias set to None; wte only (ALiBi: no position table, whatever
+    # learned_pos_emb says); lm_head tied by default, no bias.  Dropout: attn_config.attn_pdrop
+    # (attention, MLP output and attention residual), read here as a top-level field
+    attn = c.data.get("attn_config")
+    if attn is not None and not isinstance(attn, dict):
+        raise c._bad(f"field 'attn_config' must be an object, got {type(attn).__name__}")
+    c.data = {**{k: v for k, v in c.data.items() if k != "attn_pdrop"},
+              **{k: v for k, v in (attn or {}).items() if k == "attn_pdrop"}}
+    hs = c.int(("d_model", "hidden_size"))
+    ratio = c.data.get("expansion_ratio", 4)
+    if ratio != 4:
+        notes.append(f"expansion_ratio={printable(repr(ratio), 20)} ignored: transformers' "
+                     "MptMLP builds 4 * d_model")
+    return dict(num_layers=c.int(("n_layers", "num_hidden_layers")), hidden_size=hs,
+                num_attention_heads=c.int(("n_heads", "num_attention_heads")),
+                ffn_hidden_size=4 * hs, vocab_size=c.int("vocab_size"),
+                position_embedding_type="none",
+                max_position_embeddings=c.int(("max_seq_len", "max_position_embeddings"), 2048),
+                add_bias_linear=False, norm_bias=False, extra={"hf_activation": "gelu"})
+
+
+def _read_persimmon(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # PersimmonAttention: query_key_value h -> 3h and dense with bias; q_layernorm and
+    # k_layernorm nn.LayerNorm(h // a) (weight and bias, shared by the heads) iff qk_layernorm;
+    # PersimmonMLP: dense_h_to_4h, relu2, dense_4h_to_h with bias; input and post-attention
+    # nn.LayerNorm; final_layernorm; lm_head untied by default, no bias
+    hs, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    if hs % heads:
+        raise c._bad("hidden_size must be a multiple of num_attention_heads "
+                     "(PersimmonAttention refuses it)")
+    return dict(num_layers=c.int("num_hidden_layers"), hidden_size=hs, num_attention_heads=heads,
+                ffn_hidden_size=c.int("intermediate_size"), vocab_size=c.int("vocab_size"),
+                position_embedding_type="rope",
+                max_position_embeddings=c.int("max_position_embeddings", 16384),
+                add_bias_linear=True, qk_layernorm=c.bool("qk_layernorm", True),
+                # PersimmonConfig's default relu2 (configuration_persimmon.py)
+                extra={"hf_activation": c.str("hidden_act", "relu2")})
+
+
 CLASSIC_READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_gpt_neox, "gptj": _read_gptj,
                    "falcon": _read_falcon, "bloom": _read_bloom, "starcoder2": _read_starcoder2,
                    "nemotron": _read_nemotron, "phi": _read_phi,
-                   "gpt_bigcode": _read_gpt_bigcode, "stablelm": _read_stablelm}
+                   "gpt_bigcode": _read_gpt_bigcode, "stablelm": _read_stablelm,
+                   "opt": _read_opt, "gpt_neo": _read_gpt_neo,
+                   # CodeGenBlock is GPTJBlock: ln_1 feeding attention and MLP in parallel,
+                   # qkv_proj h -> 3h and out_proj without bias, fc_in / fc_out (n_inner, None:
+                   # 4h) with bias, lm_head with bias (modeling_codegen.py)
+                   "codegen": _read_gptj, "mpt": _read_mpt, "persimmon": _read_persimmon}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""

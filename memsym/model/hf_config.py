@@ -90,6 +90,14 @@ _DROPOUT.update({
     # DbrxBlock: resid_pdrop, DbrxModel: emb_pdrop, DbrxAttention: attn_config.attn_pdrop (read
     # at the top level, where the DBRX reader puts the nested fields)
     "dbrx": {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "emb_pdrop": 0.0},
+    # OPTDecoderLayer's dropout (after attention and fc2) and attention's attention_dropout
+    "opt": {"attention_dropout": 0.0, "dropout": 0.1},
+    "gpt_neo": {"attention_dropout": 0.0, "embed_dropout": 0.0, "resid_dropout": 0.0},
+    "codegen": {"attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0},
+    # MptAttention, MptMLP and MptBlock read attn_config.attn_pdrop (MptAttentionConfig's
+    # default 0), which the MPT reader puts at the top level
+    "mpt": {"attn_pdrop": 0},
+    "persimmon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
@@ -152,7 +160,10 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "Lfm2MoeForCausalLM": "lfm2_moe", "GlmMoeDsaForCausalLM": "glm_moe_dsa",
              "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
              "Lfm2ForCausalLM": "lfm2", "MiniMaxForCausalLM": "minimax",
-             "ZambaForCausalLM": "zamba", "Zamba2ForCausalLM": "zamba2"}
+             "ZambaForCausalLM": "zamba", "Zamba2ForCausalLM": "zamba2",
+             "OPTForCausalLM": "opt", "GPTNeoForCausalLM": "gpt_neo",
+             "CodeGenForCausalLM": "codegen", "MptForCausalLM": "mpt",
+             "PersimmonForCausalLM": "persimmon"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

@@ -83,6 +83,13 @@ DECODER_DEFAULTS = {
     "dbrx": (False, 1, None, 2048),
     "exaone_moe": (False, 32, None, 2048),
     "glm_moe_dsa": (False, None, None, 202752),
+    # the classic families of transformers 5.25.0 (issue 32): OPTConfig, GPTNeoConfig,
+    # CodeGenConfig (n_positions), MptConfig (max_seq_len), PersimmonConfig
+    "opt": (True, None, None, 2048),
+    "gpt_neo": (True, None, None, 2048),
+    "codegen": (False, None, None, 2048),
+    "mpt": (True, None, None, 2048),
+    "persimmon": (False, None, None, 16384),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0

@@ -85,6 +85,8 @@ FIELD_LIMITS = {
     "attention_head_dim": "kv_channels", "attention_hidden_size": "hidden_size",
     "n_mamba_heads": "mamba_num_heads", "mamba_ngroups": "mamba_num_groups",
     "num_mem_blocks": "shared_blocks", "adapter_rank": "shared_adapter_rank",
+    # OPT
+    "ffn_dim": "ffn_hidden_size", "word_embed_proj_dim": "hidden_size",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'

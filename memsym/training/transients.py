@@ -336,7 +336,8 @@ def _add_recompute_absences(out: dict, acts, x, training: Training) -> None:
     # the linears' biases (GPT-2's Conv1D, Qwen2's q, k, v) are cast and cached, kept by no
     # backward; Q, K, V and O follow attention_bias, else add_bias_linear (as the counts do)
     attn = x.add_bias_linear if x.attention_bias is None else x.attention_bias
-    biases = layer_linear_biases(bool(attn or x.add_qkv_bias), bool(attn),
+    o_bias = attn if x.attention_out_bias is None else x.attention_out_bias
+    biases = layer_linear_biases(bool(attn or x.add_qkv_bias), bool(o_bias),
                                  bool(x.add_bias_linear), x.gated)
     if training.memory.recompute == "full":
         out["forward"].append(autocast_cached_casts(x.num_layers, gated=x.gated, biases=biases))
