@@ -319,8 +319,10 @@ def test_every_accepted_type_has_a_small_config():
     # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py,
     # tests/test_hf_more_types.py and tests/test_hf_layer_kinds.py, the hybrid Mamba types in
     # tests/test_hf_hybrid.py, zamba and zamba2 in tests/test_hf_zamba.py, OPT, GPT-Neo,
-    # CodeGen, MPT and Persimmon in tests/test_hf_classic_types.py
+    # CodeGen, MPT and Persimmon in tests/test_hf_classic_types.py, Command A MoE, AFMoE,
+    # MiniCPM3 and Solar Open in tests/test_hf_moe_types.py
     from test_hf_classic_types import SMALL as CLASSIC_MORE
+    from test_hf_moe_types import SMALL as MOE_MORE
     from test_hf_layer_kinds import SMALL as DBRX_DSA
     from test_hf_zamba import SMALL as ZAMBA
     from test_hf_hybrid import SMALL as HYBRID
@@ -328,7 +330,8 @@ def test_every_accepted_type_has_a_small_config():
     from test_hf_newer_types import SMALL as NEWER
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
-                                           **DBRX_DSA, **ZAMBA, **CLASSIC_MORE}.values()}
+                                           **DBRX_DSA, **ZAMBA, **CLASSIC_MORE,
+                                           **MOE_MORE}.values()}
             == set(HF_MODEL_TYPES))
 
 

@@ -67,6 +67,11 @@ _NOT_MODELLED: dict = {
     "deepseek_v4": "DeepSeek-V4's hyper-connection residual streams, compressed sparse "
                    "attention and grouped low-rank output projection are not in memsym's "
                    "Architecture",
+    # modeling_jetmoe.py (transformers 5.25.0): JetMoeAttention's query and output
+    # projections are JetMoeMoA, a mixture of attention heads routed per token (its own top-k
+    # router and experts), beside a shared kv_proj; its MLP is JetMoeMoE with a bias vector
+    "jetmoe": "JetMoE's mixture of attention heads (query and output projections routed per "
+              "token to experts, JetMoeMoA) is not in memsym's Architecture",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -98,6 +103,7 @@ _DROPOUT.update({
     # default 0), which the MPT reader puts at the top level
     "mpt": {"attn_pdrop": 0},
     "persimmon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
+    # cohere2_moe, afmoe, minicpm3, solar_open: attention_dropout only (the default above)
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
@@ -163,7 +169,9 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "ZambaForCausalLM": "zamba", "Zamba2ForCausalLM": "zamba2",
              "OPTForCausalLM": "opt", "GPTNeoForCausalLM": "gpt_neo",
              "CodeGenForCausalLM": "codegen", "MptForCausalLM": "mpt",
-             "PersimmonForCausalLM": "persimmon"}
+             "PersimmonForCausalLM": "persimmon", "Cohere2MoeForCausalLM": "cohere2_moe",
+             "AfmoeForCausalLM": "afmoe", "MiniCPM3ForCausalLM": "minicpm3",
+             "SolarOpenForCausalLM": "solar_open"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

@@ -90,6 +90,12 @@ DECODER_DEFAULTS = {
     "codegen": (False, None, None, 2048),
     "mpt": (True, None, None, 2048),
     "persimmon": (False, None, None, 16384),
+    # and its MoE / MLA families: Cohere2MoeConfig, AfmoeConfig, MiniCPM3Config,
+    # SolarOpenConfig
+    "cohere2_moe": (True, None, 128, 8192),
+    "afmoe": (False, None, 128, 16384),
+    "minicpm3": (True, None, None, 32768),
+    "solar_open": (False, 8, 128, 131072),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0

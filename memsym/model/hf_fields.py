@@ -87,6 +87,8 @@ FIELD_LIMITS = {
     "num_mem_blocks": "shared_blocks", "adapter_rank": "shared_adapter_rank",
     # OPT
     "ffn_dim": "ffn_hidden_size", "word_embed_proj_dim": "hidden_size",
+    # Command A MoE's dense layers
+    "prefix_dense_intermediate_size": "ffn_hidden_size",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'

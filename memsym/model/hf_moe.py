@@ -1,7 +1,8 @@
 """The DeepSeek-style MoE ``config.json`` families: DeepSeek-V2 / V3 (multi-latent attention),
 DeepSeek-V3.2 (``deepseek_v32``: MLA with the sparse-attention indexer), DBRX, GLM-4.5
 (``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``: multi-latent attention), dots.llm1
-(``dots1``) and ERNIE-4.5 MoE.
+(``dots1``), ERNIE-4.5 MoE, Command A MoE (``cohere2_moe``), AFMoE (Trinity), MiniCPM3
+(multi-latent attention, dense) and Solar Open.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
 the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
@@ -349,9 +350,100 @@ def _read_dbrx(c: ConfigFields, mtype: str, notes: list) -> dict:
                 moe_router_bias=False)
 
 
+def _read_cohere2_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # Cohere2MoeAttention: q, k, v, o bias=config.attention_bias (head_dim default 128);
+    # Cohere2MoeDecoderLayer: one input_layernorm (Cohere2MoeRMSNorm when rms_norm_eps is set,
+    # else Cohere2MoeLayerNorm: a weight each, no bias) feeding attention and the MLP in
+    # parallel; Cohere2MoeMLP(prefix_dense_intermediate_size) iff mlp_layer_types[i] == "dense"
+    # (default: the first first_k_dense_replace layers, default 0), else
+    # Cohere2MoeSparseMoeBlock: router E x h (no bias), E gated experts of intermediate_size and,
+    # iff num_shared_experts > 0, a gated shared MLP of num_shared_experts * intermediate_size
+    kw = decoder_fields(c, mtype)
+    n_layers, f_e = kw["num_layers"], kw["ffn_hidden_size"]
+    pattern = (_mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
+               else _first_dense_pattern(c, n_layers, 0))
+    # a dense layer needs prefix_dense_intermediate_size (Cohere2MoeConfig's default None
+    # builds no MLP)
+    f_dense = f_e if all(pattern) else c.int("prefix_dense_intermediate_size")
+    n_shared = c.int("num_shared_experts", 0, allow_zero=True)
+    kw.update(normalization="RMSNorm" if c.data.get("rms_norm_eps") is not None else "LayerNorm",
+              norm_bias=False, norms_per_layer=1, parallel_attention=True,
+              attention_bias=c.bool("attention_bias", False), ffn_hidden_size=f_dense,
+              num_experts=c.int("num_experts", 8), moe_router_topk=c.int("num_experts_per_tok", 2),
+              moe_ffn_hidden_size=f_e, moe_shared_expert_intermediate_size=n_shared * f_e or None,
+              moe_layer_freq=pattern, moe_router_bias=False)
+    return kw
+
+
+def _read_afmoe(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # AfmoeAttention: q, k, v, o bias=config.attention_bias, q_norm and k_norm RMSNorm(head_dim),
+    # gate_proj h -> a d_h (no bias: a sigmoid gate on the attention output, counted as
+    # attention_output_gate); AfmoeDecoderLayer: input, post-attention, pre-MLP and post-MLP
+    # RMSNorms; AfmoeMLP of intermediate_size in the first num_dense_layers layers, else
+    # AfmoeSparseMoeBlock: router gate h -> E (no bias), E gated experts and a gated shared MLP
+    # of num_shared_experts * moe_intermediate_size, and expert_bias, an nn.Parameter of E
+    # (requires_grad=False)
+    kw = decoder_fields(c, mtype)
+    if c.bool("attention_bias", False):
+        raise c._bad("attention_bias true in an AFMoE config is not modelled (q, k, v, o biased "
+                     "beside an unbiased output-gate projection)")
+    n_dense = c.int("num_dense_layers", 1, allow_zero=True)
+    pattern = tuple(int(i >= n_dense) for i in range(kw["num_layers"]))
+    n_exp, moe_f = c.int("num_experts", 64), c.int("moe_intermediate_size", 1408)
+    n_shared = c.int("num_shared_experts", 2, allow_zero=True)
+    kw.update(qk_layernorm=True, attention_output_gate=True, norms_per_layer=4,
+              num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 6),
+              moe_ffn_hidden_size=moe_f, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_layer_freq=pattern, moe_router_bias=True)
+    if any(pattern):
+        notes.append(f"expert_bias ({sum(pattern)} x {n_exp}) counted: an nn.Parameter "
+                     "(requires_grad=False) of transformers' AfmoeSparseMoeBlock")
+    return kw
+
+
+def _read_minicpm3(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # MiniCPM3Attention: DeepSeek-V2's multi-latent attention (q_a_proj, q_a_layernorm, q_b_proj
+    # or q_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o_proj), bias=config.
+    # attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj; v_head_dim None: h // a;
+    # MiniCPM3MLP gated, bias=config.mlp_bias, in every layer; input and post-attention
+    # RMSNorms; the scaled embedding's scale is a buffer; lm_head tied by default
+    kw = decoder_fields(c, mtype)
+    if c.bool("attention_bias", False):
+        raise c._bad("attention_bias true in a MiniCPM3 config is not modelled (biases on "
+                     "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
+    heads, hs = kw["num_attention_heads"], kw["hidden_size"]
+    v_head = c.int("v_head_dim", hs // heads, null=hs // heads)
+    kw.update(num_query_groups=heads, kv_channels=v_head, attention_bias=False,
+              add_bias_linear=c.bool("mlp_bias", False), multi_latent_attention=True,
+              q_lora_rank=c.int("q_lora_rank", 768, null=None),
+              kv_lora_rank=c.int("kv_lora_rank", 256), qk_head_dim=c.int("qk_nope_head_dim", 64),
+              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 32), v_head_dim=v_head)
+    return kw
+
+
+def _read_solar_open(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # SolarOpenAttention: q, k, v bias=config.attention_bias, o_proj never; SolarOpenMoE in
+    # every layer: a router E x h (its e_score_correction_bias an nn.Buffer), E gated experts of
+    # moe_intermediate_size and a gated shared MLP of n_shared_experts * moe_intermediate_size;
+    # intermediate_size is not read (SolarOpenConfig has none)
+    moe_f = c.int("moe_intermediate_size", 1280)
+    kw = decoder_fields(ConfigFields({**c.data, "intermediate_size": moe_f}, c.where), mtype)
+    n_exp = c.int(("n_routed_experts", "num_local_experts"), 128)
+    n_shared = c.int("n_shared_experts", 1, allow_zero=True)
+    pattern = (1,) * kw["num_layers"]
+    kw.update(add_qkv_bias=c.bool("attention_bias", False), num_experts=n_exp,
+              moe_router_topk=c.int("num_experts_per_tok", 8), moe_ffn_hidden_size=moe_f,
+              moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_layer_freq=pattern, moe_router_bias=False)
+    _uncounted_notes(c, notes, pattern, n_exp, "SolarOpen", mtp=False)
+    return kw
+
+
 MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
                "deepseek_v32": _read_deepseek_v32, "dbrx": _read_dbrx,
                "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
                "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite,
-               "exaone_moe": _read_exaone_moe, "glm_moe_dsa": _read_glm_moe_dsa}
+               "exaone_moe": _read_exaone_moe, "glm_moe_dsa": _read_glm_moe_dsa,
+               "cohere2_moe": _read_cohere2_moe, "afmoe": _read_afmoe,
+               "minicpm3": _read_minicpm3, "solar_open": _read_solar_open}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
