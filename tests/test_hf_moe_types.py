@@ -77,6 +77,22 @@ def test_every_type_here_has_a_small_config():
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("mtype", sorted(TYPES))
+def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
+    # oracle: transformers' own causal-LM class of each type (its auto mapping); a file with no
+    # model_type is read by architectures[0] alone
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    case = next(c for c in sorted(SMALL) if SMALL[c]["model_type"] == mtype)
+    cfg = {k: v for k, v in SMALL[case].items() if k != "model_type"}
+    cfg["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[mtype]]
+    arch = from_hf_config(_write(tmp_path, cfg))
+    assert arch.extra["hf_model_type"] == mtype
+    assert parameter_count(arch) == parameter_count(from_hf_config(_write(tmp_path, SMALL[case],
+                                                                          "typed")))
+
+
+@pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_small_configs_match_transformers(tmp_path, case):
     path = _write(tmp_path, SMALL[case])
