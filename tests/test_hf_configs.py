@@ -320,9 +320,11 @@ def test_every_accepted_type_has_a_small_config():
     # tests/test_hf_more_types.py and tests/test_hf_layer_kinds.py, the hybrid Mamba types in
     # tests/test_hf_hybrid.py, zamba and zamba2 in tests/test_hf_zamba.py, OPT, GPT-Neo,
     # CodeGen, MPT and Persimmon in tests/test_hf_classic_types.py, Command A MoE, AFMoE,
-    # MiniCPM3 and Solar Open in tests/test_hf_moe_types.py
+    # MiniCPM3 and Solar Open in tests/test_hf_moe_types.py, Granite Swash and IQuest-Coder in
+    # tests/test_hf_swa_types.py
     from test_hf_classic_types import SMALL as CLASSIC_MORE
     from test_hf_moe_types import SMALL as MOE_MORE
+    from test_hf_swa_types import SMALL as SWA
     from test_hf_layer_kinds import SMALL as DBRX_DSA
     from test_hf_zamba import SMALL as ZAMBA
     from test_hf_hybrid import SMALL as HYBRID
@@ -331,7 +333,7 @@ def test_every_accepted_type_has_a_small_config():
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
                                            **DBRX_DSA, **ZAMBA, **CLASSIC_MORE,
-                                           **MOE_MORE}.values()}
+                                           **MOE_MORE, **SWA}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -636,7 +638,7 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
     mtype = _TEXT_CONFIG[mtype][0] if mtype in _TEXT_CONFIG else mtype
     # EXAONE 3.x and InternLM3 configs build transformers' LlamaForCausalLM
     pkg = {"gemma3_text": "gemma3", "llama4_text": "llama4", "exaone": "llama",
-           "internlm3": "llama", "qwen3_5_text": "qwen3_5",
+           "internlm3": "llama", "iquestcoder": "llama", "qwen3_5_text": "qwen3_5",
            "qwen3_5_moe_text": "qwen3_5_moe"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))

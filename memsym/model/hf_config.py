@@ -171,7 +171,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "CodeGenForCausalLM": "codegen", "MptForCausalLM": "mpt",
              "PersimmonForCausalLM": "persimmon", "Cohere2MoeForCausalLM": "cohere2_moe",
              "AfmoeForCausalLM": "afmoe", "MiniCPM3ForCausalLM": "minicpm3",
-             "SolarOpenForCausalLM": "solar_open"}
+             "SolarOpenForCausalLM": "solar_open", "GraniteSWAForCausalLM": "granite_swa",
+             "GraniteMoeSWAForCausalLM": "granitemoe_swa"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

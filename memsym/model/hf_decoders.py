@@ -96,6 +96,11 @@ DECODER_DEFAULTS = {
     "afmoe": (False, None, 128, 16384),
     "minicpm3": (True, None, None, 32768),
     "solar_open": (False, 8, 128, 131072),
+    # GraniteSWAConfig, GraniteMoeSWAConfig (Granite Swash), IQuestCoderConfig (a LlamaConfig:
+    # AutoModelForCausalLM builds LlamaForCausalLM of it)
+    "granite_swa": (True, 4, None, 8192),
+    "granitemoe_swa": (False, None, None, 2048),
+    "iquestcoder": (False, 8, 128, 131072),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -183,14 +188,16 @@ _BIASES = {
     # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias.
     # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config
     # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
-    **dict.fromkeys(("llama", "granite", "smollm3", "arcee", "exaone"), _LLAMA_BIASES),
+    **dict.fromkeys(("llama", "granite", "smollm3", "arcee", "exaone", "granite_swa",
+                     "iquestcoder"), _LLAMA_BIASES),
     "internlm3": {"attention_bias": (("attention_bias", "qkv_bias"), False),
                   "add_bias_linear": (("mlp_bias", "bias"), False)},
     # q, k, v, o bias=config.attention_bias; the MLP / experts never biased
     **dict.fromkeys(("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
                      "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
                      "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
-                     "granitemoeshared"), {"attention_bias": ("attention_bias", False)}),
+                     "granitemoeshared", "granitemoe_swa"),
+                    {"attention_bias": ("attention_bias", False)}),
     "qwen2": {"add_qkv_bias": True},     # Qwen2Attention: q, k, v with bias=True, o without
     "qwen2_moe": {"add_qkv_bias": ("qkv_bias", True)},
     # Glm4Attention / GlmAttention: q, k, v with bias=config.attention_bias (default True),
@@ -252,6 +259,9 @@ _NORM_FLAGS = (
                              "norms_per_layer": 1, "parallel_attention": True}),
     # PhiMoE: nn.LayerNorm(elementwise_affine=True) norms
     (("phimoe",), {"normalization": "LayerNorm"}),
+    # GraniteSWAAttention / GraniteMoeSWAAttention: a learned sink logit per head (sinks, an
+    # nn.Parameter of a) in every layer, sliding or full
+    (("granite_swa", "granitemoe_swa"), {"attention_sinks": True}),
 )
 
 
@@ -304,6 +314,7 @@ _EVERY_LAYER_MOE = {
     "phimoe": ("num_local_experts", 16, 2),
     "granitemoe": ("num_local_experts", 8, 2),
     "granitemoeshared": ("num_local_experts", 8, 2),
+    "granitemoe_swa": ("num_local_experts", 8, 2),
     "flex_olmo": (("num_experts", "num_local_experts"), 7, 5),
     "minimax_m2": (("num_local_experts", "num_experts"), 256, 8),
 }
@@ -315,9 +326,10 @@ def _builtin_moe(c: ConfigFields, mtype: str, kw: dict) -> None:
         kw.update(num_experts=c.int(keys, experts),
                   moe_router_topk=c.int("num_experts_per_tok", topk),
                   moe_ffn_hidden_size=kw["ffn_hidden_size"], moe_router_bias=False)
-    if mtype == "granitemoeshared":
-        # GraniteMoeSharedDecoderLayer: a gated shared_mlp (input_linear h -> 2 f_sh,
-        # output_linear, no bias) beside the experts unless shared_intermediate_size is 0
+    if mtype in ("granitemoeshared", "granitemoe_swa"):
+        # GraniteMoeSharedDecoderLayer / GraniteMoeSWADecoderLayer: a gated shared_mlp
+        # (input_linear h -> 2 f_sh, output_linear, no bias) beside the experts unless
+        # shared_intermediate_size is 0
         kw["moe_shared_expert_intermediate_size"] = c.int(
             "shared_intermediate_size", 0, allow_zero=True) or None
     if mtype == "hunyuan_v1_moe":
