@@ -321,10 +321,11 @@ def test_every_accepted_type_has_a_small_config():
     # tests/test_hf_hybrid.py, zamba and zamba2 in tests/test_hf_zamba.py, OPT, GPT-Neo,
     # CodeGen, MPT and Persimmon in tests/test_hf_classic_types.py, Command A MoE, AFMoE,
     # MiniCPM3 and Solar Open in tests/test_hf_moe_types.py, Granite Swash and IQuest-Coder in
-    # tests/test_hf_swa_types.py
+    # tests/test_hf_swa_types.py, Jais 2, nanochat and Youtu-LLM in tests/test_hf_dense_types.py
     from test_hf_classic_types import SMALL as CLASSIC_MORE
     from test_hf_moe_types import SMALL as MOE_MORE
     from test_hf_swa_types import SMALL as SWA
+    from test_hf_dense_types import SMALL as DENSE_MORE
     from test_hf_layer_kinds import SMALL as DBRX_DSA
     from test_hf_zamba import SMALL as ZAMBA
     from test_hf_hybrid import SMALL as HYBRID
@@ -333,7 +334,7 @@ def test_every_accepted_type_has_a_small_config():
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
                                            **DBRX_DSA, **ZAMBA, **CLASSIC_MORE,
-                                           **MOE_MORE, **SWA}.values()}
+                                           **MOE_MORE, **SWA, **DENSE_MORE}.values()}
             == set(HF_MODEL_TYPES))
 
 

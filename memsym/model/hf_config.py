@@ -172,7 +172,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "PersimmonForCausalLM": "persimmon", "Cohere2MoeForCausalLM": "cohere2_moe",
              "AfmoeForCausalLM": "afmoe", "MiniCPM3ForCausalLM": "minicpm3",
              "SolarOpenForCausalLM": "solar_open", "GraniteSWAForCausalLM": "granite_swa",
-             "GraniteMoeSWAForCausalLM": "granitemoe_swa"}
+             "GraniteMoeSWAForCausalLM": "granitemoe_swa", "Jais2ForCausalLM": "jais2",
+             "NanoChatForCausalLM": "nanochat", "YoutuForCausalLM": "youtu"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

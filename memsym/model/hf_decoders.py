@@ -101,6 +101,10 @@ DECODER_DEFAULTS = {
     "granite_swa": (True, 4, None, 8192),
     "granitemoe_swa": (False, None, None, 2048),
     "iquestcoder": (False, 8, 128, 131072),
+    # Jais2Config, NanoChatConfig, YoutuConfig
+    "jais2": (False, None, None, 8192),
+    "nanochat": (False, None, None, 2048),
+    "youtu": (True, None, None, 131072),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -211,6 +215,11 @@ _BIASES = {
     "cwm": {"attention_bias": False, "add_bias_linear": ("mlp_bias", False)},
     # Ernie4_5Attention q, k, v, o and Ernie4_5MLP gate, up, down: bias=config.use_bias
     "ernie4_5": {"add_bias_linear": ("use_bias", False)},
+    # Jais2Attention q, k, v, o: bias=config.attention_bias; Jais2MLP up, down:
+    # bias=config.mlp_bias (both default True)
+    "jais2": {"attention_bias": ("attention_bias", True), "add_bias_linear": ("mlp_bias", True)},
+    # NanoChatAttention q, k, v, o: bias=config.attention_bias; NanoChatMLP fc1, fc2 never
+    "nanochat": {"attention_bias": ("attention_bias", False)},
 }
 
 
@@ -259,6 +268,11 @@ _NORM_FLAGS = (
                              "norms_per_layer": 1, "parallel_attention": True}),
     # PhiMoE: nn.LayerNorm(elementwise_affine=True) norms
     (("phimoe",), {"normalization": "LayerNorm"}),
+    # Jais2MLP (NemotronMLP): up_proj, relu2, down_proj (no gate); nn.LayerNorm norms
+    (("jais2",), {"swiglu": False, "normalization": "LayerNorm"}),
+    # NanoChatRMSNorm has no weight (input, post-attention, final, q_norm and k_norm);
+    # NanoChatMLP: fc1, relu2, fc2 (no gate)
+    (("nanochat",), {"swiglu": False, "norm_affine": False, "qk_layernorm": True}),
     # GraniteSWAAttention / GraniteMoeSWAAttention: a learned sink logit per head (sinks, an
     # nn.Parameter of a) in every layer, sliding or full
     (("granite_swa", "granitemoe_swa"), {"attention_sinks": True}),

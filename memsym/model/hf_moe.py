@@ -1,8 +1,8 @@
 """The DeepSeek-style MoE ``config.json`` families: DeepSeek-V2 / V3 (multi-latent attention),
 DeepSeek-V3.2 (``deepseek_v32``: MLA with the sparse-attention indexer), DBRX, GLM-4.5
 (``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``: multi-latent attention), dots.llm1
-(``dots1``), ERNIE-4.5 MoE, Command A MoE (``cohere2_moe``), AFMoE (Trinity), MiniCPM3
-(multi-latent attention, dense) and Solar Open.
+(``dots1``), ERNIE-4.5 MoE, Command A MoE (``cohere2_moe``), AFMoE (Trinity), Solar Open, and
+the dense multi-latent-attention MiniCPM3 and Youtu.
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
 the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
@@ -401,23 +401,33 @@ def _read_afmoe(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
-def _read_minicpm3(c: ConfigFields, mtype: str, notes: list) -> dict:
-    # MiniCPM3Attention: DeepSeek-V2's multi-latent attention (q_a_proj, q_a_layernorm, q_b_proj
-    # or q_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o_proj), bias=config.
-    # attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj; v_head_dim None: h // a;
-    # MiniCPM3MLP gated, bias=config.mlp_bias, in every layer; input and post-attention
-    # RMSNorms; the scaled embedding's scale is a buffer; lm_head tied by default
+#: the dense multi-latent-attention types: (family, q_lora_rank, kv_lora_rank,
+#: qk_nope_head_dim, qk_rope_head_dim, v_head_dim (None: h // a), whether the MLP reads
+#: mlp_bias), their config classes' defaults (MiniCPM3Config, YoutuConfig)
+_DENSE_MLA = {"minicpm3": ("MiniCPM3", 768, 256, 64, 32, None, True),
+              "youtu": ("Youtu", 1536, 512, 128, 64, 128, False)}
+
+
+def _read_dense_mla(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # MiniCPM3Attention / YoutuAttention: DeepSeek-V2/V3's multi-latent attention (q_a_proj,
+    # q_a_layernorm, q_b_proj or q_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; o_proj),
+    # bias=config.attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj; a gated MLP in every
+    # layer (MiniCPM3MLP bias=config.mlp_bias, YoutuMLP never biased); input and post-attention
+    # RMSNorms; MiniCPM3's embedding scale is a buffer; lm_head tied by default
+    family, q_rank, kv_rank, nope, rope, v_dflt, mlp_bias = _DENSE_MLA[mtype]
     kw = decoder_fields(c, mtype)
     if c.bool("attention_bias", False):
-        raise c._bad("attention_bias true in a MiniCPM3 config is not modelled (biases on "
+        raise c._bad(f"attention_bias true in a {family} config is not modelled (biases on "
                      "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
     heads, hs = kw["num_attention_heads"], kw["hidden_size"]
-    v_head = c.int("v_head_dim", hs // heads, null=hs // heads)
+    v_dflt = hs // heads if v_dflt is None else v_dflt
+    v_head = c.int("v_head_dim", v_dflt, null=v_dflt)
     kw.update(num_query_groups=heads, kv_channels=v_head, attention_bias=False,
-              add_bias_linear=c.bool("mlp_bias", False), multi_latent_attention=True,
-              q_lora_rank=c.int("q_lora_rank", 768, null=None),
-              kv_lora_rank=c.int("kv_lora_rank", 256), qk_head_dim=c.int("qk_nope_head_dim", 64),
-              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 32), v_head_dim=v_head)
+              add_bias_linear=c.bool("mlp_bias", False) if mlp_bias else False,
+              multi_latent_attention=True, q_lora_rank=c.int("q_lora_rank", q_rank, null=None),
+              kv_lora_rank=c.int("kv_lora_rank", kv_rank),
+              qk_head_dim=c.int("qk_nope_head_dim", nope),
+              qk_pos_emb_head_dim=c.int("qk_rope_head_dim", rope), v_head_dim=v_head)
     return kw
 
 
@@ -445,5 +455,6 @@ MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
                "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite,
                "exaone_moe": _read_exaone_moe, "glm_moe_dsa": _read_glm_moe_dsa,
                "cohere2_moe": _read_cohere2_moe, "afmoe": _read_afmoe,
-               "minicpm3": _read_minicpm3, "solar_open": _read_solar_open}
+               "minicpm3": _read_dense_mla, "youtu": _read_dense_mla,
+               "solar_open": _read_solar_open}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
