@@ -77,17 +77,7 @@ def test_every_type_here_has_a_small_config():
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", sorted(TYPES))
 def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
-    # oracle: transformers' own causal-LM class of each type (its auto mapping); a file with no
-    # model_type is read by architectures[0] alone
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    case = next(c for c in sorted(SMALL) if SMALL[c]["model_type"] == mtype)
-    cfg = {k: v for k, v in SMALL[case].items() if k != "model_type"}
-    cfg["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[mtype]]
-    arch = from_hf_config(_write(tmp_path, cfg))
-    assert arch.extra["hf_model_type"] == mtype
-    assert parameter_count(arch) == parameter_count(from_hf_config(_write(tmp_path, SMALL[case],
-                                                                          "typed")))
+    assert_read_by_class_name(tmp_path, SMALL, mtype)
 
 
 @pytest.mark.torch
@@ -97,17 +87,46 @@ def test_small_configs_match_transformers(tmp_path, case):
     assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
+def class_defaults(mtype: str) -> dict:
+    """The config.json of transformers' config class of ``mtype`` at its own defaults, as its
+    ``to_dict()`` writes them (GPT-Neo's derived attention_layers and the private fields left
+    out)."""
+    from transformers import AutoConfig
+
+    defaults = AutoConfig.for_model(mtype).to_dict()
+    return {k: v for k, v in defaults.items() if not k.startswith("_") and k not in (
+        "transformers_version", "architectures", "attention_layers")}
+
+
+def assert_read_by_class_name(tmp_path, small: dict, mtype: str) -> None:
+    """A file with no model_type is read by its architectures[0] alone, named as transformers
+    names its causal-LM class of ``mtype`` (its auto mapping, the oracle), as the typed file."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    case = next(c for c in sorted(small) if small[c]["model_type"] == mtype)
+    cfg = {k: v for k, v in small[case].items() if k != "model_type"}
+    cfg["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[mtype]]
+    arch = from_hf_config(_write(tmp_path, cfg))
+    assert arch.extra["hf_model_type"] == mtype
+    assert parameter_count(arch) == parameter_count(from_hf_config(_write(tmp_path, small[case],
+                                                                          "typed")))
+
+
+def assert_attention_dropout_only(tmp_path, cfg: dict) -> None:
+    """The types whose modules read attention_dropout alone: memsym reads that one field, and
+    transformers' model draws a mask exactly when it is above zero."""
+    assert from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"] == {
+        "attention_dropout": 0.0}
+    assert assert_masks_follow_dropout(_write(tmp_path, {**cfg, "attention_dropout": 0.1}))
+    assert_masks_follow_dropout(_write(tmp_path, cfg, "zero"))
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", sorted(TYPES))
 def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
     # the config class's own defaults: the file names only the model type (and its sizes where
     # memsym requires them); transformers fills the rest as memsym does
-    from transformers import AutoConfig
-
-    defaults = AutoConfig.for_model(mtype).to_dict()
-    keep = {k: v for k, v in defaults.items() if not k.startswith("_") and k not in (
-        "transformers_version", "architectures", "attention_layers")}
-    path = _write(tmp_path, keep, mtype)
+    path = _write(tmp_path, class_defaults(mtype), mtype)
     assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 

@@ -16,7 +16,9 @@ from memsym.errors import InvalidValueError
 from memsym.model import from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _write, assert_masks_follow_dropout, one_case_per_type
+from test_hf_configs import _TOKENS, _write, one_case_per_type
+from test_hf_classic_types import (assert_attention_dropout_only, assert_read_by_class_name,
+                                   class_defaults)
 from test_hf_newer_types import _language_model_count, fuzz_configs
 
 # the model types this file covers
@@ -53,6 +55,12 @@ def test_every_type_here_has_a_small_config():
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("mtype", sorted(TYPES))
+def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
+    assert_read_by_class_name(tmp_path, SMALL, mtype)
+
+
+@pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_small_configs_match_transformers(tmp_path, case):
     path = _write(tmp_path, SMALL[case])
@@ -62,12 +70,7 @@ def test_small_configs_match_transformers(tmp_path, case):
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", sorted(TYPES))
 def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
-    from transformers import AutoConfig
-
-    defaults = AutoConfig.for_model(mtype).to_dict()
-    keep = {k: v for k, v in defaults.items() if not k.startswith("_")
-            and k not in ("transformers_version", "architectures")}
-    path = _write(tmp_path, keep, mtype)
+    path = _write(tmp_path, class_defaults(mtype), mtype)
     assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
@@ -129,11 +132,7 @@ def test_youtu_attention_bias_is_refused(tmp_path):
 @pytest.mark.torch
 @pytest.mark.parametrize("case", one_case_per_type(SMALL))
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
-    cfg = dict(SMALL[case])
-    assert from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"] == {
-        "attention_dropout": 0.0}
-    assert assert_masks_follow_dropout(_write(tmp_path, {**cfg, "attention_dropout": 0.1}))
-    assert_masks_follow_dropout(_write(tmp_path, cfg, "zero"))
+    assert_attention_dropout_only(tmp_path, SMALL[case])
 
 
 def test_fuzzed_configs(tmp_path):

@@ -18,8 +18,9 @@ from memsym.errors import InvalidValueError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import (_TOKENS, _write, assert_masks_follow_dropout, assert_stages_add_up,
-                             one_case_per_type)
+from test_hf_configs import _TOKENS, _write, assert_stages_add_up, one_case_per_type
+from test_hf_classic_types import (assert_attention_dropout_only, assert_read_by_class_name,
+                                   class_defaults)
 from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
 from in_process import estimate
 
@@ -79,17 +80,7 @@ def test_every_type_here_has_a_small_config():
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", sorted(TYPES))
 def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
-    # oracle: transformers' own causal-LM class of each type (its auto mapping); a file with no
-    # model_type is read by architectures[0] alone
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    case = next(c for c in sorted(SMALL) if SMALL[c]["model_type"] == mtype)
-    cfg = {k: v for k, v in SMALL[case].items() if k != "model_type"}
-    cfg["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[mtype]]
-    arch = from_hf_config(_write(tmp_path, cfg))
-    assert arch.extra["hf_model_type"] == mtype
-    assert parameter_count(arch) == parameter_count(from_hf_config(_write(tmp_path, SMALL[case],
-                                                                          "typed")))
+    assert_read_by_class_name(tmp_path, SMALL, mtype)
 
 
 @pytest.mark.torch
@@ -104,12 +95,7 @@ def test_small_configs_match_transformers(tmp_path, case):
 def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
     # the config class's own defaults, as its to_dict() writes them (MiniCPM3Config's and
     # SolarOpenConfig's are their checkpoints', openbmb/MiniCPM3-4B and upstage/Solar-Open-100B)
-    from transformers import AutoConfig
-
-    defaults = AutoConfig.for_model(mtype).to_dict()
-    keep = {k: v for k, v in defaults.items() if not k.startswith("_")
-            and k not in ("transformers_version", "architectures")}
-    path = _write(tmp_path, keep, mtype)
+    path = _write(tmp_path, class_defaults(mtype), mtype)
     assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
@@ -274,11 +260,7 @@ def test_jetmoe_is_refused_with_no_near_type_offered(tmp_path):
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero
-    cfg = dict(SMALL[case])
-    fields = from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"]
-    assert fields == {"attention_dropout": 0.0}
-    assert assert_masks_follow_dropout(_write(tmp_path, {**cfg, "attention_dropout": 0.1}))
-    assert_masks_follow_dropout(_write(tmp_path, cfg, "zero"))
+    assert_attention_dropout_only(tmp_path, SMALL[case])
 
 
 @pytest.mark.parametrize("case", sorted(SMALL))

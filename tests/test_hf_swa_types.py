@@ -15,7 +15,9 @@ import pytest
 from memsym.model import from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _write, assert_masks_follow_dropout, one_case_per_type
+from test_hf_configs import _TOKENS, _write, one_case_per_type
+from test_hf_classic_types import (assert_attention_dropout_only, assert_read_by_class_name,
+                                   class_defaults)
 from test_hf_newer_types import _language_model_count, fuzz_configs
 
 # the model types this file covers
@@ -54,6 +56,13 @@ def test_every_type_here_has_a_small_config():
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("mtype", ["granite_swa", "granitemoe_swa"])
+def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
+    # (iquestcoder's class is LlamaForCausalLM: a file naming only it is a llama file)
+    assert_read_by_class_name(tmp_path, SMALL, mtype)
+
+
+@pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_small_configs_match_transformers(tmp_path, case):
     path = _write(tmp_path, SMALL[case])
@@ -65,12 +74,7 @@ def test_small_configs_match_transformers(tmp_path, case):
 def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
     # the config class's own defaults, as its to_dict() writes them (IQuestCoderConfig's are
     # IQuest-Coder-V1-40B-Instruct's, its docstring's checkpoint)
-    from transformers import AutoConfig
-
-    defaults = AutoConfig.for_model(mtype).to_dict()
-    keep = {k: v for k, v in defaults.items() if not k.startswith("_")
-            and k not in ("transformers_version", "architectures")}
-    path = _write(tmp_path, keep, mtype)
+    path = _write(tmp_path, class_defaults(mtype), mtype)
     assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
@@ -110,11 +114,7 @@ def test_granite_swash_2b_hand_count(tmp_path):
 @pytest.mark.torch
 @pytest.mark.parametrize("case", one_case_per_type(SMALL))
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
-    cfg = dict(SMALL[case])
-    assert from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"] == {
-        "attention_dropout": 0.0}
-    assert assert_masks_follow_dropout(_write(tmp_path, {**cfg, "attention_dropout": 0.1}))
-    assert_masks_follow_dropout(_write(tmp_path, cfg, "zero"))
+    assert_attention_dropout_only(tmp_path, SMALL[case])
 
 
 def test_fuzzed_configs(tmp_path):
