@@ -17,8 +17,9 @@ from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
 
 
 def test_llama3_70b_peft_recipe_reads_the_source_settings():
-    """recipes/llama/h100/llama3.py:2576-2694 llama3_70b_peft_8gpu_h100_bf16_config."""
-    r = read_bridge_recipe("llama3_70b_peft_8gpu_h100_bf16_config")
+    """recipes/llama/h100/llama3.py:2576-2694 llama3_70b_peft_8gpu_h100_bf16_config, the
+    library recipe: named by its module path, the bare name being the perf recipe's."""
+    r = read_bridge_recipe("recipes.llama.h100.llama3.llama3_70b_peft_8gpu_h100_bf16_config")
     v = r["values"]
     assert r["hf_model"] == "meta-llama/Meta-Llama-3-70B"            # :2592
     assert v["dataset.seq_length"] == 4096 and v["model.seq_length"] == 4096   # :2598-2601

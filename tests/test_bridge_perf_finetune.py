@@ -82,9 +82,11 @@ def test_peft_llama3_70b_h100_bf16_is_lora_with_the_recipes_targets():
     (recipes/llama/h100/llama3.py:2576: default_peft_config("lora") with dim 16, alpha 32 at
     :2605-2609): target_modules ["linear_qkv"] (:413), seq 4096, TP 1, PP 4, CP 1, VPP 20
     (:414-418), GBS 32, MBS 1 (:419-420), full recompute by block of 1 layer (:422-424), bf16
-    (:403).  Its name is also a library recipe's (recipes/llama/h100/llama3.py:2576), so the
-    perf one is named by its module path; the library one says so."""
-    name = "perf_recipes.llama.h100.llama3.llama3_70b_peft_8gpu_h100_bf16_config"
+    (:403).  Its name is also a library recipe's (recipes/llama/h100/llama3.py:2576), and
+    run_recipe.py runs the perf one for it (recipe_runner.py:234-243): so does the bare name
+    here, the perf recipe's module path too; the library one is its module path, and says
+    so."""
+    name = "llama3_70b_peft_8gpu_h100_bf16_config"
     model, opts, notes = _opts(name)
     assert model == "llama3-70b"
     assert (opts["t"], opts["p"], opts["c"], opts["v"]) == (1, 4, 1, 20)
@@ -95,10 +97,12 @@ def test_peft_llama3_70b_h100_bf16_is_lora_with_the_recipes_targets():
     assert opts["recompute_num_layers"] == 1
     assert opts["precision"] == "bf16" and opts["grad_dtype"] == "bf16"
     job(model, **opts, _notes=tuple(notes))
-    library = bridge_job_options(read_bridge_recipe("llama3_70b_peft_8gpu_h100_bf16_config"))
+    assert _opts("perf_recipes.llama.h100.llama3." + name)[1] == opts
+    library = bridge_job_options(read_bridge_recipe("recipes.llama.h100.llama3." + name))
     assert library[1]["t"] == 8 and library[1]["lora_targets"] == ("q", "k", "v", "o", "gate",
                                                                     "up", "down")
     assert any(name in n and "run_recipe.py" in n for n in library[2])
+    assert any("recipes.llama.h100.llama3." + name in n for n in notes)
 
 
 def test_peft_llama3_70b_b200_and_gb200():
@@ -259,6 +263,6 @@ def test_glm5_sft_with_its_config_cached_is_refused_naming_the_model_bridge(tmp_
     monkeypatch.setattr(hf, "get_hf_file_metadata",
                         lambda *a, **k: pytest.fail("the Hub was called"))
     with pytest.raises(InvalidValueError) as exc:
-        _opts("perf_recipes.glm_moe_dsa.h100.glm5.glm52_sft_416gpu_h100_bf16_config")
+        _opts("glm52_sft_416gpu_h100_bf16_config")     # the perf one, as run_recipe.py
     text = str(exc.value)
     assert "glm_moe_dsa" in text and "model bridge" in text and "\n" not in text

@@ -352,18 +352,24 @@ def test_perf_recipe_fp4_is_memsyms_fp4(capsys):
     assert f"weights             {2 * (2 * 128256 * 4096 + 65 * 4096):,}" in out
 
 
-def test_perf_recipe_named_like_a_base_recipe_is_qualified():
+def test_a_name_both_packages_export_is_the_perf_recipe():
     """perf_recipes/qwen/h100/qwen3_moe.py:35 defines
-    qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, the name of the recipe it builds on
-    (recipes/qwen/h100/qwen3_moe.py:146): the base keeps the name, the perf recipe is its
-    module path; its _benchmark_common gives bf16 reduction."""
-    base = read_bridge_recipe("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
-    perf = read_bridge_recipe("perf_recipes.qwen.h100.qwen3_moe."
-                              "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
-    assert base["source"].startswith("src/megatron/bridge/recipes/")
+    qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, the name of a library recipe
+    (recipes/qwen/h100/qwen3_moe.py:146); run_recipe.py --recipe runs the perf one
+    (recipe_runner.py:234-243), and so does the name here: its EP overlap (:41) and
+    _benchmark_common's model vocabulary (perf_recipes/_common.py:51, use_tokenizer_vocab_size
+    False); the library one, named by its module path, has neither."""
+    perf = read_bridge_recipe("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    library = read_bridge_recipe("recipes.qwen.h100.qwen3_moe."
+                                 "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
     assert perf["source"].startswith("src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py:35")
-    assert perf["values"]["ddp.grad_reduce_in_fp32"] is False
-    assert any(perf["recipe"] in n for n in bridge_job_options(base)[2])   # the twin is named
+    assert library["source"].startswith("src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py:146")
+    assert perf["values"]["comm_overlap.overlap_moe_expert_parallel_comm"] is True
+    assert perf["values"]["tokenizer.use_tokenizer_vocab_size"] is False
+    assert not library["values"].get("comm_overlap.overlap_moe_expert_parallel_comm")
+    assert library["values"]["tokenizer.use_tokenizer_vocab_size"] is True
+    assert any(library["recipe"] in n for n in bridge_job_options(perf)[2])   # the other named
+    assert any("runs the performance recipe" in n for n in bridge_job_options(library)[2])
 
 
 def test_perf_recipe_built_on_another_and_what_is_not_read():

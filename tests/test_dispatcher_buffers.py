@@ -119,9 +119,13 @@ def test_bridge_recipes_that_set_flex():
 
     assert read("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config")[1]["moe_dispatcher"] == "deepep"
     assert read("deepseek_v3_pretrain_256gpu_b300_fp8mx_config")[1]["moe_dispatcher"] == "hybridep"
-    _, opts, notes = read("deepseek_v3_pretrain_1024gpu_h100_bf16_config")
+    # the library recipe, which calls apply_flex_dispatcher_backend itself (recipes/deepseek/
+    # h100/deepseek_v3.py:256); the perf recipe of its name, on the library's alias
+    # deepseek_v3_pretrain_config (perf_recipes/deepseek/h100/deepseek_v3.py:30), inherits it
+    _, opts, notes = read("recipes.deepseek.h100.deepseek_v3.deepseek_v3_pretrain_1024gpu_h100_bf16_config")
     # EP 64 over 8-GPU nodes: the RDMA buffers are counted now, no note says otherwise
     assert opts["moe_dispatcher"] == "hybridep" and not any("RDMA buffers" in n for n in notes)
+    assert read("deepseek_v3_pretrain_1024gpu_h100_bf16_config")[1]["moe_dispatcher"] == "hybridep"
     _, opts, _ = bridge_job_options(read_bridge_recipe("llama3_70b_pretrain_config"))
     assert "moe_dispatcher" not in opts
 

@@ -203,15 +203,15 @@ for _rel in ("26.04.01", "26.04"):
 
 
 def _recipe(run) -> str:
-    """The run's recipe as memsym names it: its function, or, for a perf recipe named like
-    the base recipe it builds on (gpt_oss/h100/gpt_oss.py's
-    gpt_oss_120b_pretrain_64gpu_h100_bf16_config), its module path."""
-    from memsym.readers._bridge_recipes import PERF_RECIPES
+    """The run's recipe as memsym names it: its function (a perf recipe whose name the
+    library also exports, gpt_oss/h100/gpt_oss.py's gpt_oss_120b_pretrain_64gpu_h100_bf16_config,
+    included: run_recipe.py runs the perf one for it, recipe_runner.py:234-243), a library
+    recipe of such a name its module path; the name reads the run's file."""
+    from memsym.readers.bridge_names import recipe_for_source
 
-    path, _, rest = run["recipe"].partition(":")
-    name = rest.split(" ")[0]
-    qualified = path[len("src/megatron/bridge/"):-len(".py")].replace("/", ".") + "." + name
-    return qualified if qualified in PERF_RECIPES else name
+    name = recipe_for_source(run["recipe"])
+    assert read_bridge_recipe(name)["source"].startswith(run["recipe"].partition(":")[0] + ":")
+    return name
 
 
 def command(run) -> list:
@@ -283,9 +283,8 @@ def _params():
 def test_the_table_runs_are_read():
     """The TOML holds the perf-table runs and each names a perf recipe memsym reads."""
     assert len(RUNS) >= 60
-    from memsym.readers._bridge_recipes import PERF_RECIPES
-
-    assert all(_recipe(r) in PERF_RECIPES for r in RUNS)
+    assert all(read_bridge_recipe(_recipe(r))["source"].startswith(
+        "src/megatron/bridge/perf_recipes/") for r in RUNS)
     assert set(XFAIL) | set(TIGHT) <= {r["id"] for r in RUNS}, \
         sorted((set(XFAIL) | set(TIGHT)) - {r["id"] for r in RUNS})
 

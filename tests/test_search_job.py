@@ -472,8 +472,10 @@ _ACCOUNTED = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
     (["--bridge-recipe", "llama31_405b_pretrain_256gpu_h100_bf16_config"],
      ["--gpus", 256, "--tp", 8, "--pp", 8, "--cp", 4, "--gpu-memory", "2000GB"],
      "model.account_for_loss_in_pipeline_split"),
-    # DeepSeek-V3's recipe builds its layout for each (PP, VP) (deepseek_v3.py:154-155):
-    # written null, which run_recipe.py's sync_model_pipeline_layout keeps
+    # DeepSeek-V3's recipe builds its layout for each (PP, VP) (recipes/deepseek/h100/
+    # deepseek_v3.py:154-155), and the perf recipe run_recipe.py runs for this name keeps
+    # that builder from its base (perf_recipes/deepseek/h100/deepseek_v3.py:30): written null,
+    # which run_recipe.py's sync_model_pipeline_layout keeps
     (["--bridge-recipe", "deepseek_v3_pretrain_1024gpu_h100_bf16_config"],
      ["--gpus", 1024, "--tp", 2, "--pp", 8, "--cp", 1, "--ep", 64, "--gpu-memory", "2000GB"],
      "model._pipeline_model_parallel_layout_builder"),

@@ -36,6 +36,7 @@ from memsym.model import preset  # noqa: E402
 from memsym.model.architecture import Architecture  # noqa: E402
 from memsym.model.pipeline_layout import PipelineLayout  # noqa: E402
 from memsym.readers.bridge import bridge_job_options, read_bridge_recipe  # noqa: E402
+from memsym.readers.bridge_names import recipe_for_source  # noqa: E402
 from memsym.readers.recipe_mechanisms import recipe_dispatcher  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
 from memsym.timing import efficiency, expert_casts, moe_host  # noqa: E402
@@ -176,7 +177,7 @@ def recipe_moe_dispatcher(run) -> str:
     if ":" not in recipe or not _arch(run).num_experts:
         return "alltoall"
     try:
-        reading = read_bridge_recipe(recipe.split(":")[-1].split()[0])
+        reading = read_bridge_recipe(recipe_for_source(recipe))
     except MemsymError:
         return "alltoall"
     return recipe_dispatcher(reading["values"], reading.get("computed") or ())["moe_dispatcher"]
@@ -264,7 +265,7 @@ def _recipe_account_flags(run):
     if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
         return None
     try:
-        values = read_bridge_recipe(recipe.split(":")[-1].split()[0])["values"]
+        values = read_bridge_recipe(recipe_for_source(recipe))["values"]
     except MemsymError:
         return None
     emb = bool(values.get("model.account_for_embedding_in_pipeline_split"))
@@ -331,7 +332,7 @@ def recipe_pipeline_layout(run):
     lay, recipe = run["layout"], run.get("recipe", "")
     if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
         return None
-    name, v = recipe.split(":")[-1].split()[0], lay.get("v", 1)
+    name, v = recipe_for_source(recipe), lay.get("v", 1)
     try:
         values = read_bridge_recipe(name)["values"]
         over = []

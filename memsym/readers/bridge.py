@@ -11,9 +11,11 @@ its file:line.  Bridge's performance recipes (``perf_recipes/<family>/<system>/`
 ``llama3_70b_sft_32gpu_h100_fp8cs_config`` on the fine-tuning recipes) are read the same way
 (:data:`memsym.readers._bridge_recipes.PERF_RECIPES`: the base recipe with the perf helpers'
 precision, bf16 gradient reduction, recompute modules, layout, offloading, CUDA graphs and
-dispatcher); what memsym does not count is said in a note, NVFP4 is read as fp4.  An override is applied with Bridge's meaning for the fields memsym models
-(:data:`FIELDS`); a field of a known section memsym does not model is listed as ignored; an
-unknown section is refused.  Override values are read as literals (integers, decimals,
+dispatcher); what memsym does not count is said in a note, NVFP4 is read as fp4.  A name
+both packages export is the perf recipe, as run_recipe.py reads it, the library one its
+module path or Bridge's alias (:mod:`memsym.readers.bridge_names`).  An override is applied
+with Bridge's meaning for the fields memsym models (:data:`FIELDS`); a field of a known
+section memsym does not model is listed as ignored; an unknown section is refused.  Override values are read as literals (integers, decimals,
 true/false, null, quoted strings, ``[lists]``), never evaluated.
 
 Sources (Megatron-Bridge 067f987df0 unless said): ``recipes/common.py:_pretrain_common``;
@@ -37,10 +39,10 @@ import re
 from ..errors import InvalidValueError, UnknownNameError
 from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
-from ._bridge_recipes import ALIASES, PERF_RECIPES, RECIPES, SECTION_FIELDS
+from ._bridge_recipes import SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, check_unpadded_vocab, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
-from ._bridge_finetune import FINETUNE_RECIPES
+from .bridge_names import is_recipe_name, recipe_row, shared_name_notes
 from .bridge_models import HF_PRESETS, recipe_model
 from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
 from .bridge_peft import PEFT_FIELDS, apply_mode, check_peft, fp8_base_note, recipe_peft
@@ -53,6 +55,7 @@ __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS
            "looks_like_override", "launcher_world_size", "is_recipe_name"]
 
 BRIDGE_COMMIT = "067f987df0"
+_PERF = "src/megatron/bridge/perf_recipes/"
 
 #: ``section.field`` -> what memsym makes of it: ("job", option), ("arch", field), or
 #: ("bridge", what) for the fields this module resolves itself.
@@ -277,34 +280,6 @@ def launcher_world_size(words) -> int | None:
     return got["n"] * got.get("nodes", 1) if "n" in got else None
 
 
-#: Every recipe by name: the pretrain and fine-tuning recipes (``recipes/``) and the
-#: performance recipes (``perf_recipes/<family>/<system>/``, each a base recipe changed by the
-#: perf helpers).
-_ALL = {**PERF_RECIPES, **RECIPES, **FINETUNE_RECIPES}
-
-
-def _recipe_row(name: str):
-    full = ALIASES.get(name, name)
-    row = _ALL.get(full)
-    if row is None and ("_vl_" in f"_{full}_" or "vlm" in full or "_vl" in full
-                        or "_audio_" in full or "_omni_" in full
-                        or full.startswith(("flux_", "wan_", "glm_45v_"))):
-        # Bridge's vision-language recipes (_sft_common_vlm, recipes/common.py:346), and the
-        # audio, omni-modal and diffusion ones (tools/bridge_recipes.py OTHER_MODALITIES)
-        raise InvalidValueError(f"{name[:60]}: Bridge's vision-language, audio, omni-modal and "
-                                "diffusion recipes are not modelled (memsym reads the language "
-                                "models' recipes)")
-    if row is None:
-        raise UnknownNameError("Megatron-Bridge recipe", name,
-                               sorted(set(_ALL) | set(ALIASES)))
-    return full, row
-
-
-def is_recipe_name(name: str) -> bool:
-    """Whether ``name`` names a Megatron-Bridge recipe memsym reads (or one of its aliases)."""
-    return ALIASES.get(name, name) in _ALL
-
-
 def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -> dict:
     """A Bridge recipe with its overrides, as plain data.
 
@@ -332,12 +307,16 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
     >>> r["recipe"], r["world_size"], r["values"]["model.tensor_model_parallel_size"]
     ('llama3_8b_pretrain_2gpu_h100_bf16_config', 2, 2)
     """
-    full, row = _recipe_row(name)
+    full, row = recipe_row(name)
     if len(overrides) > MAX_ARGS:
         raise InvalidValueError(f"more than {MAX_ARGS} Bridge overrides")
     values, ignored, overridden = dict(row["values"]), [], []
     for word in overrides:
         if word.startswith("--mode="):
+            if word == "--mode=dora" and row["source"].startswith(_PERF):
+                # validate_benchmark_recipe_scope, scripts/training/recipe_metadata.py:243-244
+                raise InvalidValueError(f"--mode dora: {full} is a performance recipe, a fixed "
+                                        "LoRA config (run_recipe.py refuses it; omit --mode)")
             apply_mode(full, word[7:], values)
             continue
         key, value = parse_override(word)
@@ -435,14 +414,8 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     ('llama3-70b', 4, 4, 5, 2, True)
     """
     values, notes = reading["values"], []
-    twin = [k for k in PERF_RECIPES if k.endswith("." + reading["recipe"])]
-    if twin:     # a perf recipe named like the base recipe it builds on
-        # run_recipe.py runs the perf one for such a name (BENCHMARK_RECIPE_PRECEDENCE_
-        # COLLISIONS, scripts/training/recipe_metadata.py:52-64, recipe_runner.py:234-243)
-        notes.append(f"{reading['recipe']} is read as the library recipe (recipes/); Bridge's "
-                     f"run_recipe.py --recipe of that name runs the performance recipe, read "
-                     f"here as {twin[0]}")
-    if reading["source"].startswith("src/megatron/bridge/perf_recipes/") and \
+    notes += shared_name_notes(reading["recipe"])   # a name both packages export
+    if reading["source"].startswith(_PERF) and \
             values.get("dataset.enable_offline_packing"):     # a perf SFT or LoRA recipe
         notes.append("run_recipe.py runs a performance SFT/LoRA recipe on mock sequences of "
                      "model.seq_length (run_recipe.py:397-415), not its packed dataset")
