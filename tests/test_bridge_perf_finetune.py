@@ -225,12 +225,14 @@ def test_pasted_run_recipe_command_of_a_perf_lora_recipe(capsys):
     assert rank16["bytes"]["adapter_weights"] == 40 * 2 * 16 * (8192 + 10240)
 
 
-def test_lora_over_fp8_parameters_is_said():
+def test_lora_over_fp8_parameters_is_counted_not_noted():
     """_perf_precision("fp8_cs") turns fp8_param_gather on (training/mixed_precision.py:302),
-    which is fp8_param (:81-100): the LoRA recipe's frozen base is FP8 parameters, which
-    memsym does not count as such; the note says so, the bf16 recipe has none."""
-    notes = _opts("llama3_70b_peft_8gpu_b200_fp8cs_config")[2]
-    assert any("fp8_param_gather" in n and "frozen base" in n for n in notes)
+    which is fp8_param (:81-100): the LoRA recipe's frozen base is FP8 parameters, counted as
+    such under the distributed optimizer (tests/test_bridge_lora_fp8_params.py), so no note;
+    the bf16 recipe has none either."""
+    _, opts, notes = _opts("llama3_70b_peft_8gpu_b200_fp8cs_config")
+    assert opts["fp8_param_gather"] is True and opts["sharding"] == "distributed-optimizer"
+    assert not any("fp8_param_gather" in n for n in notes)
     notes = _opts("llama3_70b_peft_8gpu_b200_bf16_config")[2]
     assert not any("fp8_param_gather" in n for n in notes)
 

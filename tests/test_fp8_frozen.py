@@ -15,6 +15,15 @@ since dgrad reads the weight whether or not the weight itself is trained;
 copies: 1 + 1 bytes under delayed/tensorwise scaling, 2 (1 + 1/32) under MXFP8 and
 2 (1/2 + 1/16) under NVFP4.
 
+FP8 parameters (issue 30).  Under ``--fp8-param-gather`` (Bridge's ``fp8_param_gather``, which
+sets ``fp8_param``) or ``--fp4-param-gather`` the frozen linear weights are built as FP8 /
+NVFP4 parameters (``fp8_model_init``, fp8_utils.py:848 at d98e8a64dd): TE quantizes each at
+init with ``quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled())``
+(module/base.py:1835-1864 at d0067d0da6) and the forward uses the parameter itself
+(``quantize_weight``, base.py:836-845), so the same two copies and no cache, and no 16-bit copy
+of the linear weights: only the embedding, output layer and norms stay 16-bit, as in a full
+fine-tune over FP8 parameters.
+
 MTP.  ``MultiTokenPredictionLayer`` enters ``get_fp8_context`` around ``eh_proj`` and its
 transformer layer when ``config.fp8`` and ``nullcontext()`` otherwise ("currently ignoring FP4
 in MTP layers", multi_token_prediction.py:1385-1402 at d98e8a64dd), and builds its layers under
@@ -117,11 +126,44 @@ def test_fp4_mtp_layers_stay_bf16(finetune):
     assert g["fp8_weights"] == sp.Rational(9, 8) * 2 * LAYER
 
 
-def test_fp8_param_gather_makes_the_mtp_weights_fp8():
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_fp8_param_gather_makes_the_mtp_weights_fp8(finetune):
     # fp8_model_init over the MTP layers too: their linear weights are FP8 parameters (1 byte
-    # and, with no GPU given (TN-only), the 1-byte transpose made after each gather), out of the
-    # 16-bit weights; the rest (embedding padded to 1024 rows, norms) stays 2 bytes
-    g = _grouped(TINY, Layout(), precision="fp8", fp8_param_gather=True)
+    # and, with no GPU given (TN-only), the 1-byte transpose made after each gather, or at
+    # init with the columnwise usage when frozen), out of the 16-bit weights; the rest
+    # (embedding padded to 1024 rows, norms) stays 2 bytes, frozen or not
+    lora = dict(finetune="lora", lora_rank=4) if finetune == "lora" else {}
+    g = _grouped(TINY, Layout(), precision="fp8", fp8_param_gather=True, **lora)
     assert g["fp8_weights"] == 2 * (2 * LAYER + LAYER + EH_PROJ)
     norms = 2 * 2 * H + 3 * H + 2 * H + H   # 2 per layer, the MTP's 3 and its block's 2, final
     assert g["weights"] == 2 * (1024 * H + norms)
+
+
+# Meta-Llama-3-8B's other weights: vocabulary 128256 (embedding and untied output layer, each
+# split over t) and 2 RMSNorms per layer plus the final one
+V8 = 128256
+
+
+@pytest.mark.parametrize("kw, width", [
+    (dict(precision="fp8", fp8_param_gather=True), 2),                  # rowwise + transpose
+    (dict(precision="fp8", fp8_recipe="tensorwise", fp8_param_gather=True), 2),
+    (dict(precision="fp8", fp8_recipe="mxfp8", fp8_param_gather=True),
+     2 * (1 + sp.Rational(1, 32))),
+    (dict(precision="fp4", fp4_param_gather=True), 2 * (sp.Rational(1, 2) + sp.Rational(1, 16))),
+])
+def test_megatron_lora_over_quantized_parameters(kw, width):
+    # Llama-3 8B, LoRA on every matrix, t = 2, the linear weights FP8 / NVFP4 parameters
+    # (fp8_param, fp4_param): each GPU holds half of every linear weight, rowwise and
+    # columnwise as built under fp8_model_init, and no 16-bit copy of it
+    g = _grouped("llama3-8b", Layout(t=2, d=4), finetune="lora", lora_rank=16, **kw)
+    assert g["fp8_weights"] == width * sp.Integer(LLAMA3_LINEAR) / 2
+    assert g["weights"] == 2 * (2 * V8 * H8 // 2 + (2 * L8 + 1) * H8)
+    assert "weights_unquantized" not in g
+    # the same model as a full fine-tune over FP8 / NVFP4 parameters builds
+    full = _grouped("llama3-8b", Layout(t=2, d=4), **kw)
+    assert (full["fp8_weights"], full["weights"]) == (g["fp8_weights"], g["weights"])
+    # frozen: no gradient slot and no main copy; the adapters' states as over cached casts
+    cached = {k: v for k, v in kw.items() if not k.endswith("param_gather")}
+    cast = _grouped("llama3-8b", Layout(t=2, d=4), finetune="lora", lora_rank=16, **cached)
+    for key in ("adapter_weights", "gradients", "optimizer"):
+        assert g[key] == cast[key]

@@ -154,21 +154,27 @@ def check_peft(recipe: dict, values: dict, overridden) -> None:
 
 
 def fp8_base_note(opts: dict) -> list:
-    """A note for LoRA over FP8 parameters (the perf LoRA recipes' fp8cs and fp8mx
-    precisions), which memsym counts as it counts LoRA over a 16-bit base.
+    """A note for LoRA over FP8 parameters under Megatron-FSDP, the one sharding whose frozen
+    FP8 base memsym does not count as Bridge builds it.
 
     ``fp8_param_gather`` sets ``fp8_param`` (training/mixed_precision.py:81-100 at 067f987df0),
     under which Megatron-core builds the linear weights as FP8 parameters, frozen or not
     (``get_fp8_context(config, is_init=True)``: ``fp8_model_init`` where ``config.fp8_param``,
-    Megatron-LM d98e8a64dd fp8_utils.py:848, as tests/test_fp8_frozen.py reads it); memsym's
-    LoRA keeps the frozen base in 16 bits beside Transformer Engine's cached FP8 copies
-    (:func:`memsym.terms.model_state.te_weight_cache`), so its weights are counted high.
+    Megatron-LM d98e8a64dd fp8_utils.py:848).  Under the distributed optimizer and DDP memsym
+    counts them so (:func:`memsym.terms.adapters.quantized_frozen_base`); under Megatron-FSDP
+    it keeps the sharded 16-bit base with Transformer Engine's cached copies
+    (:func:`memsym.terms.model_state.te_weight_cache`), more than Bridge holds.
 
-    >>> len(fp8_base_note({"finetune": "lora", "fp8_param_gather": True}))
+    >>> len(fp8_base_note({"finetune": "lora", "fp8_param_gather": True, "sharding": "fsdp"}))
     1
+    >>> fp8_base_note({"finetune": "lora", "fp8_param_gather": True,
+    ...                "sharding": "distributed-optimizer"})
+    []
     """
-    if opts.get("finetune") != "lora" or not opts.get("fp8_param_gather"):
+    if opts.get("finetune") != "lora" or not opts.get("fp8_param_gather") \
+            or opts.get("sharding") != "fsdp":
         return []
-    return ["LoRA with mixed_precision.fp8_param_gather: Bridge builds the frozen base as FP8 "
-            "parameters (fp8_param, training/mixed_precision.py:81-100); memsym counts it as "
-            "16-bit weights with Transformer Engine's cached FP8 copies, more than Bridge holds"]
+    return ["LoRA with mixed_precision.fp8_param_gather under Megatron-FSDP: Bridge builds the "
+            "frozen base as FP8 parameters (fp8_param, training/mixed_precision.py:81-100); "
+            "memsym counts it as sharded 16-bit weights with Transformer Engine's cached FP8 "
+            "copies, more than Bridge holds"]

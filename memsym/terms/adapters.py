@@ -29,7 +29,8 @@ from .widths import byte_widths
 
 __all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "megatron_adapter_widths", "quantization_bits", "quantization_bytes",
            "lora_parameters", "frozen_weights", "adapter_state",
-           "lora", "qlora", "LORA_TARGETS", "FROZEN_LINEAR_INPUTS", "frozen_linear_inputs"]
+           "lora", "qlora", "LORA_TARGETS", "FROZEN_LINEAR_INPUTS", "frozen_linear_inputs",
+           "quantized_frozen_base"]
 
 _R = sp.Rational
 _LORA = Source("lora", "§4.1; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r)")
@@ -50,6 +51,26 @@ _BRIDGE_FROZEN = Source("megatron-bridge-peft", "peft/base.py:176-193 at 067f987
 _QLORA_UNQUANTIZED = Source("qlora", "§3, Eq. 5 (NF4 linear layers): bitsandbytes quantizes "
                             "nn.Linear layers only, the embedding, norms and output layer stay "
                             "16-bit (and transformers 5's fused MoE experts, 3-D parameters)")
+# LoRA over FP8 / NVFP4 parameters (fp8_param / fp4_param): Megatron-core builds the TE
+# linears' weights under fp8_model_init, each cast once at init with both usages, and the
+# forward uses the parameter itself (no cached cast); frozen, no buffer slot, no master copy
+_QUANT_FROZEN = Source("transformer-engine", "pytorch/module/base.py:1835-1864 (reset_parameters "
+                       "under fp8_model_init: quantizer.set_usage(rowwise=True, columnwise="
+                       "torch.is_grad_enabled()), param = quantizer(param), the 16-bit "
+                       "initial value kept on the CPU), 836-845 (quantize_weight returns a "
+                       "quantized parameter itself, no _fp8_workspaces copy); tensor/storage/"
+                       "float8_tensor_storage.py:279-317 (update_usage keeps the transpose "
+                       "where FP8 GEMMs are TN-only, none on non-TN GPUs), mxfp8_tensor_storage."
+                       "py:276-316 and nvfp4_tensor_storage.py:353-375 (usages only disabled, "
+                       "never on a weight); Megatron-core d98e8a64dd fp8_utils.py:848 and "
+                       "fp4_utils.py:258 (need_fp8_context = config.fp8_param at init), "
+                       "distributed/distributed_data_parallel.py:180 and optimizer/__init__.py:"
+                       "332 (frozen parameters: no buffer slot, no main copy)")
+_QUANT_REST = Source("megatron-bridge-peft", "peft/base.py:176-193 at 067f987df0 (frozen as "
+                     "built); Megatron-core d98e8a64dd fp8_utils.py:848 (fp8_model_init around "
+                     "the decoder layers but the BF16 first/last ones): the embedding and output "
+                     "layer (not TE modules), the norms and biases (no fp8_meta_index, TE "
+                     "base.py:1837) stay in params_dtype")
 _FROZEN = Source("lora", "§4.2, Practical Benefits (frozen W_0: no gradients or optimizer "
                  "states); storage width = the format's bits / 8 per weight")
 
@@ -416,7 +437,7 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     The frozen base has no gradient slot (requires_grad False) and stays at the parameters' width,
     ``b_hp``.  Each width is per adapter parameter except ``"base_dtype"``, the frozen base's
     storage (a key of :data:`QUANTIZATIONS`), and, under fp8 and fp4, ``b_f8``: the bytes per frozen
-    linear weight of TE's cached copies, a trained weight's (:func:`memsym.terms.model_state.te_weight_cache`).
+    linear weight of TE's cached copies (:func:`memsym.terms.model_state.te_weight_cache`) or FP8 parameters.
 
     Parameters
     ----------
@@ -497,3 +518,60 @@ def megatron_adapter_widths(precision: str = "bf16", grad_dtype: str | None = No
     elif fp8_recipe is not None:
         byte_widths(scheme, precision, "none", fp8_recipe=fp8_recipe)   # its one-line refusal
     return out
+
+
+def quantized_frozen_base(linear_params, other_params, fmt: str = "FP8 ",
+                          dtype: str = "bf16") -> Total:
+    r"""The frozen base of a LoRA job over FP8 or NVFP4 parameters [bytes].
+
+    .. math:: M = b_{f8}\,\Psi_{\mathrm{lin}} + b_{hp}\,\Psi_{\mathrm{other}}
+
+    Under ``fp8_param`` (Megatron-Bridge's ``fp8_param_gather``) or ``fp4_param``,
+    Megatron-core builds the decoder layers' Transformer Engine linears inside
+    ``fp8_model_init``: each weight is initialised in 16 bits and quantized once, with the
+    rowwise and the columnwise usage (the transpose under per-tensor scaling on TN-only GPUs,
+    none on GPUs whose FP8 GEMMs take any layout; MXFP8 and NVFP4 columnwise data with its
+    scales), and the forward uses the parameter itself.  Frozen by LoRA, it has no gradient
+    slot and no fp32 main copy: the :math:`\Psi_{\mathrm{lin}}` linear weights hold
+    :math:`b_{f8}` bytes each and no 16-bit copy.  The embedding, the output layer, the
+    norms and any BF16 first/last layer stay in the model's ``params_dtype``.  Neglected:
+    per-tensor scaling's fp32 ``scale_inv`` (4 bytes per weight tensor) and the quantizer's
+    amax.
+
+    Parameters
+    ----------
+    linear_params : sympy.Expr
+        Frozen linear weights built as FP8 / NVFP4 parameters, per GPU [parameters].
+    other_params : sympy.Expr
+        The other frozen parameters per GPU, kept 16-bit [parameters].
+    fmt : {"FP8 ", "MXFP8 ", "NVFP4 "}
+        The format named in the description.
+    dtype : {"bf16", "fp16"}
+        The model's ``params_dtype``.
+
+    Examples
+    --------
+    Llama-3 8B's decoder linears (6979321856 weights) as per-tensor FP8 parameters on an
+    H100 (rowwise + transpose, 2 bytes) beside its 1050939392 other weights in bf16:
+
+    >>> from memsym.symbols import N_lin
+    >>> M = quantized_frozen_base(N_lin, 1050939392).subs({b_f8: 2})
+    >>> M.evaluate(N_lin=6979321856) == 2 * 6979321856 + 2 * 1050939392
+    True
+
+    References
+    ----------
+    transformer-engine (d0067d0da6): pytorch/module/base.py:1835-1864 (reset_parameters),
+    836-845 (quantize_weight); tensor/storage/float8_tensor_storage.py:279-317,
+    mxfp8_tensor_storage.py:276-316, nvfp4_tensor_storage.py:353-375.  megatron-core
+    (d98e8a64dd): fp8_utils.py:848, fp4_utils.py:258, distributed_data_parallel.py:180,
+    optimizer/__init__.py:332.
+    """
+    rest = frozen_weights(dtype, other_params)
+    return Total(f"frozen {fmt}base", (
+        Term("weights", rest.expr, f"frozen embeddings, norms, output layer and any BF16 "
+             f"layers, kept at {dtype} (outside fp8_model_init)", _QUANT_REST,
+             label=f"{dtype} weights"),
+        Term("fp8_weights", as_expr(linear_params) * b_f8, "frozen linear weights built as "
+             + fmt + "parameters (fp8_model_init: rowwise + columnwise, no 16-bit copy, no "
+             "master)", _QUANT_FROZEN, label="fp8 weights")))

@@ -23,7 +23,8 @@ from ..terms import muon
 from ..terms.torch_ddp import ddp_bucket_copy, torch_adamw_widths, torch_ddp_states
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
-from ..terms.adapters import LORA_TARGETS, adapter_state, lora, megatron_adapter_widths
+from ..terms.adapters import (LORA_TARGETS, adapter_state, lora, megatron_adapter_widths,
+                              quantized_frozen_base)
 from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
                                  model_state, te_weight_cache)
 from ..term import Total
@@ -71,14 +72,23 @@ def _adapter_state_terms(experts: bool, training: Training, non_tn_fp8_gemm: boo
                params_dtype_base=megatron)
     if megatron and experts:
         tot = _expert_adapters(tot, training, dtype)
-    if megatron and training.states.precision in ("fp8", "fp4"):
-        # the frozen base runs through TE's linears under the FP8 / NVFP4 autocast: each
-        # weight cast and cached as a trained one, rowwise and columnwise, since dgrad
-        # reads it (te_weight_cache); b_f8 from megatron_adapter_widths
-        fmt = "MXFP8 " if training.states.fp8_recipe == "mxfp8" else \
-            "NVFP4 " if training.states.precision == "fp4" else "FP8 "
-        tot = Total(tot.name, tot.terms + (te_weight_cache(
-            N_lin, fmt, frozen=True, transpose=not non_tn_fp8_gemm),))
+    st = training.states
+    if megatron and st.precision in ("fp8", "fp4"):
+        fmt = "MXFP8 " if st.fp8_recipe == "mxfp8" else "NVFP4 " if st.precision == "fp4" \
+            else "FP8 "
+        if ((st.fp8_param_gather and st.precision == "fp8") or st.fp4_param_gather) \
+                and st.sharding not in ("zero3", "fsdp"):
+            # fp8_param / fp4_param: the frozen linears (N_lin) are FP8 / NVFP4 parameters,
+            # b_f8 bytes each and no 16-bit copy; the rest of N_q + N_u stays 16-bit
+            quant = quantized_frozen_base(N_lin, N_q + N_u - N_lin, fmt, base)
+            tot = Total(tot.name, quant.terms + tuple(
+                term for term in tot.terms if term.key not in ("weights", "weights_unquantized")))
+        else:
+            # the frozen base runs through TE's linears under the FP8 / NVFP4 autocast: each
+            # weight cast and cached as a trained one, rowwise and columnwise, since dgrad
+            # reads it (te_weight_cache); b_f8 from megatron_adapter_widths
+            tot = Total(tot.name, tot.terms + (te_weight_cache(
+                N_lin, fmt, frozen=True, transpose=not non_tn_fp8_gemm),))
     terms = tuple(tot.subs(widths).terms)
     return _adapter_buckets(terms) if training.states.torch_ddp_buckets else terms
 
@@ -120,8 +130,10 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     keeps (the decoder layers', and under fp8 the MTP layers').
     LoRA/QLoRA: ``N_q`` (frozen linear weights per GPU), ``N_u`` (frozen, unquantized) and
     ``N_a`` (adapters) per GPU; a Megatron LoRA job under fp8 or fp4 adds ``N_lin``, the
-    frozen linear weights per GPU whose casts TE keeps: ``N_q`` (routed experts included)
-    and, under fp8, the MTP layers' linear weights (in ``N_u`` otherwise).
+    frozen linear weights per GPU whose casts TE keeps (or that are FP8 / NVFP4 parameters
+    under ``fp8_param_gather`` / ``fp4_param_gather``, ``N_q + N_u - N_lin`` staying 16-bit):
+    ``N_q`` (routed experts included) less the BF16 layers' and, under fp8, the MTP layers'
+    linear weights (in ``N_u`` otherwise).
 
     Examples
     --------
