@@ -112,7 +112,8 @@ def render_estimate(rep: dict, args, *, fits, device: int, wide: bool = False) -
 def _peak_parts(rep: dict) -> str:
     """The transients row itemised: each part the peak phase adds or does not hold [GB]."""
     parts = ", ".join(f"{part['label']} {part['bytes'] / 1e9:.3f} GB"
-                      for part in rep["peak_parts"])
+                      if abs(part["bytes"]) >= 1e7 else
+                      f"{part['label']} {part['bytes'] / 1e6:.3f} MB" for part in rep["peak_parts"])
     return (f"transients: what the peak phase ({rep['phases']['peak']}) adds to the steady "
             f"states and activations or does not hold: {parts}")
 

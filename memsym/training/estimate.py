@@ -311,8 +311,9 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
     trans = states_and_transients(j, best)[1]
-    step = tuple((term.key, term.evaluate(results[best][2])) for term in trans["optimizer"]
-                 if term.key in STEP_STATE_KEYS + ("unsharded_params", "unsharded_grads"))
+    step = tuple((term.key, val) for term in trans["optimizer"]
+                 if term.key in STEP_STATE_KEYS + ("unsharded_params", "unsharded_grads")
+                 and (val := term.evaluate(results[best][2])) != 0)
     return TrainingEstimate(results[best][0], results[best][2], best, stage_role(best, layout.p),
                             tuple(results[i][1] for i in sorted(results)), j.notes, phase,
                             tuple(pb.items()), step, j.defaults,
