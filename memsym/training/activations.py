@@ -421,36 +421,36 @@ def _mtp_block(x, layout: Layout, training: Training, layer_model: tuple, layers
     return total
 
 
-def _largest_layer(layers: _StageLayers, layer_model: tuple, layout: Layout):
-    """``per_layer``-shaped: one layer's activations without recompute, for the working set.
-    A hybrid stage's largest layer kind (a Gated DeltaNet or Mamba layer may exceed an
-    attention one: :func:`memsym.terms.mamba.hybrid_stack` of each kind alone); else the
-    model's own ``per_layer``."""
+def _largest_layer(layers: _StageLayers, layer_model: tuple, layout: Layout) -> sp.Expr:
+    """One layer's activations without recompute, for the working set [bytes]: a hybrid
+    stage's largest layer kind (a Gated DeltaNet or Mamba layer may exceed an attention one:
+    :func:`memsym.terms.mamba.hybrid_stack` of each kind alone); else the model's own
+    ``per_layer`` of the stage's kind (MoE where the stage holds an MoE layer)."""
     per_layer, common, mods, shared, addons = layer_model
     if not layers.hybrid:
-        return per_layer
+        return per_layer(any(layers.kinds), "none")
     one = [hybrid_terms.hybrid_stack([(kind, 1, gated)], "none", mods, shared, layout.c > 1,
                                      common, layers.shared_block, addons)
            for kind, _, gated in layers.hybrid]
-    largest = one[0] if len(one) == 1 else cached_max(*one)
-    return lambda moe, mode: largest
+    return one[0] if len(one) == 1 else cached_max(*one)
 
 
-def _working_set_terms(layout: Layout, training: Training, stage: int, kinds, per_chunk,
-                       per_layer, recompute: str) -> list:
+def _working_set_terms(j: Job | UncheckedJob, stage: int, layers: _StageLayers, per_chunk,
+                       layer_model: tuple, recompute: str) -> list:
     """Under full recompute, the ``recompute_working_set``: one checkpointed group's
-    activations, rematerialised during its backward (``per_layer(moe, "none")``: a layer's
-    activations, a hybrid stage's largest, :func:`_largest_layer`)."""
+    activations, rematerialised during its backward (:func:`_largest_layer`: a layer's
+    activations, a hybrid stage's largest)."""
+    layout, training = j.layout, j.training
     method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
     # block 0 checkpoints no layer (core/recompute.py: layer_idx < 0 is never true): nothing
     # is rematerialised, so no working set
-    if recompute != "full" or not kinds or (method == "block" and n_rec == 0):
+    if recompute != "full" or not layers.kinds or (method == "block" and n_rec == 0):
         return []
     pl = layout.pipeline_layout
     if pl is not None:
         per_chunk = sp.Integer(max(pl.chunk_layers(stage)))
     group = sp.Min(n_rec, per_chunk) if method == "uniform" else 1
-    return [Term("recompute_working_set", group * per_layer(any(kinds), "none"),
+    return [Term("recompute_working_set", group * _largest_layer(layers, layer_model, layout),
                  "one checkpointed group's activations (one layer unless "
                  "recompute_method uniform N) rematerialised during its backward",
                  _DERIVED, label="recompute working set")]
@@ -514,8 +514,7 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     if stage == output_stage(layout, training):
         terms += _output_terms(x, layout, training, schedule, mm, layer_model, layers,
                                recompute)
-    terms += _working_set_terms(layout, training, stage, layers.kinds, per_chunk,
-                                _largest_layer(layers, layer_model, layout), recompute)
+    terms += _working_set_terms(j, stage, layers, per_chunk, layer_model, recompute)
     return Total(f"activations of pipeline stage {stage} ({stage_role(stage, pp)})", tuple(terms))
 
 
