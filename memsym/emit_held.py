@@ -203,6 +203,8 @@ MEGATRON_HELD = {
     "muon_num_ns_steps": (("muon_num_ns_steps",), _value("muon_num_ns_steps")),
     "muon_nesterov": (("muon_nesterov",), _switch("muon_nesterov")),
     "mla_down_proj_fusion": (("mla_down_proj_fusion",), _switch("mla_down_proj_fusion")),
+    "fp32_residual_connection": (("fp32_residual_connection",),
+                                 _switch("fp32_residual_connection")),
     "bf16_layers": (("first_last_layers_bf16", "num_layers_at_start_in_bf16",
                      "num_layers_at_end_in_bf16"), _bf16_layers),
 }

@@ -19,7 +19,7 @@ ACTIVATION_KEYS = ("layer_activations", "lora_gathered_inputs", "embedding_activ
                    "output_activations", "mtp_activations", "mtp_input_activations",
                    "pipeline_buffers", "recompute_working_set",
                    "cpu_offloaded_activations", "dispatcher_gather_buffer",
-                   "bf16_layer_activations")
+                   "bf16_layer_activations", "fp32_stage_inputs")
 #: The peak phase's change to the steady states and activations, a row of its own: the
 #: buffers that phase adds (logits, the loss's, gathered layers, the step's temporaries) less
 #: what is not held in it (the activations freed before the optimizer step, the Adam moments

@@ -158,6 +158,26 @@ def _check_fp8_glu_input(x, training: Training) -> None:
                                 "refuses another activation)")
 
 
+def _check_fp32_residual(x, training: Training) -> None:
+    """``fp32_residual_connection`` is Megatron-core's, under 16-bit weights only
+    (``validate_args``: "residual connection in fp32 only supported when using fp16 or bf16",
+    arguments.py:1374-1376 at d98e8a64dd; FP8 and FP4 run over bf16 weights).  A hybrid or
+    MTP model's full-recompute checkpoints are not counted with fp32 inputs: refused."""
+    flag(training.memory.fp32_residual_connection, "fp32_residual_connection")
+    if not training.memory.fp32_residual_connection:
+        return
+    if not framework_record(training.framework).megatron_options:
+        raise InvalidValueError("fp32_residual_connection is Megatron's --fp32-residual-"
+                                f"connection (framework megatron), not {training.framework}'s")
+    if training.states.precision == "fp32":
+        raise InvalidValueError("--fp32-residual-connection needs --bf16 or --fp16: residual "
+                                "connection in fp32 only supported when using fp16 or bf16 "
+                                "(Megatron's validate_args)")
+    if training.memory.recompute == "full" and (x.layer_mixers or x.mtp_num_layers):
+        raise InvalidValueError("--fp32-residual-connection with full recompute of a hybrid or "
+                                "MTP model: their checkpoints' fp32 inputs are not modelled")
+
+
 def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
     """``bf16_layers`` (Megatron's ``--first-last-layers-bf16``): two whole numbers; under fp8
     or fp4 on Megatron (the flag is a TransformerConfig field, and without FP8 / FP4 every
@@ -338,6 +358,7 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("mla_down_proj_fusion (--mla-down-proj-fusion) needs "
                                 "multi-latent attention (Megatron-LM's validate_args)")
     _check_fp8_glu_input(x, training)
+    _check_fp32_residual(x, training)
     _check_bf16_layers(x, layout, training)
     if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
         choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)

@@ -269,6 +269,10 @@ class Memory:
         Megatron's ``--mla-down-proj-fusion`` (off, arguments.py:3566-3572; needs MLA,
         1976-1977): MLA's input norm fused into the q/kv down-projection, so ``layernorm``
         recompute does not rerun it (:func:`memsym.timing.recompute.norms_recomputed`).
+    fp32_residual_connection : bool
+        Megatron's ``--fp32-residual-connection`` (off; ``--bf16`` or ``--fp16`` only,
+        arguments.py:1374-1376): the residual stream and the pipeline's p2p tensors in fp32,
+        the layers' saved tensors 16-bit casts (:mod:`memsym.terms.fp32_residual`).
     first_iteration : bool
         The first iteration's peak (False: every later one's): Megatron-core makes no Adam
         moments before the first optimizer step unless a checkpoint's state is loaded
@@ -306,6 +310,7 @@ class Memory:
     moe_dispatcher: str = "alltoall"
     metric: str = "device"
     mla_down_proj_fusion: bool = False
+    fp32_residual_connection: bool = False
     first_iteration: bool = False
 
 
@@ -367,7 +372,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
         "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store",
-        "chunked_loss")),
+        "chunked_loss", "fp32_residual_connection")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
                               "torch_ddp_buckets", "autocast")))}
 

@@ -98,22 +98,34 @@ def test_one_verdict_beside_a_model_and_on_a_whole_command(name):
 
 
 def test_noted_arguments_say_what_they_change():
-    job = read_megatron_args(BASE + ["--fp32-residual-connection", "--use-sharp",
-                                     "--softmax-type", "learnable"])
+    job = read_megatron_args(BASE + ["--delay-wgrad-compute", "--use-sharp"])
     notes = "\n".join(job.notes)
-    assert "--fp32-residual-connection: an fp32 residual stream" in notes
+    assert "--delay-wgrad-compute: the weight gradients computed later" in notes
     assert "changes memory and is not modelled" in notes
     assert "--use-sharp: SHARP in-network reductions" in notes
     assert "changes step time and is not modelled" in notes
-    assert "--softmax-type" in notes and job.ignored == ()
+    assert job.ignored == ()
 
 
 def test_a_noted_option_at_megatrons_default_changes_nothing():
-    # --softmax-type vanilla, --num-distributed-optimizer-instances 1 (spelled 1.0): defaults
-    job = read_megatron_args(BASE + ["--softmax-type", "vanilla",
+    # --mlp-chunks-for-training 1, --num-distributed-optimizer-instances 1 (spelled 1.0)
+    job = read_megatron_args(BASE + ["--mlp-chunks-for-training", "1",
                                      "--num-distributed-optimizer-instances", "1.0"])
-    assert job.ignored == ("--softmax-type", "--num-distributed-optimizer-instances")
-    assert not any("--softmax-type" in n for n in job.notes)
+    assert job.ignored == ("--mlp-chunks-for-training", "--num-distributed-optimizer-instances")
+    assert not any("--mlp-chunks-for-training" in n for n in job.notes)
+
+
+def test_fp32_residual_and_softmax_type_are_read_not_noted():
+    # issue 32: both read (memsym.readers.megatron_numerics), neither noted nor ignored
+    job = read_megatron_args(BASE + ["--bf16", "--fp32-residual-connection",
+                                     "--softmax-type", "learnable"])
+    assert job.ignored == ()
+    assert not any(n.startswith(("--fp32-residual-connection", "--softmax-type"))
+                   for n in job.notes)
+    assert job.training["fp32_residual_connection"] and job.architecture["attention_sinks"]
+    # Megatron's default vanilla is read too: it changes nothing, and is not "ignored"
+    vanilla = read_megatron_args(BASE + ["--softmax-type", "vanilla"])
+    assert vanilla.ignored == () and "attention_sinks" not in vanilla.architecture
 
 
 @pytest.fixture(scope="module")
@@ -211,11 +223,11 @@ PASTED = ["torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", *BASE,
 
 def test_a_pasted_command_notes_what_it_does_not_model(capsys):
     code, out, err = run(capsys, "estimate", "--world-size", 8, "--json", "--", *PASTED,
-                         "--fp32-residual-connection", "--overlap-param-gather-with-optimizer-step")
+                         "--delay-wgrad-compute", "--overlap-param-gather-with-optimizer-step")
     assert code == 0, err
     data = json.loads(out)
     assert data["ignored"] == ["--lr"]
-    assert any(n.startswith("--fp32-residual-connection: ") and "changes memory" in n
+    assert any(n.startswith("--delay-wgrad-compute: ") and "changes memory" in n
                for n in data["notes"])
     assert any(n.startswith("--overlap-param-gather-with-optimizer-step: ")
                and "changes step time" in n for n in data["notes"])

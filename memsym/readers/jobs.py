@@ -142,6 +142,8 @@ def _add_megatron_precision(opts: dict, prec: dict, trn: dict) -> None:
         opts["mla_down_proj_fusion"] = True
     if trn.get("bias_activation_fusion") is False:   # eager gated unit (megatron._glu_fusion)
         opts["bias_activation_fusion"] = False
+    if trn.get("fp32_residual_connection"):   # memsym.readers.megatron_numerics
+        opts["fp32_residual_connection"] = True
 
 
 def _add_megatron_step(opts: dict, opt: dict, notes: list) -> None:

@@ -33,6 +33,7 @@ from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  MEGATRON_FSDP_SCHEMES, MODELLED, SCHEDULE_ENTRY, TABLE,
                                  ArgumentError, MegatronArguments, encoder_layers_alias,
                                  megatron_arity, parse_megatron_argv)
+from .megatron_numerics import megatron_softmax
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq
 from .megatron_precision import (FP4_FORMATS, FP4_RECIPES, FP8_FORMATS, MEGATRON_FP8_RECIPES,
                                  MUON_DESTS, megatron_bf16_layers, megatron_fsdp_options,
@@ -258,6 +259,8 @@ _OVERRIDE_SWITCHES = {
     "mtp_use_repeated_layer": ("mtp_repeated", True),
     # attention.py:1689-1691: linear_qkv's output grows by a*d_h, the sigmoid output gate
     "attention_output_gate": ("attention_output_gate", True),
+    # memsym.terms.fp32_residual (validate_args' 16-bit rule: memsym.job_checks)
+    "fp32_residual_connection": ("fp32_residual_connection", True),
 }
 
 #: Accepted with a model and changing nothing memsym counts (the model's own vocabulary and
@@ -280,7 +283,8 @@ _OVERRIDE_HANDLED = set(_OVERRIDE_SWITCHES) | {
     "num_virtual_stages_per_pipeline_rank", "torchrun_nproc_per_node", "torchrun_nnodes",
     "rampup_batch_size", "step_batch_size_schedule", "pad_vocab_size", "padded_vocab_size", "fp8_recipe", "fp4",
     "fp4_recipe", "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype",
-    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub", *CUDA_GRAPH_DESTS,
+    "fsdp_double_buffer", "megatron_fsdp_max_pool_double_buffer", "nccl_ub", "softmax_type",
+    *CUDA_GRAPH_DESTS,
     *(d for d, _ in MUON_DESTS)}
 
 
@@ -438,9 +442,13 @@ def _override_precision(r: MegatronArguments, opts: dict):
 
 
 def _override_attention(r: MegatronArguments, opts: dict):
-    """Whether the attention keeps no s x s score matrix (backend and implementation)."""
+    """Whether the attention keeps no s x s score matrix (backend and implementation), and
+    what ``--softmax-type`` changes (:func:`memsym.readers.megatron_numerics.megatron_softmax`)."""
     if r.given("attention_backend") or r.given("transformer_impl"):
         opts["flash_attention"] = keeps_no_scores(*attention_kernels(r))
+    if r.given("softmax_type"):   # the sink's parameter and attention backend
+        opts.update(megatron_softmax(r, c=r.int("context_parallel_size", 1),
+                                     backend=attention_kernels(r)[0]))
 
 
 def _override_recompute(r: MegatronArguments, opts: dict):

@@ -17,6 +17,7 @@ import re
 from ..errors import InvalidValueError
 from ._values import (MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ, MAX_VOCAB,
                       check_unpadded_vocab, decimal)
+from .megatron_numerics import SOFTMAX_TYPES
 from .megatron_arguments import KNOWN_TOKENIZER_VOCAB, MegatronArguments
 from .megatron_pattern import parse_hybrid_pattern, parse_moe_layer_freq, unified_hybrid_pattern
 
@@ -123,6 +124,9 @@ def megatron_architecture(r: MegatronArguments) -> dict:
         # attention.py:1689-1691 at d98e8a64dd: linear_qkv's output grows by a*d_h, a sigmoid
         # gate on the attention's output (MLA refuses it, transformer_config.py:3348)
         a["attention_output_gate"] = True
+    if r.choice("softmax_type", SOFTMAX_TYPES, "vanilla") == "learnable":
+        # a softmax_offset parameter of a/t per layer (memsym.readers.megatron_numerics)
+        a["attention_sinks"] = True
     a["position_embedding_type"] = _positions(r)
     _max_positions(r, a)
     _vocab(r, a)

@@ -149,7 +149,7 @@ MODELLED = {
     "external_cuda_graph", "create_attention_mask_in_dataloader", "check_for_nan_in_loss_and_grad",
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep",
     "moe_flex_dispatcher_num_sms", "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
-    "mla_down_proj_fusion",
+    "mla_down_proj_fusion", "fp32_residual_connection", "softmax_type",
 }
 
 #: ModelOpt's other options: read only by its model builder (post_training/model_builder.py)

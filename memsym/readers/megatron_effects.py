@@ -51,8 +51,6 @@ MEMORY_NOT_MODELLED = {
                               "(core/pipeline_parallel/fine_grained_activation_offload.py:747)",
     "optimizer_offload_fraction": "the share of optimizer states offloaded to the CPU "
                                   "(core/optimizer/__init__.py:536)",
-    "fp32_residual_connection": "an fp32 residual stream under bf16/fp16 "
-                                "(core/models/common/embeddings/language_model_embedding.py:139)",
     "fp16_lm_cross_entropy": "the loss on half-precision logits, without their fp32 copy "
                              "(training/models/gpt.py:171)",
     "logit_dtype": "the output layer's logits dtype (training/models/gpt.py:172)",
@@ -193,8 +191,6 @@ MEMORY_NOT_MODELLED = {
     "fp4_quantizer_factory": "a custom FP4 quantizer (core/fp4_utils.py:234)",
     "te_precision_config_file": "per-module precisions from a file "
                                 "(training/argument_utils.py:365)",
-    "softmax_type": "the softmax's sink "
-        "(off-by-one, or a learnable offset per head; core/extensions/transformer_engine.py:2184)",
 }
 
 #: Accepted, and they change the step time only, in a way memsym does not model.
@@ -394,7 +390,7 @@ MEGATRON_REFUSES = {
 #: of ``training/arguments.py`` at d98e8a64dd, as its parser holds them); a switch given always
 #: stores its non-default constant.
 INERT = {
-    "softmax_type": "vanilla", "qk_clip_alpha": "0.5", "qk_clip_threshold": "100",
+    "qk_clip_alpha": "0.5", "qk_clip_threshold": "100",
     "fp8_amax_history_len": "1", "fp8_amax_compute_algo": "most_recent",
     "moe_hybridep_num_sms_preprocessing": "108", "moe_dispatch_fwd_dtype": "bf16",
     "moe_combine_bwd_dtype": "bf16", "batch_invariant_backend": "te_native",
@@ -433,7 +429,7 @@ def no_effect_reason(dest: str):
 
     >>> no_effect_reason("lr")
     'learning-rate, weight-decay and loss-scale schedules, optimizer coefficients'
-    >>> no_effect_reason("fp32_residual_connection") is None
+    >>> no_effect_reason("fp32_residual_connection") is None   # read (MODELLED)
     True
     """
     return _REASON.get(dest)

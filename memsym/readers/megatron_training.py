@@ -20,6 +20,7 @@ from typing import Sequence
 from ..errors import InvalidValueError, UnknownNameError
 from ._values import MAX_BATCH, MAX_LAYERS, fraction
 from .megatron_arguments import RECOMPUTE_MODULES, MegatronArguments
+from .megatron_numerics import megatron_fp32_residual, megatron_softmax
 from .recipe_mechanisms import megatron_dispatcher, megatron_mechanism_options
 
 __all__ = ["checked_recompute_modules", "megatron_layout", "megatron_training",
@@ -235,6 +236,10 @@ def megatron_training(r: MegatronArguments, arch: dict, lay: dict) -> dict:
     _batch(r, tr, lay)
     tr["recompute"] = _recompute(r, arch, lay)
     _attention_backend(r, tr)
+    if megatron_softmax(r, c=lay.get("c", 1), backend=tr["attention_backend"]).get(
+            "flash_attention") is False:
+        tr["flash_attention"] = False    # TE's unfused attention runs the sink
+    tr["fp32_residual_connection"] = megatron_fp32_residual(r)
     tr["hidden_dropout"] = fraction(r.raw.get("hidden_dropout", "0.1"), "--hidden-dropout")
     tr["attention_dropout"] = fraction(r.raw.get("attention_dropout", "0.1"),
                                        "--attention-dropout")

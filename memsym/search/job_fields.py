@@ -74,7 +74,8 @@ HELD_FIELDS = (
     "loss_parallel", "cuda_graph_impl", "cuda_graph_modules", "optimizer_cuda_graph",
     "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion",
     "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion",
-    "sac_saves_attention", "activation_func_fp8_input_store", "bf16_layers")
+    "sac_saves_attention", "activation_func_fp8_input_store", "bf16_layers",
+    "fp32_residual_connection")
 
 
 def held_of(tr) -> tuple:

@@ -25,6 +25,7 @@ from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered
 from ..terms.adapters import LORA_TARGETS
 from ..terms.autocast import autocast_output
 from ..terms.chunked_loss import chunked_loss_activations
+from ..terms.fp32_residual import fp32_stage_input
 from ..terms.hf_norms import final_norm_excess
 from ..terms.peft_lora import peft_frozen_output
 from ..terms.pipeline_order import chunk_peak
@@ -308,6 +309,35 @@ def _lora_terms(layers: _StageLayers, layout: Layout, training: Training, stage:
     return [replace(gathered, expr=held * gathered.expr)] if gathered.expr != 0 else []
 
 
+def _embedding_count(schedule: str, stage: int, *, vv, mm, group):
+    """The first model chunk's micro-batches in flight on the first stage (none elsewhere):
+    they run the embedding rather than receive a stage input."""
+    if stage != 0:
+        return sp.Integer(0)
+    return embedding_microbatches(schedule, pp=p, vv=vv, mm=mm, group=group)
+
+
+def _fp32_input_terms(layout: Layout, training: Training, stage: int, chunks, live,
+                      recompute: str, sp_on: bool, n_emb) -> list:
+    """Under ``--fp32-residual-connection`` (pp > 1), the fp32 stage inputs the schedule
+    keeps for the chunk passes in flight that received theirs from the previous stage
+    (:func:`memsym.terms.fp32_residual.fp32_stage_input`): all but the first stage's first
+    chunk.  Under full recompute whose first layer is checkpointed the received tensor is that
+    checkpoint's input, counted by the layer (``fp32_checkpoint_input``)."""
+    if not training.memory.fp32_residual_connection or layout.p == 1:
+        return []
+    method, n_rec = training.memory.recompute_method, training.memory.recompute_num_layers
+    if recompute == "full" and not (method == "block" and n_rec == 0):
+        return []
+    received = sum(live) - (live[0] if stage == 0 else 0) if live is not None \
+        else chunks - n_emb
+    if received == 0:
+        return []
+    one = fp32_stage_input(sequence_parallel=sp_on)
+    return [Term("fp32_stage_inputs", received * one.expr, one.description + ", x the received "
+                 "micro-batches in flight", one.source, label="fp32 stage inputs")]
+
+
 def _embedding_term(schedule: str, training: Training, sp_on: bool, *, vv, mm, group,
                     live) -> Term:
     """The first stage's ``embedding_activations`` of its in-flight micro-batches."""
@@ -508,6 +538,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     if training.memory.moe_dispatcher == "allgather" and any(layers.kinds):
         terms.append(allgather_dispatch_buffer())   # Megatron's global buffer, whole run
     terms += _lora_terms(layers, layout, training, stage, chunks, live, vv)
+    terms += _fp32_input_terms(layout, training, stage, chunks, live, recompute, sp_on,
+                               _embedding_count(schedule, stage, vv=vv, mm=mm, group=group))
     if stage == 0:
         terms.append(_embedding_term(schedule, training, sp_on, vv=vv, mm=mm, group=group,
                                      live=live))

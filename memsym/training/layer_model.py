@@ -27,6 +27,7 @@ from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activati
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bits
 from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
+from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.hf_moe_routing import HF_ROUTERS, hf_routing_indices
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
@@ -135,6 +136,13 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     attention_side, ffn_side = _part_addons(x, sp_on, training, recompute, cp_a2a, common,
                                             mods, shared)
     autocast = _autocast_excess(x, training)
+    if training.memory.fp32_residual_connection:
+        # Megatron's fp32 residual stream: a full-recompute checkpoint saves fp32 hidden states
+        # (the other modes' saved tensors are Transformer Engine's 16-bit casts:
+        # memsym.terms.fp32_residual); job_checks refuses it for hybrid and MTP models
+        autocast = {"full": autocast.get("full", 0)
+                    + fp32_checkpoint_input(sequence_parallel=sp_on).expr,
+                    **{k: val for k, val in autocast.items() if k != "full"}}
 
     @functools.lru_cache(maxsize=None)
     def layer_of(moe: bool, mode: str) -> Total:
