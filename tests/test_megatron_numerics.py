@@ -189,3 +189,29 @@ def test_a_sink_in_deterministic_mode_runs_the_unfused_attention():
     mj = read_megatron_args(WORDS + ["--softmax-type", "learnable", "--deterministic-mode"])
     assert mj.training["flash_attention"] is False
     assert any("unfused attention" in n for n in mj.notes)
+
+
+def test_fp32_residual_doubles_the_pipeline_p2p_bytes():
+    # both directions use config.pipeline_dtype, fp32 (the recv_prev and recv_next buffers,
+    # p2p_communication.py:335-349): per micro-batch a [s, b, h] activation forward and its
+    # gradient back, 4 bytes an element; m = 16 micro-batches (B 16, b 1, d 1)
+    from memsym.job import job
+    from memsym.timing.step import step_time
+
+    sent = {}
+    for on in (False, True):
+        j = job("llama3-8b", pp=2, seq_length=S, micro_batch_size=1, global_batch_size=16,
+                fp32_residual_connection=on)
+        sent[on] = step_time(j.model, j.layout, j.training, "h100").communication["pp"]["bytes"]
+    assert sent == {False: 16 * 2 * 2 * S * H, True: 16 * 2 * 4 * S * H}
+
+
+def test_sinks_under_p2p_context_parallelism_are_refused_beside_a_model(capsys):
+    # memsym's own --cp beside the MODEL: the job's check (memsym.job_checks), one line, exit 2;
+    # cp_comm_type a2a runs it (TE's fused attention takes a sink under a2a CP)
+    argv = ["estimate", "llama3-8b", "--seq-length", S, "--micro-batch-size", 1, "--cp", 2,
+            "--softmax-type", "learnable"]
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "cp_comm_type a2a" in err
+    code, out, err = run(capsys, *argv, "--cp-comm-type", "a2a")
+    assert code == 0, err

@@ -230,8 +230,8 @@ def _held_settings(space: Space, rc: str) -> dict:
     (:data:`memsym.search.job_fields.HELD_FIELDS`), as the job's step time reads them: FP8
     parameter gathers, the reduced gradient's width, the selective recompute's modules, Muon's
     TP mode, Newton-Schulz steps and Nesterov, MLA's down-projection fusion, the bias-activation
-    fusion (off: a clamped GLU's eager kernels, memsym.timing.moe_eager) and the BF16 first /
-    last layers of an FP8 / FP4 run."""
+    fusion (off: a clamped GLU's eager kernels, memsym.timing.moe_eager), the fp32 residual
+    stream's fp32 p2p messages and the BF16 first / last layers of an FP8 / FP4 run."""
     held = dict(space.held)
     out = {"fp8_param_gather": bool(held.get("fp8_param_gather", False)),
            "grad_bytes": 2 if held.get("grad_dtype") in ("bf16", "fp16") else 4}
@@ -240,7 +240,8 @@ def _held_settings(space: Space, rc: str) -> dict:
     for field, name in (("muon_tp_mode", "muon_tp_mode"), ("muon_num_ns_steps", "muon_ns_steps"),
                         ("muon_nesterov", "muon_nesterov"),
                         ("mla_down_proj_fusion", "mla_down_proj_fusion"),
-                        ("bias_activation_fusion", "bias_activation_fusion")):
+                        ("bias_activation_fusion", "bias_activation_fusion"),
+                        ("fp32_residual_connection", "fp32_residual_connection")):
         if field in held:
             out[name] = held[field]
     if rc == "selective" and held.get("recompute_modules") is not None:

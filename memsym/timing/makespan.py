@@ -135,7 +135,8 @@ def _parts_steps(x, st: Settings, dev, clu, overlap: Overlap, knobs: tuple, laye
     out_f, out_b, emb = _output_ends(x, st, dev, clu, overlap, (t, c, d, b), eta_gemm,
                                      mtp_layers, layer)
     emb, emb_b, out_f, out_b = _bf16_ends(emb, out_f, out_b, bf16)
-    msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v)
+    msg, p2p, p2p_exposed = _pp_p2p(x, clu, overlap, b * st.seq_length / c, t, p, c, d, v,
+                                    4 if st.fp32_residual_connection else 2)
     stages, tau, chunk_tau = _stage_durations(st, x.L, p, v, first, last, chunks, lf, lb,
                                               (emb, out_f, out_b, emb_b), p2p_exposed, mtp_layers)
     pipeline, bubble, launchable = yield from _pipeline_steps(st, tau, p2p_exposed, out_f, out_b,
@@ -253,13 +254,14 @@ def _stage_durations(st, L, p, v, first, last, chunks, lf: dict, lb: dict, ends,
     return stages, tau, chunk_tau
 
 
-def _pp_p2p(x, clu, overlap, T, t, p, c, d, v) -> tuple:
+def _pp_p2p(x, clu, overlap, T, t, p, c, d, v, width=2) -> tuple:
     """The PP p2p message [bytes], its seconds and its exposed seconds per stage-microbatch:
-    one [T, h] (/t under SP) bf16 message per chunk pass and direction."""
+    one [T, h] (/t under SP) message of ``width`` bytes an element (bf16; fp32 under
+    ``--fp32-residual-connection``, Megatron's pipeline_dtype) per chunk pass and direction."""
     pbw, plat = group_bandwidth("pp", p, clu, t=t, c=c, d=d)
     # /t: SP splits the sent tensor; without SP Megatron's scatter/gather optimisation
     # (Narayanan §4.1) sends 1/t and all-gathers it over NVLink (not priced)
-    msg = 2 * T * x.h / t
+    msg = width * T * x.h / t
     p2p = np.where(p > 1, collective_time("p2p", msg, p, pbw, plat), 0.0)
     hide_p2p = overlap.pp_p2p & (v > 1)
     p2p_exposed = np.where(hide_p2p, 0.0, p2p) * v   # v chunk passes per stage-microbatch

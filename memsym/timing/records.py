@@ -177,6 +177,10 @@ class Settings:
         Megatron's ``bias_activation_fusion`` (default on, as memsym's jobs): off, a clamped
         quick-GeGLU's experts run the eager ``glu`` (moe/experts.py:995-1016 at d98e8a64dd,
         :func:`memsym.timing.moe_eager.eager_glu_bytes`) in place of the fused kernel.
+    fp32_residual_connection : bool
+        Megatron's ``--fp32-residual-connection`` (default off): the pipeline's p2p messages
+        in fp32 (``pipeline_dtype`` torch.float, transformer_config.py:1419-1430 at
+        d98e8a64dd), twice the 16-bit bytes (:mod:`memsym.terms.fp32_residual`).
     expert_quantize : {"per-expert", "grouped"}
         How Transformer Engine casts the routed experts' tensors under MXFP8
         (:mod:`memsym.timing.expert_casts`): ``"per-expert"``, a kernel per local expert, as
@@ -223,6 +227,7 @@ class Settings:
     mtp_recompute: bool = True
     expert_quantize: str = "per-expert"
     bias_activation_fusion: bool = True
+    fp32_residual_connection: bool = False
     whole_embedding: bool = False
     gathered_logits: bool = False
 

@@ -480,7 +480,8 @@ def _settings_of(arch, layout, training) -> Settings:
                     muon_tp_mode=states.muon_tp_mode, muon_ns_steps=states.muon_num_ns_steps,
                     muon_nesterov=states.muon_nesterov,
                     mla_down_proj_fusion=mem.mla_down_proj_fusion,
-                    bias_activation_fusion=bool(mem.bias_activation_fusion))
+                    bias_activation_fusion=bool(mem.bias_activation_fusion),
+                    fp32_residual_connection=bool(mem.fp32_residual_connection))
 
 
 def _communication_of(first_of, parts: dict) -> dict:
