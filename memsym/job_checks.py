@@ -178,23 +178,6 @@ def _check_fp32_residual(x, training: Training) -> None:
                                 "MTP model: their checkpoints' fp32 inputs are not modelled")
 
 
-def _check_sink_cp(x, layout: Layout, training: Training) -> None:
-    """Attention sinks (Megatron's ``--softmax-type learnable``) under Transformer Engine's
-    context parallelism run only with a2a: TE turns FlashAttention off for a sink, fused
-    attention under another CP method, and its unfused attention runs no CP
-    (``attention/dot_product_attention/utils.py:1122-1124, 1148-1155, 1169-1173`` at
-    d0067d0da6): no backend, so the run stops."""
-    impl = framework_record(training.framework).cp_attention
-    if not (x.attention_sinks and isinstance(layout.c, int) and layout.c > 1 and impl
-            and impl[0] == "transformer-engine"):
-        return
-    if cp_method(training.framework, training.comm.cp_comm_type) != "a2a":
-        raise InvalidValueError("attention sinks under context parallelism need cp_comm_type "
-                                "a2a: Transformer Engine runs a sink in no other CP attention "
-                                "(dot_product_attention/utils.py:1148-1155, 1169-1173 at "
-                                "d0067d0da6)")
-
-
 def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
     """``bf16_layers`` (Megatron's ``--first-last-layers-bf16``): two whole numbers; under fp8
     or fp4 on Megatron (the flag is a TransformerConfig field, and without FP8 / FP4 every
@@ -383,7 +366,6 @@ def validate(x, layout: Layout, training: Training):
             raise InvalidValueError(f"fp8_recipe {training.states.fp8_recipe} needs precision "
                                     f"fp8, not {names['precision']}")
     cp_method(training.framework, training.comm.cp_comm_type)   # the framework's CP methods
-    _check_sink_cp(x, layout, training)
     for name in ("lora_regather", "lora_dropout", "dora"):
         if not isinstance(getattr(training.adapters, name), bool):
             raise InvalidValueError(f"{name} must be True or False, got "

@@ -19,7 +19,8 @@ from typing import Mapping
 from .frameworks import framework
 from .rule import Rule
 from .rules_layout import LAYOUT_RULES, SEQUENCE_RULES
-from .rules_model_kinds import DISPATCHER_RULES, EXPERT_RULES, FRAMEWORK_RULES, HYBRID_RULES
+from .rules_model_kinds import (ATTENTION_RULES, DISPATCHER_RULES, EXPERT_RULES,
+                                FRAMEWORK_RULES, HYBRID_RULES)
 from .rules_states import STATE_RULES
 from .text import shared_doc
 
@@ -44,6 +45,7 @@ RULES: dict = {r.name: r for r in (
     *STATE_RULES,
     *DISPATCHER_RULES,
     *HYBRID_RULES,
+    *ATTENTION_RULES,
 )}
 
 #: The rules a framework refuses to launch against, and memsym's search preferences.
@@ -113,8 +115,19 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "muon": training.states.optimizer == "muon",
                   "fp4_param_gather": bool(training.states.fp4_param_gather),
                   "fp8_param_gather": bool(training.states.fp8_param_gather),
-                  "bf16_layers": tuple(training.states.bf16_layers)})
+                  "bf16_layers": tuple(training.states.bf16_layers),
+                  "te_cp_without_a2a": te_cp_without_a2a(fw, training.comm.cp_comm_type)})
     return k
+
+
+def te_cp_without_a2a(fw, cp_comm_type) -> bool:
+    """Whether a framework's context parallelism is Transformer Engine's and its method not
+    a2a (``cp_comm_type``: one name or Megatron's one per layer; None the default, p2p)."""
+    if not (fw.cp_attention and fw.cp_attention[0] == "transformer-engine"):
+        return False
+    types = (cp_comm_type,) if isinstance(cp_comm_type, str) or cp_comm_type is None \
+        else tuple(cp_comm_type)
+    return any(kind != "a2a" for kind in types)
 
 
 def masks(x, k: Mapping, names=None) -> dict:

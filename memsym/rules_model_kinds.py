@@ -4,7 +4,8 @@ and Zamba's Mamba-1 mixers and shared transformer blocks.
 :data:`FRAMEWORK_RULES` name the frameworks that build a model at all (the table checks them
 first); :data:`EXPERT_RULES` check expert parallelism against the experts;
 :data:`DISPATCHER_RULES` the DeepEP dispatcher's group size; :data:`HYBRID_RULES` tensor,
-pipeline and context parallelism of a hybrid model's mixers.  They join
+pipeline and context parallelism of a hybrid model's mixers; :data:`ATTENTION_RULES` the
+context parallelism of attention with sinks.  They join
 :data:`memsym.rules.RULES`, which keeps the table's order.
 """
 
@@ -17,7 +18,8 @@ from .rule import MLM_CONFIG_POST_INIT, MLM_VALIDATE_ARGS, Rule, negate
 from .term import Source
 from .terms.dispatcher_buffers import DEEPEP_DISPATCH_CONFIGS
 
-__all__ = ["FRAMEWORK_RULES", "EXPERT_RULES", "DISPATCHER_RULES", "HYBRID_RULES"]
+__all__ = ["FRAMEWORK_RULES", "EXPERT_RULES", "DISPATCHER_RULES", "HYBRID_RULES",
+           "ATTENTION_RULES"]
 
 
 def _moe(x) -> bool:
@@ -192,5 +194,23 @@ HYBRID_RULES = (
                 "_refuse_shared (Megatron-core's all-to-all context parallelism of a Mamba "
                 "mixer, megatron/core/ssm/mamba_context_parallel.py at d98e8a64dd, is not "
                 "modelled)"),
+         InvalidValueError),
+)
+
+
+#: The rules on an attention kind: sinks (gpt-oss's, Megatron's --softmax-type learnable) under
+#: Transformer Engine's context parallelism, which runs them only with the a2a method: TE turns
+#: FlashAttention off for a sink, fused attention under another CP method, and its unfused
+#: attention runs no CP, so no backend is left ("te_cp_without_a2a": a TE-attention framework
+#: whose CP method is not a2a, memsym.rules.knobs).
+ATTENTION_RULES = (
+    Rule("sinks-cp", "attention sinks under Transformer Engine's context parallelism need "
+         "cp_comm_type a2a",
+         lambda x, k: (k.get("c", 1) > 1) & bool(x.attention_sinks
+                                                  and k.get("te_cp_without_a2a", False)),
+         lambda x, k: ("attention sinks under context parallelism need cp_comm_type a2a: "
+                       "Transformer Engine runs a sink in no other CP attention"),
+         Source("transformer-engine", "attention/dot_product_attention/utils.py:1122-1124, "
+                "1148-1155, 1169-1173 at d0067d0da6 (get_attention_backend)"),
          InvalidValueError),
 )

@@ -215,3 +215,23 @@ def test_sinks_under_p2p_context_parallelism_are_refused_beside_a_model(capsys):
     assert (code, out) == (2, "") and err.count("\n") == 1 and "cp_comm_type a2a" in err
     code, out, err = run(capsys, *argv, "--cp-comm-type", "a2a")
     assert code == 0, err
+
+
+def test_the_search_excludes_sinks_under_te_context_parallelism():
+    # gpt-oss's sinks: Megatron's default cp_comm_type p2p has no TE backend at c > 1
+    # (the rule sinks-cp, over a search grid as over one job); torchtitan's torch CP is not TE's
+    import numpy as np
+
+    from memsym import rules
+    from memsym.frameworks import FRAMEWORK
+    from memsym.job import job
+    from memsym.model import preset
+
+    x = preset("gpt-oss-120b")
+    grid = {"c": np.array([1, 2, 4]), "t": np.array([1, 1, 1])}
+    for framework, broken in (("megatron", [False, True, True]), ("torchtitan", [False] * 3)):
+        k = dict(grid, te_cp_without_a2a=rules.te_cp_without_a2a(FRAMEWORK[framework], None))
+        assert rules.masks(x, k, ["sinks-cp"])["sinks-cp"].tolist() == broken
+    assert not rules.te_cp_without_a2a(FRAMEWORK["megatron"], ("a2a", "a2a"))
+    with pytest.raises(InvalidValueError, match="cp_comm_type a2a"):
+        job("gpt-oss-120b", cp=2, ep=2, seq_length=S, micro_batch_size=1)

@@ -261,7 +261,9 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
               "last_stage_layers": space.last_stage_layers, "microbatch_group_size": None,
               "moe_dispatcher": space.moe_dispatcher, "muon": space.optimizer == "muon",
               "precision": space.precision, "m": None if B is None else B // (grid["b"] * grid["d"]),
-              "bf16_layers": tuple(dict(space.held).get("bf16_layers", (0, 0)))})
+              "bf16_layers": tuple(dict(space.held).get("bf16_layers", (0, 0))),
+              # the search runs the framework's default CP method (p2p under TE)
+              "te_cp_without_a2a": _rules.te_cp_without_a2a(FRAMEWORK[space.framework], None)})
     return k
 
 
