@@ -276,13 +276,14 @@ def _slices(node, seen=None) -> list:
 def test_the_terms_are_the_derivation(autocast, hidden, batch, vocab, frozen):
     want = _by_hand(autocast, hidden, batch, vocab, frozen)
     at = dict(s=S, b=batch, h=hidden, V=vocab)
-    assert chunked_loss_forward(autocast, 4 if autocast else 2).evaluate(**at) == want["forward"]
-    assert chunked_loss_backward(autocast, frozen).evaluate(**at) == want["backward"]
+    run = "fp32_autocast" if autocast else "autocast"
+    assert chunked_loss_forward(run, 4 if autocast else 2).evaluate(**at) == want["forward"]
+    assert chunked_loss_backward(run, frozen).evaluate(**at) == want["backward"]
 
 
 def test_a_frozen_head_under_autocast_is_refused():
     with pytest.raises(InvalidValueError, match="16-bit"):
-        chunked_loss_backward(True, frozen_head=True)
+        chunked_loss_backward("fp32_autocast", frozen_head=True)
 
 
 # Each case names the branch that peaks (by hand, _by_hand): V = 1000 is the tiny Llama's, V =
@@ -308,8 +309,8 @@ def test_the_allocator_sees_the_backward_peak(dtype, hidden, batch, vocab, lora)
     autocast = dtype == "float32"
     want = _by_hand(autocast, hidden, batch, vocab, frozen=lora)["backward"]
     assert abs(measured - want) <= 8, (measured, want)
-    term = chunked_loss_backward(autocast, frozen_head=lora).evaluate(s=S, b=batch, h=hidden,
-                                                                      V=vocab)
+    term = chunked_loss_backward("fp32_autocast" if autocast else "autocast",
+                                 frozen_head=lora).evaluate(s=S, b=batch, h=hidden, V=vocab)
     assert term == want
 
 

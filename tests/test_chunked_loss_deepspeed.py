@@ -29,7 +29,7 @@ import pytest
 
 from in_process import json_report, refused_line
 from tiny_llama import V, tiny_llama
-from memsym.errors import InvalidValueError
+from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
 
 S, K = 128, 256           # --max_length, TRL's chunk (sft_trainer.py:86)
@@ -77,11 +77,11 @@ def test_zero2_and_zero3_peaks_by_hand():
     assert _by_hand(h, b, vocab, zero3=True)["forward"] == fwd3
     assert _by_hand(h, b, vocab, zero3=True)["backward"] == bwd
     at = dict(s=S, b=b, h=h, V=vocab)
-    assert chunked_loss_forward(no_autocast=True).evaluate(**at) == fwd2 == 2_649_945_088
-    assert chunked_loss_forward(no_autocast=True, gathered=True).evaluate(**at) == fwd3
+    assert chunked_loss_forward("no_autocast").evaluate(**at) == fwd2 == 2_649_945_088
+    assert chunked_loss_forward("no_autocast", gathered=True).evaluate(**at) == fwd3
     assert fwd3 - fwd2 == 2 * 151936 * 4096
     for gathered in (False, True):
-        assert chunked_loss_backward(no_autocast=True, gathered=gathered).evaluate(**at) == bwd
+        assert chunked_loss_backward("no_autocast", gathered=gathered).evaluate(**at) == bwd
 
 
 @pytest.mark.parametrize("hidden, batch, vocab, frozen, zero3", [
@@ -93,14 +93,14 @@ def test_the_terms_are_the_derivation(hidden, batch, vocab, frozen, zero3):
     beside the regathered weight (2Vh + 4kh > 12kV + 5k), b 9 at V 64 at the scatter."""
     want = _by_hand(hidden, batch, vocab, frozen, zero3)
     at = dict(s=S, b=batch, h=hidden, V=vocab)
-    assert chunked_loss_forward(no_autocast=True, gathered=zero3).evaluate(**at) == want["forward"]
-    assert chunked_loss_backward(frozen_head=frozen, no_autocast=True,
+    assert chunked_loss_forward("no_autocast", gathered=zero3).evaluate(**at) == want["forward"]
+    assert chunked_loss_backward("no_autocast", frozen_head=frozen,
                                  gathered=zero3).evaluate(**at) == want["backward"]
 
 
 def test_the_variants_that_do_not_exist_are_refused():
-    with pytest.raises(InvalidValueError, match="over 16-bit weights"):
-        chunked_loss_forward(True, 4, no_autocast=True)
+    with pytest.raises(UnknownNameError, match="chunked loss run"):
+        chunked_loss_forward("bf16", 4)
     with pytest.raises(InvalidValueError, match="ZeRO-3's gathered lm_head"):
         chunked_loss_backward(gathered=True)
 

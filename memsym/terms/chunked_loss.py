@@ -55,16 +55,20 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import InvalidValueError
+from ..errors import InvalidValueError, choose
 from ..symbols import V, b, h, s
 from ..term import Source, Term, Total
 
-__all__ = ["CHUNK", "chunk_sizes", "chunked_loss_activations", "chunked_loss_forward",
+__all__ = ["CHUNK", "RUNS", "chunk_sizes", "chunked_loss_activations", "chunked_loss_forward",
            "chunked_loss_backward"]
 
 #: Rows of one chunk (huggingface/trl f2cd57710a trl/trainer/sft_trainer.py:86,
 #: ``_CHUNKED_LM_HEAD_CHUNK_SIZE``).
 CHUNK = 256
+#: How a chunk's matmul runs: over 16-bit weights under the Trainer's torch.autocast of their
+#: dtype, over fp32 weights under it, or over 16-bit weights without autocast (DeepSpeed's
+#: engine, which runs none).
+RUNS = ("autocast", "fp32_autocast", "no_autocast")
 
 _TRL = Source("huggingface-trl", "f2cd57710a trl/trainer/sft_trainer.py:99-234 (_chunk, "
               "_chunked_cross_entropy_loss) and 237-378 (_patch_chunked_ce_lm_head)")
@@ -134,8 +138,7 @@ def chunked_loss_activations(width: int = 2) -> Total:
     ))
 
 
-def chunked_loss_forward(autocast: bool = False, width: int = 2, no_autocast: bool = False,
-                         gathered: bool = False) -> Term:
+def chunked_loss_forward(run: str = "autocast", width: int = 2, gathered: bool = False) -> Term:
     r"""The peak of the chunked loss in the model's forward, beyond what it keeps [bytes].
 
     The backbone's output ``last_hidden_state`` (:math:`w_r\tau h`, :math:`\tau = sb`) is alive
@@ -158,7 +161,7 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2, no_autocast: bo
 
     The last term of each: the logits, ``log_p``, ``log_p.exp()`` and the entropy's product
     alive at once (2 + 4 + 4 + 4 bytes a logit) with the chunk's bool ``valid`` (a byte a
-    row).  16-bit weights without autocast (DeepSpeed's engine, ``no_autocast``): the fp32
+    row).  16-bit weights without autocast (DeepSpeed's engine, ``"no_autocast"``): the fp32
     copies and fp32 logits, and under ZeRO-3 (``gathered``, :math:`g = 1`) the gathered 16-bit
     weight beside them through the matmul (freed on the context's exit, before ``log_softmax``):
 
@@ -170,24 +173,23 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2, no_autocast: bo
 
     Parameters
     ----------
-    autocast : bool
-        fp32 weights under torch.autocast (16-bit weights under the Trainer's autocast of
-        their dtype otherwise).
+    run : {"autocast", "fp32_autocast", "no_autocast"}
+        How the chunk's matmul runs (:data:`RUNS`): over 16-bit weights under the Trainer's
+        torch.autocast of their dtype, over fp32 weights under it, or over 16-bit weights
+        without autocast (DeepSpeed's engine).
     width : int
-        Bytes of an element of the hidden states, :math:`w_r` (4 under autocast) [bytes].
-    no_autocast : bool
-        16-bit weights without torch.autocast (DeepSpeed's engine).
+        Bytes of an element of the hidden states, :math:`w_r` (4 over fp32 weights) [bytes].
     gathered : bool
-        ZeRO-3: the 16-bit weight gathered around the matmul (``no_autocast`` only).
+        ZeRO-3: the 16-bit weight gathered around the matmul (``"no_autocast"`` only).
 
     Raises
     ------
     InvalidValueError
-        ``no_autocast`` with ``autocast``, or ``gathered`` without ``no_autocast``.
+        An unknown ``run``, or ``gathered`` with another than ``"no_autocast"``.
 
     Examples
     --------
-    >>> chunked_loss_forward(no_autocast=True, gathered=True).evaluate(
+    >>> chunked_loss_forward("no_autocast", gathered=True).evaluate(
     ...     s=1024, b=2, h=4096, V=151936) == 2 * 2048 * 4096 + (
     ...     4 * 256 * 4096 + 6 * 151936 * 4096 + 4 * 256 * 151936)
     True
@@ -206,16 +208,18 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2, no_autocast: bo
        ``deepspeed/runtime/zero/partition_parameters.py:2435-2515`` (``GatheredParameters``),
        :2102-2112 (the gathered flat tensor), :308-324 (``free_param``).
     """
-    _variant(autocast, no_autocast, gathered)
+    run = _variant(run, gathered)
     n, k = chunk_sizes()
-    copies = 0 if autocast else 4 * k * h + 4 * V * h     # h.float(), w.float() of 16 bits
+    no_autocast = run == "no_autocast"
+    copies = 0 if run == "fp32_autocast" else 4 * k * h + 4 * V * h   # h/w.float() of 16 bits
     chunk = (copies + 2 * k * h + 2 * V * h + 2 * k * V, 14 * k * V + k)
     if no_autocast:     # an fp32 matmul on the copies: fp32 logits, no 16-bit casts
         chunk = (copies + 4 * k * V + (2 * V * h if gathered else 0), 16 * k * V + k)
     return Term("chunk_forward", width * s * b * h + sp.Max(width * n * h, *chunk),
                 "the backbone's output, and the packing or one chunk's logits, "
                 "log-probabilities and entropy temporaries (and the matmul's 16-bit casts"
-                + ("" if autocast else " and fp32 copies") + " of the chunk and weight)"
+                + ("" if run == "fp32_autocast" else " and fp32 copies")
+                + " of the chunk and weight)"
                 if not no_autocast else "the backbone's output, and the packing or one chunk's "
                 "fp32 copies and logits" + (" beside the gathered weight" if gathered else "")
                 + " or its log-probabilities and entropy temporaries",
@@ -223,18 +227,17 @@ def chunked_loss_forward(autocast: bool = False, width: int = 2, no_autocast: bo
                 label="chunked loss's forward")
 
 
-def _variant(autocast: bool, no_autocast: bool, gathered: bool) -> None:
-    # the three ways the chunk runs: autocast over fp32 or 16-bit weights, or no autocast
-    if no_autocast and autocast:
-        raise InvalidValueError("the chunked loss without autocast is over 16-bit weights: "
-                                "not with autocast over fp32 ones")
-    if gathered and not no_autocast:
+def _variant(run: str, gathered: bool) -> str:
+    """``run`` as :data:`RUNS` spells it, checked with ``gathered``."""
+    run = choose("chunked loss run", run, RUNS)
+    if gathered and run != "no_autocast":
         raise InvalidValueError("ZeRO-3's gathered lm_head is counted under DeepSpeed's engine "
                                 "(16-bit weights, no autocast)")
+    return run
 
 
-def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False,
-                          no_autocast: bool = False, gathered: bool = False) -> Term:
+def chunked_loss_backward(run: str = "autocast", frozen_head: bool = False,
+                          gathered: bool = False) -> Term:
     r"""The peak of the chunked loss's backward over its start (the loss's gradient) [bytes].
 
     With :math:`A = w\,Vh + w\,nh` the gradients of the output weight and of the packed hidden
@@ -258,7 +261,7 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False,
 
     .. math:: A + \max(6kh + 6Vh + 2kV,\; 14kV + 2Vh + 5k)
 
-    Without autocast (``no_autocast``: DeepSpeed; ZeRO-3's ``gathered``, :math:`g = 1`), trained
+    Without autocast (``"no_autocast"``: DeepSpeed; ZeRO-3's ``gathered``, :math:`g = 1`), trained
     and frozen (:func:`_no_autocast_peak`):
 
     .. math:: A + \max(16kV + 4Vh + 4kh + 5k,\; 4kV + 8Vh + 8kh) \qquad
@@ -285,23 +288,22 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False,
 
     Parameters
     ----------
-    autocast : bool
-        fp32 weights under torch.autocast (16-bit weights under the Trainer's autocast of
-        their dtype otherwise).
+    run : {"autocast", "fp32_autocast", "no_autocast"}
+        How the chunk's matmul runs, as :func:`chunked_loss_forward`'s.
     frozen_head : bool
         ``lm_head`` frozen (LoRA and QLoRA: not a target, TRL refuses it as one), 16-bit
         weights only.
-    no_autocast, gathered : bool
-        16-bit weights without torch.autocast (DeepSpeed); ZeRO-3's gathered weight.
+    gathered : bool
+        ZeRO-3's gathered weight (``"no_autocast"`` only).
 
     Raises
     ------
     InvalidValueError
-        ``frozen_head`` under ``autocast`` (not measured); as :func:`chunked_loss_forward`.
+        ``frozen_head`` over fp32 weights (not measured); as :func:`chunked_loss_forward`.
 
     Examples
     --------
-    >>> chunked_loss_backward(True).evaluate(s=1024, b=2, h=4096, V=151936) == (
+    >>> chunked_loss_backward("fp32_autocast").evaluate(s=1024, b=2, h=4096, V=151936) == (
     ...     12 * 151936 * 4096 + 4 * 2046 * 4096 + 4 * 256 * 4096)
     True
     >>> chunked_loss_backward(frozen_head=True).evaluate(s=1024, b=2, h=4096, V=151936) == (
@@ -319,33 +321,33 @@ def chunked_loss_backward(autocast: bool = False, frozen_head: bool = False,
     .. [deepspeed] deepspeedai/DeepSpeed edaa722126
        ``deepspeed/runtime/zero/partition_parameters.py:2435-2515`` (``GatheredParameters``).
     """
+    run = _variant(run, gathered)
     n, k = chunk_sizes()
-    w = 4 if autocast else 2
+    w = 4 if run == "fp32_autocast" else 2
     weight = 0 if frozen_head else w * V * h
-    peak = _chunk_peak(k, autocast, frozen_head, no_autocast, gathered)
+    peak = _chunk_peak(k, run, frozen_head, gathered)
     scatter = _middle_chunk_scatter(n, k, w, weight)
     return Term("chunk_backward", sp.Max(weight + w * n * h + peak, scatter),
                 "one chunk's recomputed forward and backward, with the "
                 + ("" if frozen_head else "output weight's and ")
                 + "packed hidden states' gradients of the chunks done, or a middle chunk's "
                 "gradient scattered beside them",
-                _DS if gathered else _TRL if no_autocast else _AMP,
+                _DS if gathered else _TRL if run == "no_autocast" else _AMP,
                 label="one chunk's backward")
 
 
-def _chunk_peak(k, autocast: bool, frozen_head: bool, no_autocast: bool, gathered: bool):
+def _chunk_peak(k, run: str, frozen_head: bool, gathered: bool):
     """One chunk's recomputation and backward over the gradients of the chunks done [bytes]
     (:func:`chunked_loss_backward`'s maxima, by weights' dtype and autocast)."""
-    _variant(autocast, no_autocast, gathered)
-    if autocast and frozen_head:
+    if run == "fp32_autocast" and frozen_head:
         raise InvalidValueError("the chunked loss with a frozen lm_head is counted over 16-bit "
                                 "weights (LoRA under autocast is not modelled)")
     copies = 6 * k * h + 6 * V * h + 2 * k * V      # the recomputed 16-bit matmul's peak
-    if no_autocast:
+    if run == "no_autocast":
         return _no_autocast_peak(k, frozen_head, gathered)
     if frozen_head:
         return sp.Max(copies, 14 * k * V + 2 * V * h + 5 * k)
-    if autocast:
+    if run == "fp32_autocast":
         return sp.Max(14 * k * V + 2 * V * h + 2 * k * h + 5 * k, 2 * k * V + 4 * V * h
                       + 4 * k * h, 8 * V * h + 4 * k * h)
     return sp.Max(copies, 14 * k * V + 2 * V * h + 2 * k * h + 5 * k)

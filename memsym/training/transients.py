@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import sympy as sp
 
+from ..errors import InvalidValueError
 from ..frameworks import framework as framework_record
 from ..job import Job, Layout, Training
 from ..symbols import (N_bkt, N_exp, N_lin, N_ll, N_pf, N_rep, N_tp, N_xq, b_hp, b_r, b_u, c, d, m,
@@ -363,12 +364,15 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
     if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks)
         # DeepSpeed's engine: 16-bit weights, no autocast; ZeRO-3 gathers lm_head per chunk
         ds = training.states.sharding in DEEPSPEED_ZERO
+        if ds and amp:
+            raise InvalidValueError("the chunked loss under DeepSpeed's engine runs over 16-bit "
+                                    "weights without autocast: not with autocast over fp32 ones")
+        run = "no_autocast" if ds else "fp32_autocast" if amp else "autocast"
         gathered = training.states.sharding == "zero3"
-        fwd = (chunked_loss_forward(amp, residual_width(training), no_autocast=ds,
-                                    gathered=gathered),)
+        fwd = (chunked_loss_forward(run, residual_width(training), gathered=gathered),)
         # LoRA/QLoRA: lm_head frozen (TRL refuses it as an adapter target)
-        bwd = (chunked_loss_backward(amp, frozen_head=training.adapters.finetune != "full",
-                                     no_autocast=ds, gathered=gathered),)
+        bwd = (chunked_loss_backward(run, frozen_head=training.adapters.finetune != "full",
+                                     gathered=gathered),)
     else:
         fwd, bwd = _loss_transients(kind)
         if autotp_logits(training):
