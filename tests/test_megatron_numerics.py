@@ -235,3 +235,42 @@ def test_the_search_excludes_sinks_under_te_context_parallelism():
     assert not rules.te_cp_without_a2a(FRAMEWORK["megatron"], ("a2a", "a2a"))
     with pytest.raises(InvalidValueError, match="cp_comm_type a2a"):
         job("gpt-oss-120b", cp=2, ep=2, seq_length=S, micro_batch_size=1)
+
+
+# --- the same fields in a Megatron-Bridge recipe (TransformerConfig's, overridden) -----------------
+def _bridge(*overrides, world=8):
+    from memsym.job import job
+    from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
+
+    model, opts, _ = bridge_job_options(read_bridge_recipe(
+        "llama3_8b_pretrain_config", list(overrides), world_size=world))
+    return job_memory(job(model, metric="allocated", **opts))
+
+
+def test_bridge_fp32_residual_override_keeps_the_received_stage_input():
+    """model.fp32_residual_connection=true is Megatron's flag: at p 2, the last stage keeps its
+    received fp32 input beside the 16-bit copy, 4 s b h for each micro-batch in flight (one:
+    1F1B's last stage holds min(p - 1 - 1 + 1, m) = 1), the first stage nothing more."""
+    base = _bridge("model.pipeline_model_parallel_size=2", "model.context_parallel_size=1")
+    fp32 = _bridge("model.pipeline_model_parallel_size=2", "model.context_parallel_size=1",
+                   "model.fp32_residual_connection=true")
+    s, h = 8192, 4096      # the recipe's sequence (dataset.seq_length), Llama 3 8B's width
+    assert [b - a for a, b in zip(base.stage_bytes, fp32.stage_bytes)] == [0, 4 * s * h]
+
+
+def test_bridge_softmax_type_override_adds_or_removes_the_sinks():
+    """model.softmax_type=learnable adds a parameter per head and layer (32 x 32 on Llama 3 8B)
+    with its states under the distributed optimizer at d 8: bf16 weight (2 bytes), fp32
+    gradient (the recipe's grad_reduce_in_fp32, 4) and fp32 master and moments over d (12 / 8);
+    vanilla on GPT-OSS, whose model bridge sets learnable (gpt_oss_bridge.py:86), removes them."""
+    from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
+
+    cp1 = "model.context_parallel_size=1"     # a sink runs under a2a context parallelism only
+    vanilla = _bridge(cp1)
+    sinks = _bridge(cp1, "model.softmax_type=learnable")
+    assert sinks.bytes_total - vanilla.bytes_total == 32 * 32 * (2 + 4) + 32 * 32 * 12 // 8
+    _, opts, _ = bridge_job_options(read_bridge_recipe(
+        "gpt_oss_120b_pretrain_64gpu_h100_bf16_config", ["model.softmax_type=vanilla"]))
+    assert opts["attention_sinks"] is False
+    with pytest.raises(InvalidValueError, match="model.softmax_type must be one of"):
+        _bridge(cp1, "model.softmax_type=sigmoid")

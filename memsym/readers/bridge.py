@@ -88,6 +88,9 @@ FIELDS = {
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
     "model.bias_activation_fusion": ("job", "bias_activation_fusion"),
+    # TransformerConfig's numerics (memsym.readers.recipe_mechanisms: fp32 residual, sinks)
+    "model.fp32_residual_connection": ("bridge", "numerics"),
+    "model.softmax_type": ("bridge", "numerics"),
     # TransformerConfig's FP8 SwiGLU input (memsym.terms.activations.fp8_glu_input)
     "model.activation_func_fp8_input_store": ("job", "activation_func_fp8_input_store"),
     "model.cuda_graph_impl": ("bridge", "cuda_graphs"),

@@ -6,7 +6,8 @@ Engine's fused cross-entropy (``model.cross_entropy_loss_fusion`` with
 ``cross_entropy_fusion_impl``; the perf recipes' ``_benchmark_common`` sets "te",
 ``perf_recipes/_common.py:31,70`` at Megatron-Bridge 067f987df0) and CPU activation offloading
 (``model.cpu_offloading``, ``cpu_offloading_num_layers``, ``cpu_offloading_activations``;
-Megatron-LM d98e8a64dd ``model_parallel_config.py:458-480``).
+Megatron-LM d98e8a64dd ``model_parallel_config.py:458-480``), and the fp32 residual stream
+and softmax sink (``model.fp32_residual_connection``, ``model.softmax_type``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..errors import InvalidValueError
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
 from ..vocabulary import CE_FUSION_IMPLS, CUDA_GRAPH_IMPLS
 from ._values import MAX_LAYERS, recipe_flag
+from .megatron_numerics import SOFTMAX_TYPES
 
 __all__ = ["recipe_mechanism_options", "megatron_mechanism_options", "megatron_cuda_graph_options",
            "CUDA_GRAPH_DESTS", "TE_LOSS_REFUSED", "recipe_dispatcher", "megatron_dispatcher"]
@@ -83,6 +85,26 @@ def recipe_mechanism_options(values: dict, opts: dict) -> dict:
         mask = recipe_flag(values, "dataset.create_attention_mask", True)
         if not mask:
             out["batch_attention_mask"] = False
+    out.update(_numerics(values))
+    return out
+
+
+def _numerics(values: dict) -> dict:
+    """``model.fp32_residual_connection`` and ``model.softmax_type`` as Megatron-LM's
+    ``--fp32-residual-connection`` and ``--softmax-type`` are read
+    (:mod:`memsym.readers.megatron_numerics`): the fp32 residual stream, and a learnable sink
+    as one parameter per head and layer.  A model bridge's own setting (GPT-OSS's
+    ``provider.softmax_type = "learnable"``, models/gpt_oss/gpt_oss_bridge.py:86) is its
+    preset's; a recipe or override that sets the field replaces it."""
+    out = {}
+    if recipe_flag(values, "model.fp32_residual_connection", False):
+        out["fp32_residual_connection"] = True
+    kind = values.get("model.softmax_type")
+    if kind is not None:
+        if kind not in SOFTMAX_TYPES:
+            raise InvalidValueError(f"model.softmax_type must be one of "
+                                    f"{', '.join(SOFTMAX_TYPES)}, got {kind!r:.40}")
+        out["attention_sinks"] = kind == "learnable"
     return out
 
 
