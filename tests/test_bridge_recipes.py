@@ -334,9 +334,12 @@ def test_perf_recipe_deepseek_layout_and_its_rebuild():
     assert opts["pipeline_layout"] == "Et*4|(t*4|)*14tmL"
     assert opts["recompute"] == "selective" and opts["recompute_modules"] == ("moe_act",)
     assert "vocab_size" not in opts               # DeepSeek-V3's own, not the NullTokenizer's
+    # EP 32: at EP 64 and PP 8 the expert grid (ETP*EP*PP = 512) does not fit 256 GPUs, which
+    # run_recipe.py refuses (scripts/common/benchmark_parallelism.py:106-121)
     _, opts, _ = _opts("deepseek_v3_pretrain_256gpu_gb300_bf16_config",
                        "model.pipeline_model_parallel_size=8",
-                       "model.virtual_pipeline_model_parallel_size=2")
+                       "model.virtual_pipeline_model_parallel_size=2",
+                       "model.expert_model_parallel_size=32")
     stages = opts["pipeline_layout"].split("|")
     assert stages[0] == "E" + "t" * 4 and len(stages) == 16 and stages[-1] == "tmL"
 

@@ -113,17 +113,23 @@ for _rel in ("26.04.01", "26.04", "26.02.01", "26.02", "25.11"):
 #: token_dispatcher.py:891-899 and :1189, TransformerEngine d0067d0da6
 #: pytorch/permutation.py:803-808).  Counting 2h per routed copy
 #: there had put these runs over or near their GPU; without it they fit: the B200 GPT-OSS
-#: rows (26.04.01 / 26.04 / 26.02.01: 173.6 GB of 180), the 25.11 GB200 DeepSeek-V3 bf16
+#: rows (26.04.01 / 26.04 / 26.02.01: 169.6 GB of 180), the 25.11 GB200 DeepSeek-V3 bf16
 #: row (156.6 of 186), the 25.11 H100 Qwen3-30B-A3B row (79.9 of 84.9), the Qwen3-30B-A3B
 #: MXFP8 rows (GB300 / B300 at MBS 8: 269.2 GB of 279 / 288, once 325.9 and XFAIL "an
 #: excess not yet found"; GB200 at MBS 4: 180.9 of 186, once 209.2; B200: 166.4 of 180),
 #: the 26.04.01 B200 DeepSeek-V3 MXFP8 row (143.4 of 180), the 25.11 GB300 Qwen3-235B-A22B
-#: bf16 row (240.7 of 279), the 25.11 B200 Qwen3-235B-A22B MXFP8 row at its VP 2 (176.1 of
+#: bf16 row (238.7 of 279), the 25.11 B200 Qwen3-235B-A22B MXFP8 row at its VP 2 (176.1 of
 #: 180, once 213.3) and the H100 Nemotron 3 Nano FP8 rows (80.2 of 84.9; tight since the FP8
 #: parameters' transpose is counted, below).
 #: The 25.11 H100 GPT-OSS-120B row's MBS 4 contradicts its own GA 2 and its release's perf
-#: config (MBS 1; the TOML's table_note): at the config's MBS 1 it fits (62.0 GB of 85; at
-#: MBS 4 the first stage would hold 62.3 GB of activations, 113.4 GB in all).
+#: config (MBS 1; the TOML's table_note): at the config's MBS 1 it fits (57.9 GB of 85; at
+#: MBS 4 the first stage would hold 62.3 GB of activations, 109.3 GB in all).
+#: The bf16 Adam rows (GPT-OSS-120B, Qwen3-235B-A22B) run the precision-aware optimizer, as
+#: run_recipe.py turns it on for a bf16 benchmark recipe (run_recipe.py:377-394 at
+#: 067f987df0) and the releases' scripts/performance did (utils/overrides.py:666-667,
+#: run_script.py:149-151), which reads the bf16 gradient buffer in place of a separate fp32
+#: main-gradient shard (memsym.terms.widths.has_main_grad_copy): 4.0-4.1 GB less on each
+#: GPT-OSS row (the B200 ones 173.6 GB before), 2.0-2.1 GB on the Qwen3-235B-A22B ones.
 
 
 #: Per-tensor FP8 parameters (fp8_param_gather) keep the transpose TE makes after each
@@ -225,8 +231,11 @@ def command(run) -> list:
     want["train.micro_batch_size"] = run["settings"]["b"]
     want["train.global_batch_size"] = run["settings"]["B"]
     want["dataset.seq_length"] = run["settings"]["seq"]
+    # the run's global batch always: run_recipe.py weak-scales a benchmark recipe's batch
+    # when the layout changes its data-parallel size unless the batch is given
+    # (run_recipe.py:356 at Megatron-Bridge 067f987df0), and the run ran the table's
     overrides = [f"{k}={'null' if v is None else v}" for k, v in want.items()
-                 if values.get(k) != v]
+                 if values.get(k) != v or k == "train.global_batch_size"]
     return ["estimate", "--bridge-recipe", name, *overrides, *OPEN.get(run["id"], ()),
             "--world-size", str(run["table"]["gpus"]), "--gpu", run["gpu"], "--json"]
 

@@ -128,7 +128,9 @@ def test_the_bridge_recipes_set_them():
     assert opts["cross_entropy_fusion_impl"] == "native" and "cpu_offloading_num_layers" not in opts
     _, opts, _ = bridge_job_options(read_bridge_recipe("gpt_oss_120b_pretrain_64gpu_h100_bf16_config"))
     assert opts["cross_entropy_fusion_impl"] == "te"
-    _, opts, _ = bridge_job_options(read_bridge_recipe("deepseek_v3_pretrain_64gpu_h100_bf16_config"))
+    # the 1024-GPU recipe: its 64gpu twin (deepseek_v3.py:163-166, the same layout) does not fit
+    # its 64 GPUs (EP 64 x PP 8), which run_recipe.py refuses (benchmark_parallelism.py:106-121)
+    _, opts, _ = bridge_job_options(read_bridge_recipe("deepseek_v3_pretrain_1024gpu_h100_bf16_config"))
     assert (opts["exp_avg_dtype"], opts["exp_avg_sq_dtype"]) == ("bf16", "bf16")
     assert opts["precision_aware"] is True
     with pytest.raises(InvalidValueError, match="exp_avg_dtype"):

@@ -177,7 +177,7 @@ def recipe_moe_dispatcher(run) -> str:
     if ":" not in recipe or not _arch(run).num_experts:
         return "alltoall"
     try:
-        reading = read_bridge_recipe(recipe_for_source(recipe))
+        reading = read_bridge_recipe(recipe_for_source(recipe), as_run=False)
     except MemsymError:
         return "alltoall"
     return recipe_dispatcher(reading["values"], reading.get("computed") or ())["moe_dispatcher"]
@@ -265,7 +265,7 @@ def _recipe_account_flags(run):
     if "first" in lay or "last" in lay or lay["p"] == 1 or ":" not in recipe:
         return None
     try:
-        values = read_bridge_recipe(recipe_for_source(recipe))["values"]
+        values = read_bridge_recipe(recipe_for_source(recipe), as_run=False)["values"]
     except MemsymError:
         return None
     emb = bool(values.get("model.account_for_embedding_in_pipeline_split"))
@@ -334,13 +334,16 @@ def recipe_pipeline_layout(run):
         return None
     name, v = recipe_for_source(recipe), lay.get("v", 1)
     try:
-        values = read_bridge_recipe(name)["values"]
+        values = read_bridge_recipe(name, as_run=False)["values"]
         over = []
         if values.get("model.pipeline_model_parallel_size") != lay["p"]:
             over.append(f"model.pipeline_model_parallel_size={lay['p']}")
         if (values.get("model.virtual_pipeline_model_parallel_size") or 1) != v:
             over.append(f"model.virtual_pipeline_model_parallel_size={v if v > 1 else 'null'}")
-        spec = bridge_job_options(read_bridge_recipe(name, over))[1].get("pipeline_layout")
+        # the recipe's layout fields alone: run_recipe.py's benchmark checks (the grid at the
+        # name's GPUs) would refuse a run's PP that its own GPU count holds
+        spec = bridge_job_options(read_bridge_recipe(name, over, as_run=False))[1].get(
+            "pipeline_layout")
         if spec is None:
             return None
         split = PipelineLayout.from_spec(spec, lay["p"])

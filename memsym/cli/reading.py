@@ -370,8 +370,9 @@ def _bridge_word(words, i, w, convenience, overrides):
     if name == "--mode" and value not in ("pretrain", "sft", "lora", "dora"):
         raise InvalidValueError(f"--mode {value[:40]}: run_recipe.py's modes are pretrain, sft, "
                                 "lora, dora")
-    if name == "--mode":     # checked against the recipe by memsym.readers.bridge
-        overrides.append(f"--mode={value}")
+    if name in ("--mode", "--dataset", "--step-func", "--step_func"):
+        # checked against the recipe by memsym.readers.bridge (a benchmark recipe refuses some)
+        overrides.append(f"{name}={value}")
     if RUN_RECIPE_OPTIONS[name] is not None:
         convenience.append(f"{RUN_RECIPE_OPTIONS[name]}={value}")
     return i

@@ -523,7 +523,8 @@ def bridge_relaunch(sj: SearchJob, got):
             w == "--tp-comm-overlap" for w in got.arguments):
         # the search held no TP overlap (the job's layout had none): a recipe that asks for
         # it would run it at t > 1 with SP (Bridge's comm_overlap.py:442-448), so it is off
-        values = read_bridge_recipe(est.bridge_recipe, est.job_words.bridge)["values"]
+        values = read_bridge_recipe(est.bridge_recipe, est.job_words.bridge,
+                                    as_run=False)["values"]
         if values.get("comm_overlap.tp_comm_overlap"):
             layout.append("comm_overlap.tp_comm_overlap=false")
     # the layout's fields, and the pipeline layout Bridge rebuilds for a new PP / VP
@@ -549,7 +550,7 @@ def recipe_placement(est) -> list:
     new PP / VP), the embedding or loss counted in the split."""
     from ..readers.bridge import read_bridge_recipe
 
-    got = read_bridge_recipe(est.bridge_recipe, est.job_words.bridge)
+    got = read_bridge_recipe(est.bridge_recipe, est.job_words.bridge, as_run=False)
     values, out = got["values"], []
     if "model.pipeline_model_parallel_layout" not in got["overridden"] and any(
             "_pipeline_model_parallel_layout_builder" in line for line in got["computed"] or ()):

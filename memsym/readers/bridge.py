@@ -42,6 +42,7 @@ from ..model import resolve_model
 from ._bridge_recipes import SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, check_unpadded_vocab, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
+from .bridge_benchmark import benchmark_defaults, check_benchmark_word
 from .bridge_names import is_recipe_name, recipe_row, shared_name_notes
 from .bridge_models import HF_PRESETS, recipe_model
 from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
@@ -88,7 +89,6 @@ FIELDS = {
     "model.moe_flex_dispatcher_backend": ("bridge", "dispatcher"),
     "model.moe_expert_capacity_factor": ("job", "capacity_factor"),
     "model.bias_activation_fusion": ("job", "bias_activation_fusion"),
-    # TransformerConfig's numerics (memsym.readers.recipe_mechanisms: fp32 residual, sinks)
     "model.fp32_residual_connection": ("bridge", "numerics"),
     "model.softmax_type": ("bridge", "numerics"),
     # TransformerConfig's FP8 SwiGLU input (memsym.terms.activations.fp8_glu_input)
@@ -283,7 +283,8 @@ def launcher_world_size(words) -> int | None:
     return got["n"] * got.get("nodes", 1) if "n" in got else None
 
 
-def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -> dict:
+def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None,
+                       as_run: bool = True) -> dict:
     """A Bridge recipe with its overrides, as plain data.
 
     Parameters
@@ -295,6 +296,10 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
         ``section.field=value`` words, applied in order (a later one wins).
     world_size : int, optional
         W [GPUs]; default: the GPU count in the recipe's name.
+    as_run : bool
+        Apply what run_recipe.py does to a performance recipe after the overrides
+        (:func:`memsym.readers.bridge_benchmark.benchmark_defaults`); False: the recipe's
+        fields and the overrides alone.
 
     Returns
     -------
@@ -314,7 +319,16 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
     if len(overrides) > MAX_ARGS:
         raise InvalidValueError(f"more than {MAX_ARGS} Bridge overrides")
     values, ignored, overridden = dict(row["values"]), [], []
+    bench = row["source"].startswith(_PERF)
     for word in overrides:
+        if word.startswith(("--dataset=", "--step-func=", "--step_func=")):
+            # run_recipe.py's own options: a benchmark recipe refuses them (recipe_metadata.py:
+            # 228-256); a library recipe's dataset preset is not modelled
+            if bench:
+                check_benchmark_word(full, word)
+            else:
+                ignored.append(word)
+            continue
         if word.startswith("--mode="):
             if word == "--mode=dora" and row["source"].startswith(_PERF):
                 # validate_benchmark_recipe_scope, scripts/training/recipe_metadata.py:243-244
@@ -346,10 +360,13 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None) -
         world_size = int(m.group(1)) if m else None
     if world_size is not None and not (isinstance(world_size, int) and 1 <= world_size <= MAX_GPUS):
         raise InvalidValueError(f"world size must be a whole number of GPUs, got {world_size!r}")
+    given = [w.lstrip("+~").split("=", 1)[0] for w in overrides if not w.startswith("--")]
+    notes = benchmark_defaults(full, row["values"], values, given, world_size) \
+        if bench and as_run and world_size is not None else []
     return {"recipe": full, "source": row["source"], "hf_model": row["hf_model"],
             "values": values, "overridden": tuple(dict.fromkeys(overridden)),
             "ignored": tuple(ignored), "world_size": world_size, "world_from_name": from_name,
-            "computed": row["computed"]}
+            "computed": row["computed"], "notes": tuple(notes)}
 
 
 def _builder_layouts(tail: str, more=()) -> dict:
@@ -418,6 +435,7 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     """
     values, notes = reading["values"], []
     notes += shared_name_notes(reading["recipe"])   # a name both packages export
+    notes += reading.get("notes", ())               # run_recipe.py's benchmark defaults
     if reading["source"].startswith(_PERF) and \
             values.get("dataset.enable_offline_packing"):     # a perf SFT or LoRA recipe
         notes.append("run_recipe.py runs a performance SFT/LoRA recipe on mock sequences of "
