@@ -117,3 +117,29 @@ def test_the_estimate_says_what_run_recipe_changed(capsys):
     assert code == 0, err
     got = json.dumps(json.loads(out))
     assert "global batch 128 -> 64" in got and "precision-aware optimizer" in got
+
+
+def test_deterministic_turns_off_loss_fusion_and_tp_overlap_before_the_overrides():
+    """run_recipe.py --deterministic (run_recipe.py:258, applied at :478 before the overrides
+    at :484): recipes/utils/determinism_utils.py:37 and :47 turn off the fused cross-entropy
+    and TP overlap.  llama3_70b_pretrain_64gpu_h100_bf16_config keeps its base's
+    CommOverlapConfig(tp_comm_overlap=True) at TP 4 with SP (comm_overlap.py:442-448), and
+    _benchmark_common's fused "te" loss (perf_recipes/_common.py:31)."""
+    name = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    opts, _ = _opts(name)
+    assert opts["tp_comm_overlap"] is True and opts["cross_entropy_fusion_impl"] == "te"
+    opts, notes = _opts(name, "--deterministic")
+    assert opts["tp_comm_overlap"] is False and "cross_entropy_fusion_impl" not in opts
+    assert any(n.startswith("--deterministic") for n in notes)
+    # an override comes after apply_determinism, so it wins wherever it stands
+    opts, _ = _opts(name, "comm_overlap.tp_comm_overlap=true", "--deterministic")
+    assert opts["tp_comm_overlap"] is True
+
+
+def test_run_recipes_switches_are_read_from_a_pasted_command(capsys):
+    code, out, err = cli(capsys, "estimate", "python", "scripts/training/run_recipe.py",
+                         "--recipe", PERF, "--dry-run", "--deterministic", "--json")
+    assert code == 0, err
+    assert "--deterministic: run_recipe.py turns off" in out
+    code, out, err = cli(capsys, "estimate", "--bridge-recipe", PERF, "--deterministic=1")
+    assert code == 2 and "switch" in err

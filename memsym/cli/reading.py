@@ -345,7 +345,7 @@ def _bridge_word(words, i, w, convenience, overrides):
     """The index after ``w`` when it is a Megatron-Bridge word (an override, or one of
     run_recipe.py's options and its value), else None."""
     from ..errors import InvalidValueError
-    from ..readers.bridge import RUN_RECIPE_OPTIONS, SECTIONS, looks_like_override
+    from ..readers.bridge import RUN_RECIPE_FLAGS, RUN_RECIPE_OPTIONS, SECTIONS, looks_like_override
     from ..readers.bridge_models import is_model_word
 
     if not looks_like_option(w):
@@ -359,6 +359,12 @@ def _bridge_word(words, i, w, convenience, overrides):
                                 "section.field=value overrides and at most one MODEL (a preset, "
                                 "a config.json or a Hub id) in place of the recipe's model")
     name, eq, inline = w.partition("=")
+    if name in RUN_RECIPE_FLAGS:            # run_recipe.py's switches take no value
+        if eq:
+            raise InvalidValueError(f"{name} is a switch of run_recipe.py: give it without a value")
+        if name == "--deterministic":       # read by memsym.readers.bridge
+            overrides.append(name)
+        return i
     if name not in RUN_RECIPE_OPTIONS:
         return None
     if eq:

@@ -42,7 +42,7 @@ from ..model import resolve_model
 from ._bridge_recipes import SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, check_unpadded_vocab, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
-from .bridge_benchmark import benchmark_defaults, check_benchmark_word
+from .bridge_benchmark import benchmark_defaults, check_benchmark_word, determinism
 from .bridge_names import is_recipe_name, recipe_row, shared_name_notes
 from .bridge_models import HF_PRESETS, recipe_model
 from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
@@ -52,7 +52,7 @@ from .bridge_userbuffers import recipe_ub_option
 from .recipe_mechanisms import recipe_dispatcher, recipe_mechanism_options
 
 __all__ = ["read_bridge_recipe", "parse_override", "bridge_job_options", "FIELDS", "HF_PRESETS",
-           "RUN_RECIPE_OPTIONS", "SECTIONS", "PRECISION_RECIPES", "BRIDGE_COMMIT",
+           "RUN_RECIPE_OPTIONS", "RUN_RECIPE_FLAGS", "SECTIONS", "PRECISION_RECIPES", "BRIDGE_COMMIT",
            "looks_like_override", "launcher_world_size", "is_recipe_name"]
 
 BRIDGE_COMMIT = "067f987df0"
@@ -187,6 +187,11 @@ RUN_RECIPE_OPTIONS = {
     "--mode": None, "--dataset": None, "--step-func": None, "--step_func": None,
 }
 
+#: run_recipe.py's switches (``_build_parser``'s store_true options, run_recipe.py:257-259):
+#: ``--deterministic`` is read (:func:`read_bridge_recipe`), the others change no memory.
+RUN_RECIPE_FLAGS = frozenset({"--deterministic", "--dry-run", "--dry_run", "--dump-env",
+                              "--dump_env"})
+
 _OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,99})((?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,4})=(.*)",
                        re.S)
 _INT = re.compile(r"[+-]?[0-9]{1,19}")
@@ -320,7 +325,10 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None,
         raise InvalidValueError(f"more than {MAX_ARGS} Bridge overrides")
     values, ignored, overridden = dict(row["values"]), [], []
     bench = row["source"].startswith(_PERF)
+    notes = determinism(values) if "--deterministic" in overrides else []
     for word in overrides:
+        if word == "--deterministic":       # applied before the overrides, as run_recipe.py
+            continue
         if word.startswith(("--dataset=", "--step-func=", "--step_func=")):
             # run_recipe.py's own options: a benchmark recipe refuses them (recipe_metadata.py:
             # 228-256); a library recipe's dataset preset is not modelled
@@ -361,8 +369,8 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None,
     if world_size is not None and not (isinstance(world_size, int) and 1 <= world_size <= MAX_GPUS):
         raise InvalidValueError(f"world size must be a whole number of GPUs, got {world_size!r}")
     given = [w.lstrip("+~").split("=", 1)[0] for w in overrides if not w.startswith("--")]
-    notes = benchmark_defaults(full, row["values"], values, given, world_size) \
-        if bench and as_run and world_size is not None else []
+    if bench and as_run and world_size is not None:
+        notes += benchmark_defaults(full, row["values"], values, given, world_size)
     return {"recipe": full, "source": row["source"], "hf_model": row["hf_model"],
             "values": values, "overridden": tuple(dict.fromkeys(overridden)),
             "ignored": tuple(ignored), "world_size": world_size, "world_from_name": from_name,

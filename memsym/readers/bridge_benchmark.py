@@ -25,7 +25,8 @@ benchmark (recipe_metadata.py:175-179; memsym: a recipe read from ``perf_recipes
    size that TP*PP*CP or ETP*EP*PP does not divide.
 
 Library recipes are read as they are.  ``apply_determinism`` (``--deterministic``,
-recipe_runner.py:315-321) applies to every recipe and is not read by memsym.
+scripts/training/recipe_runner.py:315-321), before the overrides and for every recipe, is
+:func:`determinism`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import re
 
 from ..errors import InvalidValueError
 
-__all__ = ["BENCHMARK_NAME", "check_benchmark_word", "benchmark_defaults"]
+__all__ = ["BENCHMARK_NAME", "check_benchmark_word", "benchmark_defaults", "determinism"]
 
 #: recipe_metadata.py:40-45 ``BENCHMARK_RECIPE_PATTERN``: a benchmark name's GPUs and precision.
 BENCHMARK_NAME = re.compile(
@@ -43,6 +44,24 @@ BENCHMARK_NAME = re.compile(
 
 #: recipe_metadata.py:67 ``TEXT_FORWARD_STEPS``: the steps a text recipe's ``llm_step`` matches.
 _TEXT_STEPS = frozenset({"dsv4_step", "gpt_step", "llm_step"})
+
+
+def determinism(values: dict) -> list:
+    """run_recipe.py ``--deterministic`` (recipe_runner.py:315-321, before the overrides, any
+    recipe): ``apply_determinism_overrides`` (src/megatron/bridge/recipes/utils/
+    determinism_utils.py:20-47) sets ``model.cross_entropy_loss_fusion = False`` and
+    ``comm_overlap.tp_comm_overlap = False`` (a recipe without comm_overlap has none to turn
+    off); ``model.deterministic_mode``'s kernel choices are not counted.  Returns the note.
+
+    >>> v = {"comm_overlap.tp_comm_overlap": True}
+    >>> _ = determinism(v); v["model.cross_entropy_loss_fusion"], v["comm_overlap.tp_comm_overlap"]
+    (False, False)
+    """
+    values["model.cross_entropy_loss_fusion"] = False
+    values["comm_overlap.tp_comm_overlap"] = False
+    return ["--deterministic: run_recipe.py turns off the fused cross-entropy and TP "
+            "communication overlap (recipes/utils/determinism_utils.py, recipe_runner.py:"
+            "315-321); deterministic_mode's kernel choices are not counted"]
 
 
 def check_benchmark_word(full: str, word: str) -> None:
