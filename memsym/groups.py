@@ -43,9 +43,9 @@ from .vocabulary import ALLOWANCE_KEYS  # the named allowances (memsym.terms.all
 def held_rows(rows: dict, parts: dict) -> dict:
     """The rows of one phase as held, every one >= 0 (for stacked bars): ``rows`` (term key ->
     bytes: states, ``activations``, allowances, buffers; no transients) with the phase's
-    transient ``parts`` (key -> bytes) placed.  A state not yet made
-    (:data:`ABSENT_STATES`) is taken off those states in proportion; the rest is netted as
-    ``transients`` (after ``activations``, where above zero), and where that net is negative (the output layer's
+    transient ``parts`` (key -> bytes) placed.  A state not yet made (:data:`ABSENT_STATES`) is
+    taken off those states in proportion; the rest is netted as ``transients`` (after
+    ``activations``, where above zero), and where that net is negative (the output layer's
     activations freed in backward, every activation freed before the step) it is taken off
     ``activations`` instead.
 
@@ -64,10 +64,9 @@ def held_rows(rows: dict, parts: dict) -> dict:
                 out[k] += val * out[k] / whole
         else:
             net += val
-    order = list(out)
-    at = order.index("activations") if "activations" in order else len(order)
+    # the rows' order, the transients (where above zero) right after the activations
+    before = list(rows)[:list(rows).index("activations")] if "activations" in rows else list(rows)
+    after = [k for k in rows if k not in before and k != "activations"]
     out.update(activations=out.get("activations", 0) + min(net, 0), transients=max(net, 0))
-    rest = [k for k in order if k != "activations"]
-    return {k: out[k] for k in rest[:at] + ["activations", "transients"] + rest[at:]
-            if k != "transients" or net > 0}
-
+    keys = before + ["activations"] + (["transients"] if net > 0 else []) + after
+    return {k: out[k] for k in keys}

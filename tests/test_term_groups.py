@@ -36,6 +36,14 @@ JOBS = {
     "torchtitan": ["llama3-8b", "--framework", "torchtitan", "--world-size", "8"],
     "cuda-graphs": ["llama3-8b", "--cuda-graph-impl", "transformer_engine", "--world-size", "8"],
     "cp-offload": ["llama3-8b", "--cp", "2", "--world-size", "8", "--offload", "optimizer"],
+    # the first iteration's forward and backward lack the Adam moments the step makes: the step,
+    # with no Terms of its own, is the peak (85.6 GB against 80.9 at the forward's end)
+    "first-iteration-step": ["qwen3-30b-a3b", "--ep", "8", "--world-size", "8", "--seq-length",
+                             "4096", "--global-batch-size", "8", "--first-iteration"],
+    # a captured step: the optimizer phase's pool and Newton-Schulz workspace itemised
+    "muon-full-iteration-graph": ["llama3-8b", "--world-size", "8", "--seq-length", "256",
+                                  "--global-batch-size", "8", "--optimizer", "muon",
+                                  "--cuda-graph-impl", "full_iteration"],
 }
 
 
@@ -51,6 +59,36 @@ def test_every_term_is_grouped_and_the_rows_add_up(name):
     # the transients row is the peak phase's own Terms (and the activations it frees), summed
     # apart from the total's max over the phases
     assert out["bytes"].get("transients", 0) == sum(p["bytes"] for p in out["peak_parts"]), name
+
+
+#: The jobs above as the library's job() takes them, for the held rows.
+LIBRARY_JOBS = {
+    "first-iteration-step": ("qwen3-30b-a3b", dict(ep=8, world_size=8, seq_length=4096,
+                                                   global_batch_size=8, first_iteration=True)),
+    "muon-full-iteration-graph": ("llama3-8b", dict(world_size=8, seq_length=256,
+                                                    global_batch_size=8, optimizer="muon",
+                                                    cuda_graph_impl="full_iteration")),
+    "torchtitan": ("llama3-8b", dict(framework="torchtitan", world_size=8)),
+    "cuda-graphs": ("llama3-8b", dict(cuda_graph_impl="transformer_engine", world_size=8)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_JOBS))
+def test_the_held_rows_are_the_total_and_none_is_negative(name):
+    """The stacked bars' rows (TrainingEstimate.held: the transients placed) add up to the
+    total, each >= 0, and the first iteration's step holds the moments its forward lacked."""
+    from memsym.job import job
+    from memsym.training.estimate import job_memory
+
+    model, kw = LIBRARY_JOBS[name]
+    est = job_memory(job(model, **kw))
+    held = est.held()
+    assert sum(v for k, v in held.items() if k != "total") == held["total"] == est.bytes_total
+    assert all(v >= 0 for v in held.values()), held
+    parts = sum((val for _, _, val in est.peak_parts), 0)
+    assert parts == est.grouped().get("transients", 0)
+    if name == "first-iteration-step":
+        assert est.phase == "optimizer" and est.bytes_total == est.phases()["optimizer"]
 
 
 def test_the_terms_of_the_totals_are_grouped():

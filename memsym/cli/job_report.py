@@ -214,7 +214,9 @@ def _sources(est) -> dict:
     grouped = set(est.grouped()) | {"phase_transient"}
     acts = [term for term in est.total if term.key not in grouped]
     out["activations"] = "; ".join(dict.fromkeys(str(term.source) for term in acts))
-    out["transients"] = out.pop("phase_transient", "")
+    if "transients" in grouped:
+        out["transients"] = out["phase_transient"]
+    out.pop("phase_transient", None)
     return out
 
 

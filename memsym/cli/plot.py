@@ -29,9 +29,11 @@ KIND_HELP = {
         "One bar per pipeline stage the estimate compares (the first, the last, and one of "
         "each distinct middle make-up; the most-loaded named), or with --by phase one bar per "
         "phase of the step (forward, loss-backward, backward, optimizer step) on the "
-        "most-loaded stage; each segment one term of the report (the bytes of memsym "
-        "estimate --json; by phase the activations together and the phase's transients "
-        "netted) labelled with its GB and its share of the capacity; the capacity line drawn "
+        "most-loaded stage; each segment one row of the report as the peak phase holds it "
+        "(the bytes of memsym estimate --json with the transients placed: states not yet "
+        "made taken off their row, freed activations off the activations, the rest a "
+        "transients segment) labelled with its GB and its share of the capacity; the "
+        "capacity line drawn "
         "when --gpu or --gpu-memory gives one, and with --margin the capacity less the margin.",
         ("vs", "candidates", "map_x", "map_y", "map_value") + _CLUSTER),
     "memory-vs": (
@@ -136,7 +138,7 @@ def phase_segments(estimate, job) -> dict:
     (states not yet made taken off those states, the rest netted as ``transients``, a
     negative net taken off ``activations``), so that every segment is >= 0 and each phase's
     segments add up to its total (:meth:`TrainingEstimate.phases`)."""
-    from ..groups import held_rows
+    from ..groups import BUFFER_KEYS, held_rows
     from ..training import (ACTIVATION_KEYS, ALLOWANCE_KEYS, OUTSIDE_ALLOCATOR_KEYS, STATE_KEYS,
                             phase_totals)
 
@@ -146,7 +148,7 @@ def phase_segments(estimate, job) -> dict:
         rows = {k: v for k, v in bd.items() if k in STATE_KEYS}
         rows["activations"] = sum((v for k, v in bd.items() if k in ACTIVATION_KEYS), 0)
         rows.update((k, v) for k, v in bd.items()
-                    if k in ALLOWANCE_KEYS or k in OUTSIDE_ALLOCATOR_KEYS)
+                    if k in ALLOWANCE_KEYS or k in BUFFER_KEYS or k in OUTSIDE_ALLOCATOR_KEYS)
         parts = {k: v for k, v in bd.items() if k not in rows and k not in ACTIVATION_KEYS
                  and k != "total"}
         out[ph] = held_rows(rows, parts)

@@ -278,8 +278,8 @@ def render_markdown(rep: dict, args, *, fits, device: int) -> str:
         lines += [f"Dominant: {markdown_text(_dominant(terms, total))}.", ""]
     if rep.get("phases"):
         ph = rep["phases"]
-        lines += [f"Peak phase: {ph['peak']}"
-                  + (f"; {_peak_parts(rep)}." if rep.get("peak_parts") else "."), ""]
+        lines += [markdown_text(_peak_parts(rep)[:1].upper() + _peak_parts(rep)[1:] + ".")
+                  if rep.get("peak_parts") else f"Peak phase: {ph['peak']}.", ""]
     lines += [f"- {markdown_text(x)}" for x in _said(rep, device)]
     if fits is not None:
         lines += ["", f"**{markdown_text(_verdict(rep, args, fits, device))}**"]

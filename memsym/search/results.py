@@ -163,9 +163,11 @@ class SearchResult:
             k[len("time_"):]: float(col[k][i]) for k in TIME_PARTS}
         out["binding"] = str(col["binding"][i])
         # a buffer outside the allocator that another row has and this one lacks (the
-        # userbuffers of tp_comm_overlap on a row without SP) is no term of this row
+        # userbuffers of tp_comm_overlap on a row without SP) is no term of this row; no
+        # transients where the peak is the steady sum, as memsym estimate reports it
         out["bytes"] = {k: float(col[k][i]) for k in self.term_keys
-                        if k in col and not (k in _OUTSIDE and math.isnan(col[k][i]))}
+                        if k in col and not (k in _OUTSIDE and math.isnan(col[k][i]))
+                        and not (k == "transients" and col[k][i] == 0)}
         return out
 
     @property

@@ -148,14 +148,14 @@ def fsdp2_io_groups(root_group: bool = False, untied: bool = True, group_params=
         # last one only after the loss's backward
         none = Term("blocks_gathered_at_the_loss", -n_ag * n * b_u, "no block gathered at the "
                     "loss and its backward (all resharded after forward)", _TT_FSDP,
-                    label="no block at the loss")
+                    label="blocks' all-gathers freed at the loss")
         kept = Term("output_group_gathered", out_params * b_u, "[norm, output] kept gathered "
                     "after forward (reshard_after_forward=False)", _TT_FSDP,
-                    label="output group gathered")
+                    label="[norm, output] kept gathered")
         return {"forward": (kept, none), "loss-backward": (kept, none), "backward": ()}
     one_block = Term("blocks_gathered_at_the_loss", -(n_ag - 1) * n * b_u, "one block gathered "
                      "at the loss and its backward, not n_ag: the last one, not resharded "
-                     "after forward", _TT_FSDP, label="one block at the loss")
+                     "after forward", _TT_FSDP, label="blocks' all-gathers freed at the loss but one")
     root = Term("root_group_gathered", io * b_u, "the root group (embedding, final norm, "
                 "output) gathered from the forward's start to the backward's end", _TT_FSDP,
                 label="root group gathered")

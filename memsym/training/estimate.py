@@ -27,7 +27,7 @@ from ..terms.allowances import ALLOWANCE_TERMS, METRICS, allowance_values
 from ..unchecked_job import unchecked
 from ..values import exact
 from .model_states import STEP_STATE_KEYS, stage_counts
-from .totals import OUTSIDE_ALLOCATOR_KEYS, phase_totals, resolved_stage_total
+from .totals import OUTSIDE_ALLOCATOR_KEYS, phase_parts, phase_totals, resolved_stage_total
 from .traits import resolve_arch, stage_role
 from .transients import PHASES, states_and_transients
 
@@ -307,33 +307,38 @@ def job_memory(j: Job, *, stage: int | None = None, allowances: Mapping | None =
         vals_i = {**vals, **stage_counts(j, i)}
         results[i] = (tot, tot.evaluate(vals_i), vals_i)
     best = max(results, key=lambda i: (results[i][1], -i))
-    phases = phase_totals(j, best)
+    parts = phase_parts(j, best)
+    phases = phase_totals(j, best, parts)
     pb = {ph: tot.evaluate(results[best][2]) for ph, tot in phases.items()}
     phase = max(PHASES, key=lambda ph: (pb[ph], -PHASES.index(ph)))
-    trans = states_and_transients(j, best)[1]
-    step = tuple((term.key, val) for term in trans["optimizer"]
+    total, vals = results[best][0], results[best][2]
+    opt = states_and_transients(j, best)[1]["optimizer"]
+    step = tuple((term.key, val) for term in opt
                  if term.key in STEP_STATE_KEYS + ("unsharded_params", "unsharded_grads")
-                 and (val := term.evaluate(results[best][2])) != 0)
-    return TrainingEstimate(results[best][0], results[best][2], best, stage_role(best, layout.p),
-                            tuple(results[i][1] for i in sorted(results)), j.notes, phase,
-                            tuple(pb.items()), step, j.defaults,
-                            _peak_parts(results[best][0], trans[phase], phase, results[best][2]))
+                 and (val := term.evaluate(vals)) != 0)
+    peak = _peak_parts(total, parts, phase, vals)
+    return TrainingEstimate(total, vals, best, stage_role(best, layout.p),
+                            tuple(results[i][1] for i in sorted(results)), notes=j.notes,
+                            phase=phase, phase_bytes=tuple(pb.items()), step_bytes=step,
+                            defaults=j.defaults, peak_parts=peak)
 
 
-def _peak_parts(total: Total, terms, phase: str, vals: dict) -> tuple:
+def _peak_parts(total: Total, parts: tuple, phase: str, vals: dict) -> tuple:
     """(key, label, exact bytes) of the peak phase's change to the steady sum
-    (:attr:`TrainingEstimate.peak_parts`), the parts of the same key added together; none
-    where the total has no ``phase_transient`` (the steady sum is the peak)."""
+    (:attr:`TrainingEstimate.peak_parts`) from the stage's :func:`phase_parts` (what the
+    total's ``phase_transient`` is the largest of), the Terms of the same key added together;
+    none where the total has no ``phase_transient`` (the steady sum is the peak)."""
     if not any(term.key in TRANSIENT_KEYS for term in total):
         return ()
-    parts: dict = {}
-    for term in terms:
-        label, val = parts.get(term.key, (term.label or term.key.replace("_", " "), 0))
-        parts[term.key] = (label, val + term.evaluate(vals))
+    _, act, trans = parts
+    out: dict = {}
+    for term in trans[phase]:
+        label, val = out.get(term.key, (term.label or term.key.replace("_", " "), 0))
+        out[term.key] = (label, val + term.evaluate(vals))
     if phase == "optimizer":     # the step runs after every activation is freed
-        freed = -sp.Add(*(term.evaluate(vals) for term in total if term.key in _ACT_KEYS))
-        parts["activations_freed"] = ("activations freed before the step", freed)
-    return tuple((key, label, val) for key, (label, val) in parts.items() if val != 0)
+        out["activations_freed"] = ("activations freed before the step",
+                                    -sp.Add(*(term.evaluate(vals) for term in act)))
+    return tuple((key, label, val) for key, (label, val) in out.items() if val != 0)
 
 
 def validate(arch, layout: Layout, training: Training) -> None:

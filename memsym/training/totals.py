@@ -10,6 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .. import model as models
+from ..groups import ABSENT_STATES
 from ..job import Job, Layout, Training, check_fields
 from ..term import Term, Total
 from ..terms import cuda_graphs as cg, transients as tr
@@ -115,10 +116,14 @@ def _phase_term(act: list, trans: dict):
 
     so that :math:`M_{\mathrm{states}} + M_{\mathrm{act}} + M_{\mathrm{tr}}` is the largest
     phase: the optimizer step runs after every activation is freed.  A phase without Terms
-    counts as 0 (the steady sum itself)."""
+    counts as 0 (the steady sum itself).  A step without Terms of its own is left out (its
+    :math:`-M_{\mathrm{act}}` is below another phase's 0) unless the running phases hold
+    states not yet made (:data:`memsym.groups.ABSENT_STATES`: the first iteration's forward
+    and backward without the Adam moments), which the step then holds."""
     *running, to = (sp.Add(*(term.expr for term in trans[ph])) for ph in PHASES)
     A = sp.Add(*(term.expr for term in act))
-    cands = list(dict.fromkeys(running + ([to - A] if to != 0 else [])))
+    absent = any(term.key in ABSENT_STATES for ph in PHASES[:-1] for term in trans[ph])
+    cands = list(dict.fromkeys(running + ([to - A] if to != 0 or absent else [])))
     if cands == [0]:
         return None
     peak = cached_max(*cands)
@@ -193,7 +198,7 @@ def resolved_stage_total(j: Job | UncheckedJob, stage: int) -> Total:
                  f"({stage_role(stage, j.layout.p)})", tuple(terms))
 
 
-def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
+def phase_totals(j: Job | UncheckedJob, stage: int, parts: tuple | None = None) -> dict:
     r"""Each phase's per-GPU total on stage ``stage`` [bytes]: phase name -> Total.
 
     .. math::
@@ -204,7 +209,8 @@ def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
         M_{\mathrm{opt}} = S + T_{\mathrm{opt}}
 
     each with its allowances (fragmentation a fraction of that phase's allocation); the
-    largest equals :func:`stage_total`.
+    largest equals :func:`stage_total`.  ``parts``: the stage's :func:`phase_parts` where the
+    caller has them.
 
     Examples
     --------
@@ -214,7 +220,7 @@ def phase_totals(j: Job | UncheckedJob, stage: int) -> dict:
     >>> sorted(tots)
     ['backward', 'forward', 'loss-backward', 'optimizer']
     """
-    states, act, trans = phase_parts(j, stage)
+    states, act, trans = phase_parts(j, stage) if parts is None else parts
     out = {}
     for ph in PHASES:
         terms = list(states) + (list(act) if ph != "optimizer" else []) + list(trans[ph])
