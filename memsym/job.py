@@ -343,7 +343,7 @@ def _training_of(training: Training, trn_kw: dict, model, base, notes: list) -> 
         trn = trn.replace(sharding=fw.default_scheme)   # its own default, not Megatron's
         notes.append(f"sharding {trn.states.sharding}: {trn.framework}'s default")
     adapter = [k for k in ("lora_rank", "lora_targets", "quantization", "lora_regather",
-                           "lora_dropout", "dora") if k in trn_kw]
+                           "lora_dropout", "dora", "lora_expert_params") if k in trn_kw]
     if adapter and trn.adapters.finetune == "full":
         raise InvalidValueError(f"{', '.join(adapter)} describe{'s' if len(adapter) == 1 else ''}"
                                 " LoRA adapters: give finetune lora or qlora (--finetune lora)")

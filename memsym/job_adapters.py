@@ -27,6 +27,12 @@ class Adapters:
     lora_dropout, dora : bool
         PEFT's ``lora_dropout`` > 0 and ``use_dora`` (Hugging Face frameworks only:
         :func:`memsym.terms.peft_lora.peft_lora_activations`).
+    lora_expert_params : tuple of str
+        PEFT's ``target_parameters`` on transformers 5's fused routed experts, from
+        ``("gate_up", "down")`` (``mlp.experts.gate_up_proj`` / ``down_proj``): a
+        ``ParamWrapper`` of rank ``lora_rank`` per parameter
+        (:func:`memsym.model.lora_counts.lora_layer_adapters`,
+        :func:`memsym.terms.peft_lora.peft_expert_weights`).
     """
 
     finetune: str = "full"
@@ -36,3 +42,4 @@ class Adapters:
     lora_regather: bool = False
     lora_dropout: bool = False
     dora: bool = False
+    lora_expert_params: tuple[str, ...] = ()

@@ -20,6 +20,7 @@ def check_peft_variants(training: Training) -> None:
     transformers' model code); a Megatron-Bridge LoRA, a torchtitan job or QLoRA's 4-bit base
     (DoRA dequantizes it each forward) refuse them in one line."""
     ad = training.adapters
+    _check_expert_params(training)
     asked = [n for n in ("lora_dropout", "dora") if getattr(ad, n)]
     if not asked:
         return
@@ -32,6 +33,28 @@ def check_peft_variants(training: Training) -> None:
     if ad.dora and ad.finetune == "qlora":
         raise InvalidValueError("dora with QLoRA: DoRA dequantizes the 4-bit weight every "
                                 "forward (dequantize_module_weight), not modelled")
+
+
+def _check_expert_params(training: Training) -> None:
+    """PEFT's ``target_parameters`` on the fused experts (``lora_expert_params``): a LoRA (not
+    QLoRA: not modelled) of a framework running transformers' model code, without dropout or
+    DoRA, which ``ParamWrapper`` raises on (peft v0.20.0 src/peft/tuners/lora/layer.py:2265-
+    2275)."""
+    ad = training.adapters
+    if not ad.lora_expert_params:
+        return
+    names = ad.lora_expert_params
+    if isinstance(names, str) or any(n not in ("gate_up", "down") for n in names) \
+            or len(set(names)) != len(names):
+        raise InvalidValueError(f"lora_expert_params {printable(str(names))[:40]}: give "
+                                "gate_up and/or down once each")
+    if ad.finetune != "lora" or not framework_record(training.framework).hf_model_code:
+        raise InvalidValueError("lora_expert_params (PEFT's target_parameters) is read for a "
+                                "LoRA (finetune lora, not qlora) of transformers' model code")
+    if ad.lora_dropout or ad.dora:
+        raise InvalidValueError("lora_expert_params with lora_dropout > 0 or DoRA: PEFT's "
+                                "ParamWrapper raises on both (lora/layer.py:2265-2275); give "
+                                "--lora_dropout 0")
 
 
 def check_torch_ddp(training: Training) -> None:

@@ -360,7 +360,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
     ("capacity_factor", "memory"), ("microbatch_group_size", "pipeline"),
     *((n, "states") for n in ("grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe")),
     *((n, "adapters") for n in ("finetune", "lora_rank", "lora_targets", "quantization",
-                                "lora_regather", "lora_dropout", "dora")),
+                                "lora_regather", "lora_dropout", "dora", "lora_expert_params")),
     ("compiled_loss", "memory"), ("framework", ""), ("loss_parallel", "memory"), ("fsdp_root_group", "memory"),
     *((n, "comm") for n in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                             "overlap_moe_expert_parallel_comm", "tp_comm_overlap_cfg")),

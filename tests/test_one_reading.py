@@ -546,6 +546,7 @@ _OWN_VALUES = {
     "--sharding": ["zero3"], "--should-pad-vocab": [], "--workspace": ["0"],
     "--finetune": ["lora"], "--lora-rank": ["8"], "--lora-targets": ["q,v"],
     "--lora-quantization": ["int8"], "--lora-regather": [], "--lora-dropout": [], "--dora": [],
+    "--lora-expert-params": ["gate_up"],
     "--params": ["7B"],
     "--metric": ["allocated"], "--advise": [], "--dropout": [], "--margin": ["0.1"],
     "--moe-dispatcher": ["hybridep"], "--sac-recomputes-attention": [],

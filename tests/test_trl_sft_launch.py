@@ -88,7 +88,8 @@ def test_use_peft_is_memsyms_lora():
                                 "k_proj", "v_proj", "o_proj"])
     # lora_dropout default 0.05 (model_config.py:115): PEFT's nn.Dropout; use_dora False
     assert r.lora == {"finetune": "lora", "rank": 8, "targets": ("q", "k", "v", "o"),
-                      "quantization": None, "dropout": True, "dora": False}
+                      "quantization": None, "dropout": True, "dora": False,
+                      "expert_params": ()}
     r = read_hf_trainer_launch([*base, "--lora_dropout", "0", "--use_dora"])
     assert (r.lora["dropout"], r.lora["dora"]) == (False, True)
     r = read_hf_trainer_launch([*base, "--lora_target_modules", "all-linear"])

@@ -52,7 +52,7 @@ _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--glo
 
 #: memsym's LoRA options, said by TRL's --use_peft.
 _LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization", "--lora-dropout",
-         "--dora")
+         "--dora", "--lora-expert-params")
 
 #: memsym's options the launch was written as -> the launch's own words (in the report).
 _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
@@ -166,6 +166,8 @@ def _lora_words(r):
             "autocast (--bf16, TRL's default)")
     words = ["--finetune", lora["finetune"], "--lora-rank", str(lora["rank"])]
     words += ["--lora-dropout"] * bool(lora.get("dropout")) + ["--dora"] * bool(lora.get("dora"))
+    if lora.get("expert_params"):
+        words += ["--lora-expert-params", ",".join(lora["expert_params"])]
     if targets != "all":
         words += ["--lora-targets", ",".join(targets)]
     base = lora["quantization"] or r.weights

@@ -385,8 +385,7 @@ def _run_rows():
 
 def _finetune_rows():
     return [
-        # Megatron-LM's --finetune (a flag: start from a checkpoint without its optimizer
-        # state) is full fine-tuning, memory as training: the bare flag means --finetune full
+        # Megatron-LM's --finetune (a flag) is full fine-tuning: the bare flag means full
         option("--finetune", group="finetune", nargs="?", const="full",
            choices=FINETUNES, field="finetune", default="full",
            source=JOB_DEFAULTS, commands=JOB_AND_SEARCH, search="same",
@@ -398,6 +397,9 @@ def _finetune_rows():
         option("--lora-targets", group="finetune", type=T.lora_targets, metavar="LIST",
            field="lora_targets", source="every linear layer",
            help="adapted matrices, comma-separated from q,k,v,o,gate,up,down"),
+        option("--lora-expert-params", group="finetune", type=T.lora_targets, metavar="LIST",
+           field="lora_expert_params", help="PEFT's target_parameters on the fused MoE experts, "
+           "from gate_up,down: rank-r adapters per expert, the merged weights (HF frameworks)"),
         option("--lora-quantization", "quantization", group="finetune", metavar="FORMAT",
            field="quantization", source="bf16 for LoRA, nf4-dq for QLoRA",
            help="the frozen base's format (memsym.terms.adapters.QUANTIZATIONS)"),
@@ -405,11 +407,9 @@ def _finetune_rows():
               help="Megatron-Bridge's LoRA(sequence_parallel_input_regather=True): LoRA-A keeps "
               "the local norm-output shard and re-gathers it in backward"),
         flag("--lora-dropout", group="finetune", field="lora_dropout", value=True,
-              help="PEFT's lora_dropout > 0 (TRL's default 0.05): each adapted matrix keeps a "
-              "dropped copy of its input and a 1-byte mask (Hugging Face frameworks)"),
+              help="PEFT's lora_dropout > 0 (TRL's 0.05): a dropped input copy and mask per matrix"),
         flag("--dora", group="finetune", field="dora", value=True,
-              help="PEFT's use_dora: a trainable magnitude vector per adapted matrix and the "
-              "tensors DoRA's forward keeps (Hugging Face frameworks)"),
+              help="PEFT's use_dora: a magnitude vector per adapted matrix, what DoRA's forward keeps"),
     ]
 
 

@@ -129,7 +129,8 @@ def framework_job_from_args(args):
 
 #: memsym's LoRA / QLoRA fields a DeepSpeed job takes beside its config (the adapters are the
 #: script's, PEFT's get_peft_model; the engine trains them: memsym.training.model_states).
-_PEFT = ("finetune", "lora_rank", "lora_targets", "quantization", "lora_dropout", "dora")
+_PEFT = ("finetune", "lora_rank", "lora_targets", "quantization", "lora_dropout", "dora",
+         "lora_expert_params")
 #: ... and TRL's chunked loss (``loss_type`` chunked_nll: the SFTTrainer's patched forward,
 #: memsym.terms.chunked_loss), which the engine runs as it runs the model.
 _BESIDE = (*_PEFT, "chunked_loss")

@@ -39,7 +39,8 @@ from ..terms.adapters import LORA_TARGETS, lower_choice
 from .architecture import is_hybrid, lenient, moe_layer_pattern
 from .presets import PRESET_MODEL_TYPES
 
-__all__ = ["lora_parameter_count", "lora_layer_adapters", "PEFT_MOE_TYPES"]
+__all__ = ["lora_parameter_count", "lora_layer_adapters", "PEFT_MOE_TYPES",
+           "EXPERT_PARAMETER_TYPES", "expert_parameter_adapters"]
 
 _ATTENTION = ("q", "k", "v", "o")
 
@@ -80,7 +81,7 @@ def _check(x, keys, fused: bool) -> None:
 
 
 def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = False,
-                        moe: bool = False, dora: bool = False) -> dict:
+                        moe: bool = False, dora: bool = False, expert_params=()) -> dict:
     r"""One decoder layer's trainable LoRA parameters, by how they shard [parameters].
 
     .. math:: N = r\,(d_{in} + d_{out})\;(+\,d_{out}\text{ under DoRA}) \text{ per adapter}
@@ -106,6 +107,12 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
         PEFT's DoRA (``use_dora=True``): each adapted matrix adds its magnitude vector,
         ``nn.Parameter(weight_norm)`` of :math:`d_{out}` (peft v0.20.0
         src/peft/tuners/lora/dora.py:124-130); PEFT's separate projections only.
+    expert_params : tuple of str
+        PEFT's ``target_parameters`` on the fused routed experts, from ``("gate_up",
+        "down")``: a ``ParamWrapper`` of rank r on each named 3-D parameter [E, in, out],
+        ``lora_A = Linear(in, r E)``, ``lora_B = Linear(r E, out)`` (peft v0.20.0
+        src/peft/tuners/lora/layer.py:2289-2349): E r (h + 2 f_e) for gate_up_proj,
+        E r (f_e + h) for down_proj (:func:`expert_parameter_adapters`).
 
     Examples
     --------
@@ -158,6 +165,8 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
                 "expert": 0, "experts": 0}
     out = {"tp": _count(attention, shapes(1), rank)
            + (_magnitudes(attention, shapes(1)) if dora else 0), "expert": 0, "experts": 0}
+    if expert_params:
+        out["experts"] = expert_parameter_adapters(x, rank, expert_params, keys, fused)
     if not mlp:
         return out
     fe, fs = x.moe_ffn_hidden_size, x.moe_shared_expert_intermediate_size
@@ -206,7 +215,59 @@ def _peft_experts(x, keys, out: dict, rank: int, shape: dict) -> dict:
     return out
 
 
-def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = False) -> int:
+#: The model types whose routed experts transformers 5.25.0 builds as two fused 3-D parameters
+#: named gate_up_proj and down_proj (models/<type>/modeling_<type>.py: qwen3_moe :219-220,
+#: mixtral :65-66, olmoe :287-288, gpt_oss :74-76) that memsym reads with every layer MoE and
+#: no shared expert: the names ``--lora_target_parameters`` may give.
+EXPERT_PARAMETER_TYPES = frozenset(("qwen3_moe", "mixtral", "olmoe", "gpt_oss"))
+
+
+def expert_parameter_adapters(arch, rank: int, expert_params, keys=(), fused=False) -> int:
+    r"""PEFT's ``target_parameters`` adapters of one MoE layer's routed experts [parameters].
+
+    .. math:: N = E\,r\,(h + 2 f_e)\,[\text{gate\_up}] + E\,r\,(f_e + h)\,[\text{down}]
+
+    A ``ParamWrapper`` on a 3-D parameter [E, in, out] builds ``lora_A = Linear(in, r E)``
+    and ``lora_B = Linear(r E, out)``, no bias: one rank-r adapter per expert, held as two
+    matrices (peft v0.20.0 src/peft/tuners/lora/layer.py:2289-2349).  Refused in one line
+    outside :data:`EXPERT_PARAMETER_TYPES`, under Megatron (``fused``) and beside MLP
+    ``target_modules`` (PEFT's v5 conversion would move those to the same parameters at
+    rank 2r).
+
+    Examples
+    --------
+    Qwen3-30B-A3B (h 2048, f_e 768, E 128) at r = 8 on both: 128 * 8 * (2048 + 1536 + 768 +
+    2048):
+
+    >>> from memsym.model import preset
+    >>> expert_parameter_adapters(preset("qwen3-30b-a3b"), 8, ("gate_up", "down"))
+    6553600
+
+    References
+    ----------
+    .. [peft] huggingface/peft v0.20.0, src/peft/tuners/lora/layer.py:2236-2349.
+    """
+    x = lenient(arch)
+    mtype = (x.extra or {}).get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name)
+    if fused or mtype not in EXPERT_PARAMETER_TYPES or x.moe_shared_expert_intermediate_size:
+        raise InvalidValueError(f"LoRA target parameters on {x.name!r} (model_type {mtype!r}"
+                                f"{', Megatron' if fused else ''}): read for PEFT on the fused "
+                                f"experts of {', '.join(sorted(EXPERT_PARAMETER_TYPES))}")
+    if set(keys) & {"gate", "up", "down"}:
+        raise InvalidValueError("LoRA target parameters beside gate/up/down target modules on an"
+                                " MoE model: PEFT moves those onto the same expert parameters "
+                                "at rank 2r; give attention target modules only")
+    bad = [n for n in expert_params if n not in ("gate_up", "down")]
+    if bad or len(set(expert_params)) != len(expert_params) or not expert_params:
+        raise InvalidValueError(f"LoRA expert parameters {list(expert_params)!r}: give "
+                                "gate_up and/or down once each")
+    h, f = x.hidden_size, x.moe_ffn_hidden_size
+    return x.num_experts * rank * ((h + 2 * f) * ("gate_up" in expert_params)
+                                   + (f + h) * ("down" in expert_params))
+
+
+def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = False,
+                         expert_params=()) -> int:
     """Exact trainable LoRA parameters of an architecture: r(d_in + d_out) per adapter, over
     every decoder layer (:func:`lora_layer_adapters`; Bridge's shared expert adapter once per
     layer, PEFT's per-expert ones E times; Bridge's MTP layers' adapters are the stage's,
@@ -226,6 +287,8 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = F
         LoRA rank r.
     targets : iterable of str
         Subset of :data:`LORA_TARGETS` (``"all"`` for every linear layer).
+    expert_params : tuple of str
+        PEFT's ``target_parameters`` on the fused experts (:func:`expert_parameter_adapters`).
 
     Examples
     --------
@@ -241,6 +304,7 @@ def lora_parameter_count(arch, rank: int, targets=("q", "v"), *, fused: bool = F
     """
     x = lenient(arch)
     pattern = moe_layer_pattern(x)
-    kinds = {kind: sum(lora_layer_adapters(x, rank, targets, fused=fused, moe=kind).values())
+    kinds = {kind: sum(lora_layer_adapters(x, rank, targets, fused=fused, moe=kind,
+                                           expert_params=expert_params).values())
              for kind in set(pattern)}
     return sum(kinds[kind] for kind in pattern)

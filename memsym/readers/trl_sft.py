@@ -22,6 +22,12 @@ src/peft/utils/constants.py:67-108: ``q_proj``, ``v_proj`` for the Llama-style t
 here); ``all-linear`` (constants.py:404) every linear layer but the output layer.  ``lora_dropout``
 (default 0.05, :115) above 0 is memsym's ``--lora-dropout`` and ``--use_dora`` (:142) its
 ``--dora`` (:mod:`memsym.terms.peft_lora` counts what each keeps).
+``--lora_target_parameters`` (:123, PEFT's ``target_parameters``) names the fused routed
+experts' ``mlp.experts.gate_up_proj`` / ``down_proj`` of the MoE types whose experts
+transformers 5 builds so (memsym's ``--lora-expert-params``: a ``ParamWrapper`` of rank
+``lora_r`` each, :func:`memsym.model.lora_counts.expert_parameter_adapters`, and the merged
+weight each forward keeps, :func:`memsym.terms.peft_lora.peft_expert_weights`); PEFT's
+``ParamWrapper`` raises on ``lora_dropout`` > 0 (TRL's default 0.05) and on DoRA, refused here.
 ``--load_in_4bit`` (``get_quantization_config``, utils.py:235-252: ``bnb_4bit_quant_type``
 default nf4, ``use_bnb_nested_quant`` default False) is QLoRA's NF4 base.
 
@@ -93,8 +99,6 @@ REFUSED = {
 _REFUSED_LISTS = {
     "lora_modules_to_save": "lora_modules_to_save (model_config.py:127) trains full copies of "
                             "those modules: memsym counts the adapters only",
-    "lora_target_parameters": "lora_target_parameters (model_config.py:123) adapts parameters "
-                              "(MoE experts), not read here",
     "model_init_kwargs": "model_init_kwargs (sft_config.py:149) can change the loading dtype "
                          "and quantization: give --dtype / --load_in_4bit",
     "bnb_4bit_quant_storage": "bnb_4bit_quant_storage (model_config.py:168) changes the "
@@ -192,7 +196,7 @@ def read_trl(out):
     out.ignored += sorted(n for n in v if n in TRL_FIELDS and n not in (
         "max_length", "loss_type", "dtype", "model_name_or_path", "use_peft", "lora_r",
         "lora_target_modules", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant",
-        "lora_dropout", "use_dora"))
+        "lora_dropout", "use_dora", "lora_target_parameters"))
     if "use_peft" in v and flag_value(v["use_peft"], "use_peft"):
         if "chat_template_path" in v:
             raise InvalidValueError("--chat_template_path with --use_peft: tokens the template "
@@ -244,7 +248,14 @@ def _lora(v, out) -> dict:
     targets = _targets(v.get("lora_target_modules"))
     dora = "use_dora" in v and flag_value(v["use_dora"], "use_dora")
     lora = {"finetune": "lora", "rank": rank, "targets": targets, "quantization": None,
-            "dropout": _dropout(v, out), "dora": dora}
+            "dropout": _dropout(v, out), "dora": dora,
+            "expert_params": _expert_params(v.get("lora_target_parameters"))}
+    if lora["expert_params"] and (lora["dropout"] or dora or "load_in_4bit" in v
+                                  and flag_value(v["load_in_4bit"], "load_in_4bit")):
+        raise InvalidValueError("--lora_target_parameters with lora_dropout > 0 (TRL's default "
+                                "0.05), --use_dora or --load_in_4bit: PEFT's ParamWrapper raises "
+                                "on dropout and DoRA (peft v0.20.0 lora/layer.py:2265-2275) and "
+                                "QLoRA's experts are not modelled; give --lora_dropout 0")
     if dora:
         out.notes.append("--use_dora: PEFT's DoRA (model_config.py:142, LoraConfig(use_dora=True)): "
                          "a trainable magnitude vector per adapted matrix, and each forward the "
@@ -263,6 +274,33 @@ def _lora(v, out) -> dict:
                             "no nested quantization (use_bnb_nested_quant default False, "
                             "model_config.py:164)"))
     return lora
+
+
+#: PEFT parameter names (``target_parameters``, matched as a suffix of the parameter's full
+#: name: peft v0.20.0 tuners_utils.py:1141-1176) -> memsym's expert parameters.
+_EXPERT_PARAMS = {f"{prefix}{name}_proj": name for name in ("gate_up", "down")
+                  for prefix in ("", "experts.", "mlp.experts.")}
+
+
+def _expert_params(given) -> tuple:
+    """memsym's expert parameters of ``lora_target_parameters`` (model_config.py:123), the
+    fused routed experts' ``gate_up_proj`` / ``down_proj``; another name refused in one line.
+
+    Examples
+    --------
+    >>> _expert_params(["mlp.experts.down_proj", "mlp.experts.gate_up_proj"])
+    ('gate_up', 'down')
+    """
+    if given is None:
+        return ()
+    names = [n.strip() for w in given for n in w.split(",") if n.strip()]
+    bad = [n for n in names if n not in _EXPERT_PARAMS]
+    if bad or not names:
+        raise InvalidValueError(f"--lora_target_parameters {short(bad[0] if bad else '', 40)}: "
+                                "memsym reads the fused experts' mlp.experts.gate_up_proj and "
+                                "mlp.experts.down_proj")
+    kept = {_EXPERT_PARAMS[n] for n in names}
+    return tuple(n for n in ("gate_up", "down") if n in kept)
 
 
 def _dropout(v, out) -> bool:

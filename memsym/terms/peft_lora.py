@@ -67,12 +67,13 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import a, b, c, d_h, f, g, h, r_lora, s, t
+from ..symbols import E, a, b, c, d_h, f, f_e, g, h, r_lora, s, t
 from ..term import Source, Term, Total
 from .adapters import LORA_TARGETS
 
 __all__ = ["peft_matrix_shapes", "peft_lora_activations", "peft_frozen_base",
-           "peft_frozen_output", "peft_cached_casts", "peft_head_input_held"]
+           "peft_frozen_output", "peft_cached_casts", "peft_head_input_held",
+           "peft_expert_weights"]
 
 _R = sp.Rational
 _PEFT = Source("peft", "v0.20.0 src/peft/tuners/lora/layer.py:1044-1058 (Linear.forward: "
@@ -216,7 +217,7 @@ def _dora_terms(chosen, shapes, tok, w, dropout: bool, cast: bool) -> list:
 
 def peft_frozen_base(layer: Total, targets, *, shared_inputs: bool, norms: bool = True,
                      mlp: bool = True, qk_norms: bool = False, width: int = 2,
-                     frozen_moe: bool = False) -> sp.Expr:
+                     frozen_moe: bool = False, expert_params=()) -> sp.Expr:
     r"""Activations a frozen transformers layer under PEFT does not keep [bytes].
 
     .. math:: \Delta M = [\text{norms}]\,M_{\text{norm\_inputs}} + \sum_{g} M_g
@@ -252,6 +253,11 @@ def peft_frozen_base(layer: Total, targets, *, shared_inputs: bool, norms: bool 
         experts keep no GEMM input either (``moe_input``, ``routed_tokens``,
         ``expert_fc2_input``; the shared experts' fc2 input, inside ``shared_expert``, stays
         counted).
+    expert_params : tuple of str
+        With ``frozen_moe``, the experts' parameters PEFT adapts through ``target_parameters``
+        (``gate_up``, ``down``): their merged weight requires a gradient, so ``grouped_mm``
+        keeps that projection's input (``routed_tokens``, ``expert_fc2_input``), the router
+        staying frozen.
     width : int
         Bytes per element of the compute dtype [bytes].
 
@@ -277,7 +283,8 @@ def peft_frozen_base(layer: Total, targets, *, shared_inputs: bool, norms: bool 
     if norms:
         keys.add("norm_inputs")
     if frozen_moe:
-        keys |= {"moe_input", "routed_tokens", "expert_fc2_input"}
+        keys |= {"moe_input"} | {key for name, key in (("gate_up", "routed_tokens"), (
+            "down", "expert_fc2_input")) if name not in expert_params}
     qk = width * s * b / c * (a + g) * d_h / t if qk_norms else 0
     return sp.Add(*(term.expr for term in layer.terms if term.key in keys)) + qk
 
@@ -430,3 +437,61 @@ def peft_head_input_held(tok, sig, *, width: int = 2) -> Term:
                 Source("hf-transformers-5-25", "models/llama/modeling_llama.py LlamaForCausalLM."
                        "forward (lines 459-475: hidden_states = outputs.last_hidden_state, "
                        "lm_head, then self.loss_function)"), label="lm_head input held")
+
+
+def peft_expert_weights(names, *, param_width: int = 2, cast: bool = True,
+                        width: int = 2) -> Term:
+    r"""What PEFT's ``ParamWrapper`` on the fused experts keeps per MoE layer [bytes].
+
+    .. math::
+
+        \sum_{p} \Big(w_p\,E\,d^p_{in} d^p_{out} + [\text{cast}]\,w\,E\,r\,(d^p_{in}
+        + d^p_{out})\Big),\quad p \in \{\text{gate\_up}: (h, 2 f_e),\ \text{down}:
+        (f_e, h)\}
+
+    Each forward ``_activate_lora`` computes the delta weight, ``einsum("o r e, e r i ->
+    e i o", B, A) * scaling`` cast to the parameter's dtype, and registers ``W + delta`` as
+    a parametrization of the experts' parameter under ``parametrize.cached()`` (peft v0.20.0
+    src/peft/tuners/lora/layer.py:2400-2465, 2221-2224): the experts' ``grouped_mm`` saves
+    that merged weight, a new tensor of the parameter's shape [E, in, out] and dtype
+    :math:`w_p`, for its input gradient, once per layer and micro-batch, whatever the tokens
+    (the delta itself is freed when the forward leaves the context; ``W + delta`` saves
+    nothing).  Under autocast PEFT's fp32 adapters enter the einsum's ``bmm`` as 16-bit
+    copies, which it saves: :math:`w\,E\,r\,(d_{in} + d_{out})` each (none when the
+    adapters are already the compute dtype, DeepSpeed's cast).  Measured with saved-tensor
+    hooks on transformers 5.25.0's Qwen3-MoE (``tests/test_peft_expert_params.py``).
+    Not counted (no phase of memsym's is inside a layer): the delta weights themselves,
+    :math:`\sum_p w_p E d^p_{in} d^p_{out}` alive through the experts' forward beside the
+    merged ones, and in the backward the merged weight's gradient and its scaled copy
+    (``MulBackward``), :math:`2 w E d_{in} d_{out}` a parameter at a time.
+
+    Parameters
+    ----------
+    names : iterable of str
+        The adapted expert parameters, from ``("gate_up", "down")``.
+    param_width : int
+        Bytes per element of the loaded parameters, :math:`w_p` [bytes].
+    cast : bool
+        Autocast casts PEFT's fp32 adapters to the compute dtype.
+    width : int
+        Bytes per element of the compute dtype, :math:`w` [bytes].
+
+    Examples
+    --------
+    >>> peft_expert_weights(("gate_up", "down")).evaluate(E=8, h=64, f_e=48, r_lora=4)
+    164864
+
+    References
+    ----------
+    .. [peft] v0.20.0 src/peft/tuners/lora/layer.py:2193-2224, 2236-2465 (ParamWrapper).
+    """
+    shapes = {"gate_up": (h, 2 * f_e), "down": (f_e, h)}
+    chosen = [shapes[p] for p in names]
+    merged = sum((param_width * E * i * o for i, o in chosen), sp.Integer(0))
+    casts = sum((width * E * r_lora * (i + o) for i, o in chosen), sp.Integer(0)) if cast else 0
+    return Term("peft_expert_weights", merged + casts, "PEFT's merged expert weights W + "
+                "delta that grouped_mm saves (and the adapters' 16-bit casts the einsum saves)",
+                Source("peft", "v0.20.0 src/peft/tuners/lora/layer.py:2400-2465 "
+                       "(ParamWrapper.get_delta_weight, _activate_lora), 2221-2224 "
+                       "(_LoraParameterProxy.forward: W + delta_weight)"),
+                label="PEFT merged expert weights")

@@ -32,7 +32,7 @@ from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_
 from ..terms.hf_moe_routing import HF_ROUTERS, hf_routing_indices
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
-from ..terms.peft_lora import peft_frozen_base, peft_lora_activations
+from ..terms.peft_lora import peft_expert_weights, peft_frozen_base, peft_lora_activations
 from ..terms.qkv_storage import checkpointed_qkv_storage
 from .traits import DEEPSPEED_ZERO, activation_width
 
@@ -220,7 +220,8 @@ def _part_addons(x, sp_on: bool, training: Training, recompute: str, cp_a2a: boo
             + (shared_fp8 if moe and mode in ("none", "selective") else 0) \
             + (tm.dtensor_gathered_inputs(moe, w, attention=False)
                if mode == "none" and gathered_in else 0) \
-            + (_hf_routing(x, training, w) if moe and mode == "none" else 0)
+            + (_hf_routing(x, training, w) if moe and mode == "none" else 0) \
+            + (_expert_weights(x, training) if moe and peft and mode == "none" else 0)
 
     return attention, ffn
 
@@ -320,8 +321,22 @@ def _peft_adapters(x, part: Total, training: Training, common: dict, moe) -> sp.
         {r_lora: sp.Integer(ad.lora_rank)}) \
         - peft_frozen_base(part, chosen, shared_inputs=not copy, norms=plain_norms,
                            mlp=moe is False, width=w, frozen_moe=frozen_moe,
+                           expert_params=ad.lora_expert_params,
                            qk_norms=moe is None and plain_norms
                            and common.get("qk_norm") == "head" and not common.get("qk_norm_fp32"))
+
+
+def _expert_weights(x, training: Training) -> sp.Expr:
+    """PEFT's merged expert weights of the adapted expert parameters (``lora_expert_params``:
+    :func:`memsym.terms.peft_lora.peft_expert_weights`), at the loaded parameters' width (4
+    over fp32 weights, else 2) [bytes]."""
+    ad = training.adapters
+    if not ad.lora_expert_params:
+        return sp.Integer(0)
+    return peft_expert_weights(
+        ad.lora_expert_params, param_width=4 if training.states.precision == "fp32" else 2,
+        cast=peft_adapters_cast(training), width=activation_width(training)).expr.xreplace(
+        {r_lora: sp.Integer(ad.lora_rank)})
 
 
 def peft_layer_targets(x, training: Training, moe: bool) -> list:

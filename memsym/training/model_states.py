@@ -188,9 +188,10 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
     # stay 16-bit, in N_u (bitsandbytes issue 1849).  Megatron's experts are frozen as built
     # with the linears.
     quant = sp.Rational(lin, layout.t) + (sp_.experts_per_gpu if fused else 0)
-    per_kind = {kind: models.lora_layer_adapters(x, training.adapters.lora_rank, targets,
-                                                 fused=fused, moe=kind, dora=training.adapters.dora)
-                for kind in set(pattern)}
+    per_kind = {kind: models.lora_layer_adapters(
+        x, training.adapters.lora_rank, targets, fused=fused, moe=kind,
+        dora=training.adapters.dora, expert_params=training.adapters.lora_expert_params)
+        for kind in set(pattern)}
     part = {key: sum(per_kind[pattern[i]][key] for i in sp_.layers)
             for key in ("tp", "expert", "experts")}
     if fused and sp_.mtp:
