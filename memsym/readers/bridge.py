@@ -42,7 +42,7 @@ from ..model import resolve_model
 from ._bridge_recipes import SECTION_FIELDS
 from ._values import MAX_ARGS, MAX_GPUS, check_unpadded_vocab, recipe_flag
 from ..terms.cuda_graphs import cuda_graph_notes, cuda_graph_settings
-from .bridge_benchmark import benchmark_defaults, check_benchmark_word, determinism
+from .bridge_benchmark import benchmark_defaults, check_benchmark_word, determinism, mock_dataset
 from .bridge_names import is_recipe_name, recipe_row, shared_name_notes
 from .bridge_models import HF_PRESETS, recipe_model
 from .bridge_optimizer import MUON_FIELDS, recipe_muon, synced_flag
@@ -325,7 +325,8 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None,
         raise InvalidValueError(f"more than {MAX_ARGS} Bridge overrides")
     values, ignored, overridden = dict(row["values"]), [], []
     bench = row["source"].startswith(_PERF)
-    notes = determinism(values) if "--deterministic" in overrides else []
+    notes = ((mock_dataset(values) if bench and as_run else [])   # before the overrides, as
+             + (determinism(values) if "--deterministic" in overrides else []))  # run_recipe.py
     for word in overrides:
         if word == "--deterministic":       # applied before the overrides, as run_recipe.py
             continue
@@ -338,7 +339,7 @@ def read_bridge_recipe(name: str, overrides=(), world_size: int | None = None,
                 ignored.append(word)
             continue
         if word.startswith("--mode="):
-            if word == "--mode=dora" and row["source"].startswith(_PERF):
+            if word == "--mode=dora" and bench:
                 # validate_benchmark_recipe_scope, scripts/training/recipe_metadata.py:243-244
                 raise InvalidValueError(f"--mode dora: {full} is a performance recipe, a fixed "
                                         "LoRA config (run_recipe.py refuses it; omit --mode)")
@@ -444,10 +445,6 @@ def bridge_job_options(reading: dict, model=None) -> tuple:
     values, notes = reading["values"], []
     notes += shared_name_notes(reading["recipe"])   # a name both packages export
     notes += reading.get("notes", ())               # run_recipe.py's benchmark defaults
-    if reading["source"].startswith(_PERF) and \
-            values.get("dataset.enable_offline_packing"):     # a perf SFT or LoRA recipe
-        notes.append("run_recipe.py runs a performance SFT/LoRA recipe on mock sequences of "
-                     "model.seq_length (run_recipe.py:397-415), not its packed dataset")
     preset, opts, fused, more = recipe_model(reading, model)
     notes += more
     label = preset if isinstance(preset, str) else preset.name

@@ -35,7 +35,8 @@ import re
 
 from ..errors import InvalidValueError
 
-__all__ = ["BENCHMARK_NAME", "check_benchmark_word", "benchmark_defaults", "determinism"]
+__all__ = ["BENCHMARK_NAME", "check_benchmark_word", "benchmark_defaults", "determinism",
+           "mock_dataset"]
 
 #: recipe_metadata.py:40-45 ``BENCHMARK_RECIPE_PATTERN``: a benchmark name's GPUs and precision.
 BENCHMARK_NAME = re.compile(
@@ -115,6 +116,23 @@ def _data_parallel(world: int, values: dict, whose: str) -> int:
                                 f"({t_e * e * p}), which run_recipe.py refuses for a benchmark "
                                 "recipe (benchmark_parallelism.py:106-121)")
     return world // (t * p * c)
+
+
+def mock_dataset(values: dict) -> list:
+    """run_recipe.py's dataset of a performance SFT or LoRA recipe: mock sequences of
+    ``model.seq_length``, not the recipe's packed dataset (``_apply_benchmark_dataset_defaults``,
+    run_recipe.py:397-415, before the overrides): ``values``' packing switched off in place;
+    the note saying so.
+
+    >>> v = {"dataset.enable_offline_packing": True}
+    >>> len(mock_dataset(v)), v["dataset.enable_offline_packing"]
+    (1, False)
+    """
+    if not values.get("dataset.enable_offline_packing"):
+        return []
+    values["dataset.enable_offline_packing"] = False
+    return ["run_recipe.py runs a performance SFT/LoRA recipe on mock sequences of "
+            "model.seq_length (run_recipe.py:397-415), not its packed dataset"]
 
 
 def benchmark_defaults(full: str, recipe_values: dict, values: dict, given, world: int) -> list:
