@@ -306,7 +306,8 @@ def _megatron_option(words, i, name, inline):
     """``(values, index after them)`` of Megatron-LM's option ``name`` at ``words[i - 1]``."""
     # Megatron's table is read only where a word is not memsym's own (a pasted command)
     from ..errors import InvalidValueError
-    from ..readers.megatron import SCHEDULE_ENTRY, ArgumentError, megatron_arity
+    from ..readers.megatron import SCHEDULE_ENTRY, megatron_arity
+    from ..readers.megatron_arguments import ArgumentError
 
     if len(name.split()) > 1:      # several arguments in one word (pasted in quotes)
         raise InvalidValueError(f"one word holds several arguments ({_clipped(name)}): paste "

@@ -39,9 +39,6 @@ __all__ = ["read_tensor_parallel", "autotp_data_parallel", "AUTOTP_BATCH"]
 AUTOTP_BATCH = ("train_batch_size counts every GPU (DeepSpeedConfig's world size without an "
                 "mpu, runtime/config.py:720-724) but a TP group's ranks read the same "
                 "micro-batches (Accelerate data_loader.py:1124-1128)")
-#: ``tensor_parallel`` keys with no effect on memory or time memsym counts.
-_IGNORED = ("dtype", "injection_policy_tuple", "keep_module_on_host", "replace_with_kernel_inject",
-            "kernel_inject")
 
 
 def read_tensor_parallel(data: dict, notes: list, ignored: list) -> int:

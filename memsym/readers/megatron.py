@@ -31,7 +31,7 @@ from .megatron_architecture import (POSITION_EMBEDDING_TYPES, counted_position_t
                                     hybrid_override, megatron_architecture)
 from .megatron_arguments import (KNOWN_TOKENIZER_VOCAB, MEGATRON_DEFAULTS,
                                  MEGATRON_FSDP_SCHEMES, MODELLED, SCHEDULE_ENTRY, TABLE,
-                                 ArgumentError, MegatronArguments, encoder_layers_alias,
+                                 MegatronArguments, encoder_layers_alias,
                                  megatron_arity, parse_megatron_argv)
 from .megatron_numerics import megatron_softmax
 from .megatron_pattern import MAX_PATTERN_CHARS, parse_moe_layer_freq

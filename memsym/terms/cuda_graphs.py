@@ -39,7 +39,6 @@ Transformer Engine ``d0067d0da`` (``transformer_engine/pytorch/graph.py``).
 
 from __future__ import annotations
 
-import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from ..symbols import b, c, h, m, s, t
@@ -191,6 +190,7 @@ def te_graph_inputs(layers_in_flight, attention: bool = True, sequence_parallel:
 
     Examples
     --------
+    >>> import sympy as sp
     >>> te_graph_inputs(sp.Integer(4), attention=False).expr
     8*b*h*s/(c*t)
     >>> te_graph_inputs(sp.Integer(4), whole_layer=False).expr   # a partial graph: the masks
@@ -268,6 +268,7 @@ def full_iteration_pool(held) -> Term:
 
     Examples
     --------
+    >>> import sympy as sp
     >>> full_iteration_pool(sp.Integer(7)).expr
     7
 
@@ -316,6 +317,7 @@ def optimizer_graph_pool(step_bytes) -> Term:
     Llama 3 8B at d = 8 with ``--grad-reduce-in-bf16``: the fp32 main-gradient shard,
     8030261248 x 4 / 8 bytes:
 
+    >>> import sympy as sp
     >>> optimizer_graph_pool(sp.Integer(8030261248 * 4 // 8)).expr
     4015130624
 

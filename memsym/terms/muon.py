@@ -71,8 +71,6 @@ _GRADS_LAYER_WISE = Source("megatron-core", "core/optimizer/layer_wise_optimizer
                            "(DDP all-reduces the gradients; every rank keeps the full model "
                            "and gradients); core/distributed/param_and_grad_buffer.py "
                            "(grad_data)")
-_NS = Source("emerging-optimizers", "orthogonalized_optimizers/muon_utils.py:348-378 "
-             "(newton_schulz_step), 205-208 (transpose to rows <= columns)")
 _WORK = Source("emerging-optimizers", "orthogonalized_optimizer.py:193-208 (Nesterov lerp, "
                "orthogonalize); muon_utils.py:204-274 (orientation, fp32 normalize, bf16 X, A, "
                "B, fp32 result), 317-345 (newton_schulz_tp: duplicated all-gathers and cats, "

@@ -75,7 +75,6 @@ __all__ = ["peft_matrix_shapes", "peft_lora_activations", "peft_frozen_base",
            "peft_frozen_output", "peft_cached_casts", "peft_head_input_held",
            "peft_expert_weights"]
 
-_R = sp.Rational
 _PEFT = Source("peft", "v0.20.0 src/peft/tuners/lora/layer.py:1044-1058 (Linear.forward: "
                "lora_B(lora_A(dropout(x))) after _cast_input_dtype, tuners_utils.py:1777-1792)")
 _DROPOUT = Source("peft", "v0.20.0 src/peft/tuners/lora/layer.py:251-254 (nn.Dropout(p=lora_dropout)); "

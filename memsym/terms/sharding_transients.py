@@ -35,9 +35,6 @@ _DS_EST = Source("deepspeed-zero", "runtime/zero/stage3.py, estimate_zero3_model
 _DS_IPG = Source("deepspeed-zero", "runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer."
                  "setup_buckets (buf_0, and buf_1 with overlap_comm: torch.empty("
                  "reduce_bucket_size, dtype=self.dtype))")
-_MC_DDP = Source("megatron-core", "core/distributed/distributed_data_parallel.py, "
-                 "DistributedDataParallel.__init__ (bucket_size = max(40000000, 1000000 * dp)); "
-                 "param_and_grad_buffer.py (buckets are views of grad_data / param_data)")
 
 
 def fsdp2_transients(group_params=None, dp=None) -> Total:

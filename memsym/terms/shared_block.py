@@ -56,7 +56,7 @@ are not divided (derived: the adapters are not sharded by any framework memsym r
 from __future__ import annotations
 
 from ..errors import InvalidValueError
-from ..symbols import b, h, r_lora, s, t
+from ..symbols import b, h, s, t
 from ..term import Source, Term, Total
 from ..values import as_expr
 from .activations import layer_activations
@@ -129,7 +129,7 @@ def shared_block_activations(*, adapter_rank=0, attention_adapters: bool = False
 
     Examples
     --------
-    >>> from memsym.symbols import a, d_h, f, g
+    >>> from memsym.symbols import a, d_h, f, g, r_lora
     >>> tot = shared_block_activations(adapter_rank=r_lora, attention_adapters=True)
     >>> [term.key for term in tot][:4]
     ['concat_norm_input', 'norm_statistics', 'qkv_input', 'attention_adapters']

@@ -14,7 +14,7 @@ from dataclasses import replace
 import sympy as sp
 
 from ..errors import choose
-from ..job import Job, Layout, Training, job as make_job
+from ..job import Job, Layout, Training
 from .. import model as models
 from ..model.muon_matrices import scalar_adam_parameters
 from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_u, N_xq, b_g, b_m,
@@ -106,7 +106,7 @@ def job_stage_parameters(j: Job | UncheckedJob, stage: int):
 
     Examples
     --------
-    >>> from memsym.model import preset
+    >>> from memsym.job import job as make_job
     >>> v = Training(framework="torchtitan", sharding="fsdp", stage_placement="v")
     >>> job_stage_parameters(make_job("llama2-7b", layout=Layout(p=2, v=2), training=v), 0).output_layer
     True
@@ -137,7 +137,7 @@ def stage_counts(j: Job | UncheckedJob, stage: int) -> dict:
 
     Examples
     --------
-    >>> from memsym.model import preset
+    >>> from memsym.job import job as make_job
     >>> from memsym.symbols import N_tp, N_rep
     >>> c = stage_counts(make_job("llama2-7b", tp=2), 0)
     >>> c[N_tp] + c[N_rep] == 6738415616     # Llama-2 7B (vocabulary 32000 is already padded)
