@@ -199,7 +199,7 @@ def is_hf_trainer_launch(words) -> bool:
     return False
 
 
-def read_hf_trainer_launch(words, own_arities=None, own_names=()) -> HfTrainerLaunch:
+def read_hf_trainer_launch(words, own_arities=None) -> HfTrainerLaunch:
     """Read a Hugging Face Trainer launch (see the module's docstring).
 
     Parameters
@@ -209,8 +209,6 @@ def read_hf_trainer_launch(words, own_arities=None, own_names=()) -> HfTrainerLa
     own_arities : dict, optional
         memsym's option -> arity (:func:`memsym.cli.reading.option_arities`); an option that
         is neither the Trainer's nor memsym's is refused.
-    own_names : iterable of str
-        memsym's positional words taken as they are (a MODEL).
 
     Returns
     -------

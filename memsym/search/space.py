@@ -233,9 +233,6 @@ class Space:
     first_stage_layers: int | None
     last_stage_layers: int | None
     efficiency: object
-    intra_bw: float
-    inter_bw: float
-    latency: float
     capacity_factor: object = 1
     #: offer uneven first/last pipeline stages (:func:`stage_splits`) when none is given
     uneven: bool = True
@@ -499,8 +496,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         allowances=al, finetune=finetune, lora_rank=positive_whole(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-        efficiency=eff, intra_bw=clu.intra_node_bandwidth, inter_bw=clu.inter_node_bandwidth,
-        latency=clu.latency, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
+        efficiency=eff, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
         framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
         tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap),
