@@ -292,8 +292,8 @@ def _align(lines: list[str]) -> str:
     return "\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}"
 
 
-def _table(lines: list[str], size: str = "") -> str:
-    return "\n".join(([size] if size else []) + lines + (["\\normalsize"] if size else []))
+def _table(lines: list[str]) -> str:
+    return "\n".join(lines)
 
 
 def _check_paper(paper: str) -> tuple:

@@ -47,9 +47,9 @@ def _axis_label(name: str) -> str:
     return f"{meta.meaning} {name}{unit}"
 
 
-def _candidates(name: str, solved, lo: int = 1) -> list[int]:
+def _candidates(name: str, solved) -> list[int]:
     if name in _POW2:
-        out, n = [], max(1, lo)
+        out, n = [], 1
         while n <= _POW2[name]:
             out.append(n)
             n *= 2
@@ -57,7 +57,7 @@ def _candidates(name: str, solved, lo: int = 1) -> list[int]:
             out = [x for x in out if x >= 256]
         return out
     top = max(16, 2 * int(solved)) if solved else 32
-    return list(range(max(1, lo), min(top, _MAX_POINTS) + 1))
+    return list(range(1, min(top, _MAX_POINTS) + 1))
 
 
 def memory_vs(total, unknown: str, values: Mapping | None = None, capacity=None, *,

@@ -126,9 +126,9 @@ def tex_width(tex: str, scale: float = 1.0) -> float:
     return w
 
 
-def break_sum(parts: list[str], budget: float = BUDGET, indent: str = r"\quad ") -> list[str]:
+def break_sum(parts: list[str], budget: float = BUDGET) -> list[str]:
     r"""Pack signed addends (``["a", "+ b", ...]``) greedily into lines no wider than
-    ``budget`` [pt]; continuation lines start with ``indent``.
+    ``budget`` [pt]; continuation lines start with ``\quad``.
 
     Examples
     --------
@@ -142,7 +142,7 @@ def break_sum(parts: list[str], budget: float = BUDGET, indent: str = r"\quad ")
         trial = part if not cur else f"{cur} {part}"
         if cur and tex_width(trial) > budget:
             lines.append(cur)
-            cur = indent + part
+            cur = r"\quad " + part
         else:
             cur = trial
     if cur:

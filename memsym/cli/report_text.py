@@ -19,8 +19,8 @@ __all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity
 WIDTH = 100
 
 
-def _wrap(text: str, indent: str = "  ") -> str:
-    return textwrap.fill(text, WIDTH, subsequent_indent=indent, break_long_words=False,
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_long_words=False,
                          break_on_hyphens=False)
 
 

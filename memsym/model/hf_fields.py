@@ -177,14 +177,14 @@ class ConfigFields:
         return self._value(key, default, lambda v: isinstance(v, str), "a string",
                            shown=lambda v: type(v).__name__)
 
-    def layer_int(self, keys, default=..., allow_zero=False):
+    def layer_int(self, keys, default=...):
         """A whole number that a config may also give once per layer (transformers'
         HunYuan MoE reads ``moe_topk[layer_idx]`` when it is a list): a list of one repeated
         value reads as that value; different values per layer are refused in one line, since
         memsym's Architecture holds one value for every layer."""
         key, val = self._get(keys)
         if not isinstance(val, list):
-            return self.int(keys, default, allow_zero)
+            return self.int(keys, default)
         most = _limits.LIMITS["config_layers"].maximum
         if not val or len(val) > most:
             raise self._bad(f"field {key!r} as a per-layer list must hold 1 to {most} values")
@@ -192,7 +192,7 @@ class ConfigFields:
             raise self._bad(f"field {key!r} differs between layers "
                             f"({printable(repr(val), 40)}): memsym models one value for every "
                             "layer")
-        return ConfigFields({key: val[0]}, self.where).int(key, default, allow_zero)
+        return ConfigFields({key: val[0]}, self.where).int(key, default)
 
     def int_list(self, key):
         """A list of layer indices, at most the config_layers limit long (memsym.limits)."""

@@ -232,11 +232,11 @@ def _value(values, sec, key):
     return values.get((sec, key), TORCHTITAN_KEYS[(sec, key)][1])
 
 
-def _degree(values, key, lo=1):
-    """A parallelism degree, checked between ``lo`` and MAX_GPUS (-1 allowed for the shard)."""
+def _degree(values, key):
+    """A parallelism degree, checked between 1 and MAX_GPUS (-1 allowed for the shard)."""
     v = _value(values, "parallelism", key)
-    if not (lo <= v <= MAX_GPUS) and not (key == "data_parallel_shard_degree" and v == -1):
-        raise InvalidValueError(f"torchtitan parallelism.{key} must be >= {lo}, got {v}")
+    if not (1 <= v <= MAX_GPUS) and not (key == "data_parallel_shard_degree" and v == -1):
+        raise InvalidValueError(f"torchtitan parallelism.{key} must be >= 1, got {v}")
     return v
 
 

@@ -159,7 +159,7 @@ def mamba1_mixer_activations() -> Total:
                  tuple(terms))
 
 
-def mamba1_layer_terms(one_stat, prefix: str = "mamba") -> list:
+def mamba1_layer_terms(one_stat) -> list:
     r"""A Zamba Mamba layer's terms [bytes]: its pre-norm's input and statistics and the mixer.
 
     .. math:: 2\tau h + S + A_{\mathrm{mixer}}
@@ -172,8 +172,6 @@ def mamba1_layer_terms(one_stat, prefix: str = "mamba") -> list:
     ----------
     one_stat : sympy.Expr
         One pre-norm's fp32 statistics [bytes] (0 without).
-    prefix : str
-        The keys' prefix.
 
     Returns
     -------
@@ -191,13 +189,13 @@ def mamba1_layer_terms(one_stat, prefix: str = "mamba") -> list:
     ['mamba_norm_input', 'mamba_in_proj_input', 'mamba_conv_input']
     """
     src = _src("782-797 (ZambaMambaDecoderLayer.forward: input_layernorm, self.mamba)")
-    terms = [Term(f"{prefix}_norm_input", 2 * s * b * h, "input of the Mamba layer's pre-norm",
-                  src, label=f"{prefix} norm")]
+    terms = [Term("mamba_norm_input", 2 * s * b * h, "input of the Mamba layer's pre-norm",
+                  src, label="mamba norm")]
     if one_stat != 0:
-        terms.append(Term(f"{prefix}_norm_statistics", one_stat, "fp32 per-token statistics of "
-                          "the Mamba layer's pre-norm", src, label=f"{prefix} norm stats"))
-    return terms + [Term(f"{prefix}_{term.key}", term.expr, term.description, term.source,
-                         label=f"{prefix} {term.label}") for term in mamba1_mixer_activations()]
+        terms.append(Term("mamba_norm_statistics", one_stat, "fp32 per-token statistics of "
+                          "the Mamba layer's pre-norm", src, label="mamba norm stats"))
+    return terms + [Term(f"mamba_{term.key}", term.expr, term.description, term.source,
+                         label=f"mamba {term.label}") for term in mamba1_mixer_activations()]
 
 
 def refuse_mamba1(recompute: str, context_parallel: bool, common: dict, shared_block) -> None:

@@ -49,9 +49,9 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe")
 MAX_OPS = 2_000_000
 
 
-def _whole(x, what, low=1):
-    if isinstance(x, bool) or int(x) != x or int(x) < low:
-        raise InvalidValueError(f"{what} must be a whole number >= {low}, got {x!r:.40}")
+def _whole(x, what):
+    if isinstance(x, bool) or int(x) != x or int(x) < 1:
+        raise InvalidValueError(f"{what} must be a whole number >= 1, got {x!r:.40}")
     return int(x)
 
 

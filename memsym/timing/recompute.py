@@ -97,9 +97,10 @@ def norms_recomputed(*, mla: bool, moe: bool, mla_fused: bool = False) -> int:
     return int(mla and not mla_fused) + int(moe)
 
 
-def _activation_bytes(rows, f, gated: bool, width: int = 2):
-    # SwiGLU reads both halves of the fc1 output (2f) and writes f; GeLU reads f, writes f
-    return width * (3 if gated else 2) * np.asarray(rows, float) * f
+def _activation_bytes(rows, f, gated: bool):
+    # SwiGLU reads both halves of the fc1 output (2f) and writes f; GeLU reads f, writes f,
+    # each element 2 bytes (bf16, as the module's table says)
+    return 2 * (3 if gated else 2) * np.asarray(rows, float) * f
 
 
 def module_recompute(x, modules, gemms, dev, prec: str, T, t, *, moe: bool, sequence_parallel: bool,

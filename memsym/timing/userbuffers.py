@@ -86,8 +86,8 @@ def _bulk(num_sm, margin=False):
     return UbOverlap("bulk", num_sm, margin)
 
 
-def _pipe(num_sm, splits=UB_PIPELINE_SPLITS):
-    return UbOverlap("pipeline", num_sm, True, splits)
+def _pipe(num_sm):
+    return UbOverlap("pipeline", num_sm, True, UB_PIPELINE_SPLITS)
 
 
 def _bridge(bulk_sms, rs):
