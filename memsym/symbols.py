@@ -244,13 +244,9 @@ N_ll = _register("N_ll", r"N_{\mathrm{ll}}", "parameters of the largest single m
                  "(DeepSpeed's largest_layer_params, gathered whole under ZeRO-3)", "parameters")
 
 
-# --- step-time model: GEMM efficiency, HBM, link latency (memsym/timing) -------------------
+# --- step-time model: GEMM efficiency (memsym/timing) ---------------------------------------
 eta_gemm = _register("eta_gemm", r"\eta_{\mathrm{GEMM}}", "achieved GEMM efficiency: the override "
                      "that replaces memsym.timing's size-dependent efficiency curve", "1")
-beta_hbm = _register("beta_hbm", r"\beta_{\mathrm{HBM}}", "HBM bandwidth of one GPU (prices the "
-                     "memory-bound operations)", "bytes/s")
-alpha_link = _register("alpha_link", r"\alpha_{\mathrm{link}}", "latency of one ring step on a link "
-                       "tier (NVLink or the inter-node network)", "s", "nonnegative")
 
 # --- model states as the frameworks allocate them, and transient peaks ----------------------
 # memsym/terms/model_state.py (convention "framework"), memsym/terms/transients.py
@@ -282,8 +278,6 @@ S_nccl = _register("S_nccl", r"S_{\mathrm{nccl}}", "NCCL buffer per channel and 
                    "(NCCL_BUFFSIZE, 4 MiB)", "bytes")
 n_ch = _register("n_ch", r"n_{\mathrm{ch}}", "NCCL channels per communicator", "1",
                  "positive integer")
-n_comm = _register("n_comm", r"n_{\mathrm{comm}}", "NCCL communicators a GPU takes part in "
-                   "(one per process group it uses: TP, PP, DP, CP, EP, ...)", "1", "positive integer")
 
 
 def registry() -> Mapping[str, SymbolInfo]:

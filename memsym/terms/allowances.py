@@ -48,8 +48,8 @@ WORKSPACES = 64 * _MIB
 #: allocator (``max_memory_allocated`` / ``max_memory_reserved`` do not see them, nvidia-smi
 #: does); the cuBLAS / Transformer Engine workspaces are allocated through it.
 ALLOWANCES = {
-    # The CUDA context and loaded kernels (memsym.terms.transients.cuda_context: 500 MiB with
-    # CUDA lazy loading, default since 12.2, outside the caching allocator) plus the cuBLAS
+    # The CUDA context and loaded kernels (M_ctx of memsym.terms.transients.DEFAULTS: 500 MiB
+    # with CUDA lazy loading, default since 12.2, outside the caching allocator) plus the cuBLAS
     # workspaces, which are allocated through it: Transformer Engine's is 32 MiB on Hopper and
     # later (get_cublas_workspace_size_bytes) and PyTorch's own cuBLAS handle keeps one more
     # of the same size.  set {"workspace": WORKSPACES} to count the workspaces alone.
@@ -58,7 +58,7 @@ ALLOWANCES = {
                                   "pytorch/module/base.py get_cublas_workspace_size_bytes"),
                            "CUDA context and kernels (500 MiB) + cuBLAS / Transformer Engine "
                            "workspaces (2 x 32 MiB)"),
-    # memsym.terms.transients.nccl_buffers: NCCL_BUFFSIZE 4 MiB x 32 channels per
+    # NCCL's buffers: NCCL_BUFFSIZE 4 MiB x 32 channels per
     # communicator, for 4 communicators (TP, DP, PP and the DP x CP / embedding groups a
     # Megatron rank joins): 512 MiB.
     "nccl": Allowance("nccl", M_nccl, sp.Integer(4 * _TR_DEFAULTS[n_ch] * _TR_DEFAULTS[S_nccl]),
@@ -219,9 +219,10 @@ def allowance_terms(allocated: sp.Expr) -> tuple[Term, ...]:
     .. math:: M_{\mathrm{ws}} + M_{\mathrm{nccl}}
         + \varphi_{\mathrm{frag}}\,M_{\mathrm{alloc}}
 
-    ``workspace`` holds the CUDA context (:func:`memsym.terms.transients.cuda_context`,
-    500 MiB) and the cuBLAS workspaces (:data:`WORKSPACES`); ``nccl`` NCCL's buffers (:func:`memsym.terms.transients.nccl_buffers`
-    at 4 communicators); :math:`M_{\mathrm{alloc}}` is the peak phase's allocation.
+    ``workspace`` holds the CUDA context (500 MiB, ``M_ctx`` of
+    :data:`memsym.terms.transients.DEFAULTS`) and the cuBLAS workspaces (:data:`WORKSPACES`);
+    ``nccl`` NCCL's buffers (4 MiB per channel and peer, 32 channels, 4 communicators);
+    :math:`M_{\mathrm{alloc}}` is the peak phase's allocation.
 
     Parameters
     ----------

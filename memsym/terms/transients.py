@@ -1,9 +1,9 @@
 """Transient peaks: memory that exists only during one phase of the training step.
 
 The fp32 logits of the cross-entropy, the unsharded parameters and reduce-scatter buffers of
-FSDP2 / ZeRO-3, DeepSpeed's gradient buckets, the optimizer step's temporaries, the CUDA
-context and NCCL's buffers; each a cited :class:`~memsym.term.Term` with its knobs as symbols
-and :data:`DEFAULTS` from the libraries' documented defaults.
+FSDP2 / ZeRO-3, DeepSpeed's gradient buckets, the optimizer step's temporaries; each a cited
+:class:`~memsym.term.Term` with its knobs as symbols and :data:`DEFAULTS` from the libraries'
+documented defaults.
 
 The loss's transients live in :mod:`memsym.terms.loss_transients`, those of data-parallel
 sharding (FSDP2, ZeRO, the buckets) in :mod:`memsym.terms.sharding_transients`; both are
@@ -12,10 +12,8 @@ re-exported here.
 
 from __future__ import annotations
 
-# N_ll and b_hp are used in the split-off modules; kept so that every symbol the module had
-# (tests read tr.b_hp) stays importable from here
 from ..symbols import (M_ctx, N, N_bkt, N_pf, S_nccl, V, b, b_r, b_u, c, d, h, m,
-                       n_ag, n_bkt, n_ch, n_comm, p, s, t)
+                       n_ag, n_bkt, n_ch, p, s, t)
 from ..term import Source, Term, Total
 from ..values import as_expr, lazy_min
 from .loss_transients import (cross_entropy_transient, loss_parallel_backward,
@@ -33,7 +31,7 @@ __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient
            "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded",
            "megatron_fsdp_buckets",
            "optimizer_step_transient", "master_weight_cast",
-           "cuda_context", "nccl_buffers", "tp_comm_userbuffers", "USERBUFFER_GEMMS",
+           "tp_comm_userbuffers", "USERBUFFER_GEMMS",
            "deferred_wgrad_buffers"]
 
 _MIB = 2**20
@@ -53,9 +51,6 @@ DEFAULTS = {
 
 _ADAM = Source("pytorch-optim", "torch/optim/adam.py, _multi_tensor_adam "
                "(exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs))")
-_CTX = Source("cuda-lazy-loading", "§4.7 Lazy Loading (modules loaded on first use; default since "
-              "CUDA 12.2 on Linux)")
-_NCCL = Source("nccl-env", "NCCL_BUFFSIZE (default 4 MiB), NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS")
 
 
 def optimizer_step_transient(params=None, state_bytes=4) -> Total:
@@ -139,48 +134,6 @@ def master_weight_cast(shard_params, width=2) -> Term:
                        "d98e8a64dd optimizer/optimizer.py:777-808, optimizer/distrib_optimizer.py:"
                        "2802-2857 (one quantize_param_shard after optimizer.step())"),
                 label="16-bit master casts")
-
-
-def cuda_context() -> Term:
-    r"""The CUDA context and loaded kernels: :math:`M_{\mathrm{ctx}}` (default 500 MiB).
-
-    Outside PyTorch's caching allocator (``torch.cuda.max_memory_allocated`` does not see
-    it, ``nvidia-smi`` does).  CUDA's lazy loading keeps it to the kernels used; the default
-    is an allowance, set ``M_ctx`` from a measurement of your stack.
-
-    Examples
-    --------
-    >>> cuda_context().evaluate(DEFAULTS) / 2**20
-    500
-
-    References
-    ----------
-    .. [cuda-lazy-loading] §4.7 Lazy Loading (modules loaded on first use).
-    """
-    return Term("cuda_context", M_ctx, "CUDA context and loaded kernel modules", _CTX,
-                label="CUDA context")
-
-
-def nccl_buffers() -> Term:
-    r"""NCCL's communicator buffers: one SIMPLE-protocol buffer per channel and ring peer.
-
-    .. math:: n_{\mathrm{comm}}\, n_{\mathrm{ch}}\, S_{\mathrm{nccl}}
-
-    ``NCCL_BUFFSIZE`` (4 MiB) per channel and peer; with :math:`n_{\mathrm{ch}} = 32` (NCCL's
-    channel maximum) each communicator holds 128 MiB.  The LL/LL128 buffers and tree peers
-    add to it; lower ``NCCL_BUFFSIZE`` or ``NCCL_MAX_NCHANNELS`` to cut it.
-
-    Examples
-    --------
-    >>> nccl_buffers().evaluate({**DEFAULTS, n_comm: 3}) / 2**20
-    384
-
-    References
-    ----------
-    .. [nccl-env] ``NCCL_BUFFSIZE`` (default 4 MiB), ``NCCL_MAX_NCHANNELS``.
-    """
-    return Term("nccl_buffers", n_comm * n_ch * S_nccl, "NCCL buffers (NCCL_BUFFSIZE per channel "
-                "and peer)", _NCCL, label="NCCL buffers")
 
 
 #: Transformer Engine's tensor-parallel overlap GEMMs, each with one userbuffer of the layer's
