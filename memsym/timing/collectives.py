@@ -31,13 +31,11 @@ from ..numeric import compile_expr
 from ..symbols import S, alpha, beta, n as _n
 from ..terms import collectives as _closed
 
-__all__ = ["KINDS", "ORDER", "LINK_LATENCY", "NVLINK_NCCL_EFFICIENCY", "intra_bandwidth",
+__all__ = ["KINDS", "LINK_LATENCY", "NVLINK_NCCL_EFFICIENCY", "intra_bandwidth",
            "nvlink_domain", "collective_time",
            "collective_bytes", "group_stride", "group_link", "group_bandwidth", "link_name"]
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
-#: Megatron-LM's default rank order (parallel_state.initialize_model_parallel, order=).
-ORDER = ("tp", "cp", "ep", "dp", "pp")
 #: Per-step latency [s] of one ring step on each tier.  Assumption (order of magnitude of
 #: NCCL's small-message times on NVLink and InfiniBand; nccl-tests reports tens of
 #: microseconds for an 8-rank all-reduce of a few KB).  Named so a user can replace it.

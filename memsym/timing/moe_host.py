@@ -88,9 +88,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..term import Source
-
-__all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", "floored_growth",
+__all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "host_exposed", "floored_growth",
            "paired_host_exposed", "unpaired_growth"]
 
 #: Host seconds to issue one MoE layer's forward for one micro-batch [s] (the backward has
@@ -114,11 +112,6 @@ __all__ = ["MOE_LAYER_HOST", "MOE_HOST_RUN", "MOE_HOST_SOURCE", "host_exposed", 
 MOE_LAYER_HOST = 6.469e-3
 #: The run :data:`MOE_LAYER_HOST` is fixed on (formulas/measured_time.toml).
 MOE_HOST_RUN = "mbridge.26.02.b200.qwen3-30b-a3b.mxfp8"
-#: Where the per-layer host synchronisation is (a key of memsym/references.toml).
-MOE_HOST_SOURCE = Source("megatron-moe-host",
-                         "token_dispatcher.py: MoEAlltoAllTokenDispatcher."
-                         "_maybe_dtoh_and_synchronize (d2h_event.synchronize() at "
-                         "before_ep_alltoall); _HybridEPManager.dispatch (tokens_per_expert.sum())")
 
 
 def host_exposed(gpu_seconds, host=None):
