@@ -18,9 +18,9 @@ def _num(value) -> int:
     return number_out(value, round_up=True)
 
 
-def report_for(args, j, *, cluster: bool = True) -> dict:
+def report_for(args, j) -> dict:
     """The report of one validated :class:`memsym.job.Job`, evaluated on every stage; with
-    ``cluster`` and cluster options, communication and time too."""
+    cluster options, communication and time too."""
     from ..model import parameter_count
     from ..text import printable
     from ..training import job_memory
@@ -29,7 +29,7 @@ def report_for(args, j, *, cluster: bool = True) -> dict:
 
     def priced() -> dict:
         # the same block whatever the memory convention: communication does not depend on it
-        if not (cluster and cluster_known(args)):
+        if not cluster_known(args):
             return {}
         try:
             return communication_report(args, j)

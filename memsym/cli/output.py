@@ -43,7 +43,7 @@ def _failure(exc: OSError, where: str) -> OutputError:
     return OutputError(f"cannot write the output to {where}: {reason}")
 
 
-def write_stdout(text: str, stream=None) -> None:
+def write_stdout(text: str) -> None:
     """Write ``text`` to stdout in one go and flush it; a failed write is an :class:`OutputError`.
 
     ``sys.stdout`` is ``None`` when the program was started with stdout closed (``>&-``);
@@ -53,18 +53,15 @@ def write_stdout(text: str, stream=None) -> None:
     ----------
     text : str
         The whole output.
-    stream : file, optional
-        Defaults to ``sys.stdout`` (looked up at call time, so pytest's capture works).
     """
-    stream = sys.stdout if stream is None else stream
+    stream = sys.stdout           # looked up at call time, so pytest's capture works
     if stream is None:
         raise OutputError("cannot write the output to stdout: it is closed")
     try:
         stream.write(text)
         stream.flush()
     except BrokenPipeError as exc:
-        if stream is sys.stdout or stream is sys.__stdout__:
-            _silence_stdout()
+        _silence_stdout()
         raise _failure(exc, "stdout") from None
     except (OSError, ValueError) as exc:  # ValueError: "I/O operation on closed file"
         if isinstance(exc, OSError):

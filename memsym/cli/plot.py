@@ -207,7 +207,7 @@ def _job_estimate(j, unknown):
 
 
 def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=None,
-             search_result=None, solution=None, job=None) -> int:
+             solution=None, job=None) -> int:
     """Draw ``args.kind`` for an already computed estimate and write ``args.output``.
 
     Parameters
@@ -221,8 +221,6 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
         the plot); feasibility searches the world size of ``layout`` on ``args.gpu``.
     capacity : number, optional
         GPU memory [bytes]; default ``args.gpu_memory``, else the catalogue's ``args.gpu``.
-    search_result : memsym.search.SearchResult, optional
-        For feasibility: a search already run (otherwise one is run here).
     solution : memsym.analysis.Solution, optional
         For memory-vs: the solve result to mark (otherwise the smallest/largest candidate
         that fits is marked).
@@ -251,7 +249,7 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     elif args.kind == "timeline":
         fig = _timeline_figure(args, estimate, cap, name)
     else:
-        fig = _feasibility_figure(args, arch, layout, training, cap, search_result, job)
+        fig = _feasibility_figure(args, arch, layout, training, cap, job)
     plotting.save(fig, args.output)
     from .hf_launch import hf_reading, reading_lines
 
@@ -311,9 +309,9 @@ def _timeline_figure(args, estimate, cap, name):
         f"(most loaded)\n{name}")
 
 
-def _feasibility_figure(args, arch, layout, training, cap, search_result, job=None):
-    """The ``feasibility`` map of ``search_result``, else of a layout search run here over the
-    job's world size (its cluster noted under the title when it priced the step).
+def _feasibility_figure(args, arch, layout, training, cap, job=None):
+    """The ``feasibility`` map of a layout search run here over the job's world size (its
+    cluster noted under the title when it priced the step).
 
     The search takes the job itself (:func:`memsym.search.space.from_job`): every training
     setting, allowance and the capacity as ``memsym estimate`` reads them from the same
@@ -323,57 +321,55 @@ def _feasibility_figure(args, arch, layout, training, cap, search_result, job=No
     from .. import plotting
     from ..errors import InvalidValueError
 
-    res = search_result
-    if res is None:
-        if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
-            raise InvalidValueError("plot feasibility needs a MODEL and --gpu NAME (the layout "
-                                    "search runs over the job's world size)")
-        from .. import search as searching
-        from ..job import job as build_job
-        from ..search.job_fields import recompute_choice, space_differences
-        from ..search.space import (OVERLAP_FIELDS, from_job, global_batch_of, make_space,
-                                    refuse_unsearched)
+    if arch is None or layout is None or training is None or not getattr(args, "gpu", None):
+        raise InvalidValueError("plot feasibility needs a MODEL and --gpu NAME (the layout "
+                                "search runs over the job's world size)")
+    from .. import search as searching
+    from ..job import job as build_job
+    from ..search.job_fields import recompute_choice, space_differences
+    from ..search.space import (OVERLAP_FIELDS, from_job, global_batch_of, make_space,
+                                refuse_unsearched)
 
-        if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
-            raise InvalidValueError("plot feasibility searches the recompute modes; "
-                                    "--recompute-modules is not one of its choices")
-        refuse_unsearched(training, "plot feasibility",
-                          carried=OVERLAP_FIELDS + ("num_microbatches",))
-        if job is None:     # run_plot called with the parts: the job they make
-            job = build_job(arch, layout=layout, training=training)
-        if job.training.batch.num_microbatches is not None:
-            # m micro-batches at the job's layout: the same global batch at every layout
-            job = job.replace(global_batch_size=global_batch_of(job), num_microbatches=None)
-        from ..hardware import cluster_for
+    if training.memory.recompute_modules is not None:   # not a search choice: never dropped silently
+        raise InvalidValueError("plot feasibility searches the recompute modes; "
+                                "--recompute-modules is not one of its choices")
+    refuse_unsearched(training, "plot feasibility",
+                      carried=OVERLAP_FIELDS + ("num_microbatches",))
+    if job is None:     # run_plot called with the parts: the job they make
+        job = build_job(arch, layout=layout, training=training)
+    if job.training.batch.num_microbatches is not None:
+        # m micro-batches at the job's layout: the same global batch at every layout
+        job = job.replace(global_batch_size=global_batch_of(job), num_microbatches=None)
+    from ..hardware import cluster_for
 
-        gb = 10**9      # the bandwidth options are in GB/s, the cluster in bytes/s
-        intra, inter = (None if getattr(args, k, None) is None else getattr(args, k) * gb
-                        for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
-        clu = cluster_for(args.gpu, getattr(args, "gpus_per_node", None) or 8, intra, inter)
-        # the job's own choices where the search would explore, its own overlaps where the
-        # search would price the launch's; the map varies the layout
-        tr = job.training
-        choices = dict(micro_batch_size=tr.batch.micro_batch_size,
-                       recompute=recompute_choice(tr.memory), sharding=tr.states.sharding,
-                       offload=tr.states.offload)
-        pinned = dict(micro_batch_sizes=[choices["micro_batch_size"]],
-                      recompute=[choices["recompute"]], sharding=[choices["sharding"]],
-                      offload=[choices["offload"]],
-                      overlaps={k: tr.value(k) for k in OVERLAP_FIELDS},
-                      first_stage_layers=job.layout.first_stage_layers,
-                      last_stage_layers=job.layout.last_stage_layers,
-                      **({"capacity": cap} if cap is not None else {}))
-        options = dict(pinned)
-        space = make_space(*from_job(job, args.gpu, options), **options)
-        differ = space_differences(tr, space, **choices)
-        if differ:      # the search would price another job: refused, never drawn
-            raise InvalidValueError(f"plot feasibility: the job's {'; '.join(differ)} is not "
-                                    "what its search prices; estimate the layout instead")
-        res = searching.search(job, args.gpu, job.layout.world_size, cluster=clu,
-                               efficiency=getattr(args, "efficiency", None), **pinned)
+    gb = 10**9      # the bandwidth options are in GB/s, the cluster in bytes/s
+    intra, inter = (None if getattr(args, k, None) is None else getattr(args, k) * gb
+                    for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
+    clu = cluster_for(args.gpu, getattr(args, "gpus_per_node", None) or 8, intra, inter)
+    # the job's own choices where the search would explore, its own overlaps where the
+    # search would price the launch's; the map varies the layout
+    tr = job.training
+    choices = dict(micro_batch_size=tr.batch.micro_batch_size,
+                   recompute=recompute_choice(tr.memory), sharding=tr.states.sharding,
+                   offload=tr.states.offload)
+    pinned = dict(micro_batch_sizes=[choices["micro_batch_size"]],
+                  recompute=[choices["recompute"]], sharding=[choices["sharding"]],
+                  offload=[choices["offload"]],
+                  overlaps={k: tr.value(k) for k in OVERLAP_FIELDS},
+                  first_stage_layers=job.layout.first_stage_layers,
+                  last_stage_layers=job.layout.last_stage_layers,
+                  **({"capacity": cap} if cap is not None else {}))
+    options = dict(pinned)
+    space = make_space(*from_job(job, args.gpu, options), **options)
+    differ = space_differences(tr, space, **choices)
+    if differ:      # the search would price another job: refused, never drawn
+        raise InvalidValueError(f"plot feasibility: the job's {'; '.join(differ)} is not "
+                                "what its search prices; estimate the layout instead")
+    res = searching.search(job, args.gpu, job.layout.world_size, cluster=clu,
+                           efficiency=getattr(args, "efficiency", None), **pinned)
     fig = plotting.feasibility(res, x=args.map_x, y=args.map_y, value=args.map_value,
                                title=args.title)
-    if search_result is None and res.space.global_batch_size is not None:
+    if res.space.global_batch_size is not None:
         # step times priced here: say on which cluster, under the title (the legend
         # below the axes takes the space under the x axis)
         import textwrap
