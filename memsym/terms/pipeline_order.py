@@ -56,11 +56,12 @@ def _whole(x, what):
 
 
 @_doc
-def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True) -> str | None:
+def schedule_rule(p, m, v=1, group_size=None) -> str | None:
     """The Megatron-LM rule an interleaved schedule breaks, or None when it launches.
 
     Verbatim conditions of schedules.py / arguments.py (rev d98e8a6): interleaving needs
-    p > 1 (p > 2 without p2p overlap); N (``microbatch_group_size_per_vp_stage``, default p)
+    p > 1 (p > 2 without p2p overlap, refused where a Megatron command is read,
+    :mod:`memsym.readers.megatron_training`); N (``microbatch_group_size_per_vp_stage``, default p)
     must lie in [p, m]; the last group m mod N must be 0 or at least p.
 
     Parameters
@@ -68,8 +69,6 @@ def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True) -> str | None
     {schedule_params}
     group_size : int, optional
         ``microbatch_group_size_per_vp_stage`` N (default p).
-    overlap_p2p : bool
-        Megatron's ``--overlap-p2p-communication`` (without it interleaving needs p > 2).
 
     Returns
     -------
@@ -88,8 +87,8 @@ def schedule_rule(p, m, v=1, group_size=None, *, overlap_p2p=True) -> str | None
     p, m, v = _whole(p, "p"), _whole(m, "m"), _whole(v, "v")
     if v == 1:
         return None
-    if p == 1 or (p <= 2 and not overlap_p2p):
-        return f"interleaved schedule needs p > {1 if overlap_p2p else 2}, got p={p}"
+    if p == 1:
+        return f"interleaved schedule needs p > 1, got p={p}"
     N = p if group_size is None else _whole(group_size, "group_size")
     if N > m or N < p:
         return f"microbatch_group_size_per_vp_stage N={N} must lie in [p={p}, m={m}]"

@@ -139,15 +139,13 @@ class Shape:
     output_gate: bool = False
 
 
-def shape_of(arch, t: int = 1) -> Shape:
+def shape_of(arch) -> Shape:
     """Resolve ``arch`` (a memsym Architecture) into the numbers the time model uses.
 
     Parameters
     ----------
     arch : memsym.model.Architecture
-        The model.
-    t : int
-        Tensor-parallel size [GPUs] (accepted for symmetry; the vocabulary is padded for t = 1).
+        The model (its vocabulary padded as for t = 1).
 
     Returns
     -------
