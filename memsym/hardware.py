@@ -68,16 +68,12 @@ decides whether a group's collectives stay on NVLink (:mod:`memsym.timing.collec
 from __future__ import annotations
 
 
-from .devices import FP32_PEAK_NOTE, GPU, PRECISIONS, Cluster
+from .devices import FP32_PEAK_NOTE, GB, GPU, PRECISIONS, TFLOPS, Cluster
 from .errors import InvalidValueError, UnknownNameError, catalogue_key
-from .units import UNITS
 
 __all__ = ["GPU", "Cluster", "gpu", "cluster", "gpus", "clusters", "register_gpu",
            "register_cluster", "GB", "TFLOPS", "PRECISIONS", "FP32_PEAK_NOTE",
            "KERNEL_FRACTION", "kernel_fraction"]
-
-GB = UNITS["GB"]
-TFLOPS = 10**12
 
 
 def _nv(name, mem, bf16_tf, fp8_tf, nvlink_gb, locator, note="", aliases=(), source=None,
