@@ -52,7 +52,7 @@ _GIB = 2**30
 # ---------------------------------------------------------------------------------------------
 
 
-def _cited(parts: JobParts, solve=None, cluster=None) -> tuple:
+def _cited(parts: JobParts, cluster=None) -> tuple:
     """(the bibliography keys the document cites, in order of first citation; key -> its
     number, from 1)."""
     keys = []
@@ -361,7 +361,7 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     geo, width = _check_paper(paper)
     parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title,
                       budget=FILL * width)
-    bib, keys, numbers = references(), *_cited(parts, solve, cluster)
+    bib, keys, numbers = references(), *_cited(parts, cluster)
     cap = capacity_of(estimate, solve, capacity)
     body = [_intro(parts)]
     body += [escape(x) for x in parts.context]
@@ -454,7 +454,7 @@ def job_markdown(estimate, *, title: str | None = None, solve=None, cluster: dic
     True
     """
     parts = job_parts(estimate, arch=arch, layout=layout, training=training, title=title)
-    bib, keys, numbers = references(), *_cited(parts, solve, cluster)
+    bib, keys, numbers = references(), *_cited(parts, cluster)
     cap = capacity_of(estimate, solve, capacity)
     labels = dict((g, lab) for g, lab, _ in GROUPS)
     out = [f"## {parts.title.replace(' x ', ' × ')}", "",

@@ -178,7 +178,7 @@ def _check_fp32_residual(x, training: Training) -> None:
                                 "MTP model: their checkpoints' fp32 inputs are not modelled")
 
 
-def _check_bf16_layers(x, layout: Layout, training: Training) -> None:
+def _check_bf16_layers(x, training: Training) -> None:
     """``bf16_layers`` (Megatron's ``--first-last-layers-bf16``): two whole numbers; under fp8
     or fp4 on Megatron (the flag is a TransformerConfig field, and without FP8 / FP4 every
     layer runs in BF16 anyway: memsym refuses the no-op), not with delayed scaling
@@ -359,7 +359,7 @@ def validate(x, layout: Layout, training: Training):
                                 "multi-latent attention (Megatron-LM's validate_args)")
     _check_fp8_glu_input(x, training)
     _check_fp32_residual(x, training)
-    _check_bf16_layers(x, layout, training)
+    _check_bf16_layers(x, training)
     if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
         choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)
         if names["precision"] != "fp8":

@@ -218,7 +218,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
                             len(estimate.stage_bytes) > 1 else f"pipeline stage {stage} of {pp} ({role})")
     else:
         parts.stage_note = "every GPU holds the whole depth of the model (p = 1)"
-    parts.context = _context(training, estimate, vals, sp_, x)
+    parts.context = _context(training, estimate, sp_)
     parts.inputs = _inputs(parts, vals, pr, sp_, x)
     parts.printer = pr
     parts.values = vals
@@ -227,7 +227,7 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     return parts
 
 
-def _context(training, estimate, vals, sp_, x) -> list[str]:
+def _context(training, estimate, sp_) -> list[str]:
     """Plain-text sentences stating the assumptions (training knobs, notes, stage contents)."""
     out = []
     if training is not None:

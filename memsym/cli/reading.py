@@ -127,8 +127,8 @@ def option_arities(parser) -> dict:
             for a in parser._actions for o in a.option_strings}
 
 
-def take_values(words, i, name, arity, inline):
-    """The values of option ``name`` at ``words[i:]``: (values, next index)."""
+def take_values(words, i, arity, inline):
+    """The values of an option of ``arity`` at ``words[i:]``: (values, next index)."""
     if isinstance(arity, frozenset):   # an optional value: only one of its choices
         take = inline is None and i < len(words) and words[i] in arity
         return (words[i:i + 1], i + 1) if take else ([], i)
@@ -251,14 +251,14 @@ def _sort_words(words, own, bridge, from_file, out):
         name, eq, inline = w.partition("=")
         inline = inline if eq else None
         if name in _DEEPSPEED_LAUNCHER or name in _DEEPSPEED_LAUNCHER_IGNORED:
-            got, i = take_values(words, i, name, 1, inline)
+            got, i = take_values(words, i, 1, inline)
             if name in _DEEPSPEED_LAUNCHER:
                 theirs.append((_DEEPSPEED_LAUNCHER[name], got if inline is None else [inline]))
             out.launcher = True
             continue
         arity = own.get(name)
         if arity is not None:
-            got, i = take_values(words, i, name, arity, inline)
+            got, i = take_values(words, i, arity, inline)
             if arity == 1 and inline is None and not got:
                 shown = f", got {words[i][:40]!r}" if i < n else ""
                 raise InvalidValueError(f"{name} needs a value{shown} (a value starting with '-' "
@@ -316,7 +316,7 @@ def _megatron_option(words, i, name, inline):
     arity = megatron_arity(name)
     if arity is None:
         raise ArgumentError(name)
-    got, i = take_values(words, i, name, arity, inline)
+    got, i = take_values(words, i, arity, inline)
     if name == "--step-batch-size-schedule":
         # its entries split into words by an unquoted ${ARR[@]}: the reader takes them back
         while i < len(words) and SCHEDULE_ENTRY.fullmatch(words[i]):
@@ -577,7 +577,7 @@ def prepare_search(parser, raw):
         name, eq, inline = w.partition("=")
         option = looks_like_option(w)
         if option and name in own and not (pasted and dests[name] in PASTED_KNOBS):
-            got, i = take_values(words, i + 1, name, arities[name], inline if eq else None)
+            got, i = take_values(words, i + 1, arities[name], inline if eq else None)
             mine += [w, *got]
             continue
         if option and name in JOB_INPUTS:
@@ -586,7 +586,7 @@ def prepare_search(parser, raw):
             out.sources.append(f"{name} {value}".strip())
         elif option and name in arities:
             # memsym's own option: its values are its (--framework deepspeed names no launcher)
-            got, i = take_values(words, i + 1, name, arities[name], inline if eq else None)
+            got, i = take_values(words, i + 1, arities[name], inline if eq else None)
             out.job += [w, *got]
             continue
         elif not option and _launcher_word(w):

@@ -66,7 +66,7 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     kn, arch, A, te_val, assumptions = megatron_knobs(arch, layout, training, knobs,
                                                       "validate_args does", m=num_microbatches)
     moe = A.E is not None
-    n = _parameter_counts(A, kn)
+    n = _parameter_counts(A)
     V_pad = n["V_pad"]
     untied_p1 = A.untied and kn["p"] == 1
 
@@ -101,7 +101,7 @@ def megatron_lm(arch, layout=None, training=None, *, num_microbatches=None,
     return ConventionResult("megatron-lm", total, vals, path, tuple(assumptions), params)
 
 
-def _parameter_counts(A, kn) -> dict:
+def _parameter_counts(A) -> dict:
     """The parameter counts as the source counts them: per layer (``P_attn``), the decoder
     block's and the MTP block's TP-sharded, replicated and expert parameters, the embedding
     and the model's ``total``."""

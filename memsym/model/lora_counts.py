@@ -69,7 +69,7 @@ def _magnitudes(groups, shapes) -> int:
     return sum(shapes[k][1] for g in groups for k in g)
 
 
-def _check(x, keys, fused: bool) -> None:
+def _check(x, keys) -> None:
     if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
         raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
                                 "are not modelled (its layers hold different projections)")
@@ -145,7 +145,7 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
             for name in (LORA_TARGETS if targets == "all" else targets)}
     if not x.swiglu:
         keys.discard("gate")  # an ungated MLP has no gate projection
-    _check(x, keys, fused)
+    _check(x, keys)
     hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
     kv = x.num_query_groups * x.kv_channels
 

@@ -288,7 +288,7 @@ def _walk(words, own_arities, out):
             out.values[hf] = got         # argparse: a later spelling wins
             continue
         if name in own_arities:
-            got, i = _own_values(words, i, name, own_arities[name], inline if eq else None)
+            got, i = _own_values(words, i, own_arities[name], inline if eq else None)
             out.own += [w, *got]
             continue
         raise _unknown(name)
@@ -374,7 +374,7 @@ def _values(words, i, name, n, inline):
     return got, j
 
 
-def _own_values(words, i, name, n, inline):
+def _own_values(words, i, n, inline):
     """memsym's option's values (its parser's arity)."""
     if inline is not None or n == 0:
         return [], i

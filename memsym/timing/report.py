@@ -139,8 +139,7 @@ def _report(values: dict, *, cluster, gpu, precision, sharding, recompute, seque
         return _num(x, what, given)
 
     if arch is not None:
-        return _predicted_report(ctx, arch, layout, training, clu, efficiency, mfu_flops,
-                                 num, m)
+        return _predicted_report(ctx, arch, layout, training, clu, efficiency, mfu_flops, m)
     return _closed_form_report(ctx, clu, num, precision_key, overlap=overlap, recompute=recompute)
 
 
@@ -264,7 +263,7 @@ def _closed_form_report(ctx: dict, clu, num, precision_key: str, *, overlap, rec
     }
 
 
-def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_flops, num,
+def _predicted_report(ctx: dict, arch, layout, training, clu, efficiency, mfu_flops,
                       m=None) -> dict:
     """:func:`step_report` with the step time of :func:`memsym.timing.step.step_time` (exact
     schedule) and the MFU on GEMM-count (or 6N) model FLOPs."""
