@@ -294,8 +294,8 @@ def _lambdify(exprs: tuple, names: tuple, backend: str, cse: bool = True):
     return fn
 
 
-def expression_code(expr, backend: str = "numpy") -> str | None:
-    """The code of one expression as :func:`compile_expr` writes it without CSE (the
+def expression_code(expr) -> str | None:
+    """The numpy code of one expression as :func:`compile_expr` writes it without CSE (the
     search's templates, :mod:`memsym.search.templates`), or None where lambdify would have
     to rename an argument (see :func:`_generate`).
 
@@ -306,12 +306,12 @@ def expression_code(expr, backend: str = "numpy") -> str | None:
     '16*N/d'
     """
     expr = as_expr(expr)
-    return None if _renamed(_argnames((expr,)), backend) else _printed(expr, backend)
+    return None if _renamed(_argnames((expr,)), "numpy") else _printed(expr, "numpy")
 
 
-def function_namespace(backend: str = "numpy") -> dict:
-    """A copy of the globals a generated function of ``backend`` runs in."""
-    return dict(_namespace(backend))
+def function_namespace() -> dict:
+    """A copy of the globals a generated numpy function runs in."""
+    return dict(_namespace("numpy"))
 
 
 def _source(fn) -> str:

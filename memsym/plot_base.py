@@ -75,16 +75,16 @@ def text_color(background: str) -> str:
 MAX_TEXT = 300
 
 
-def plot_text(text, limit: int = MAX_TEXT) -> str:
+def plot_text(text) -> str:
     r"""``text`` as matplotlib draws it literally: the one helper every user string (a title,
     a job, model or term name) passes through before it reaches a plot.
 
     Matplotlib reads text between two unescaped ``$`` as mathtext and raises on what it cannot
     parse (``$\frac{$``): every ``$`` is escaped as ``\$``, so no text is ever math and each
     ``$`` is drawn as a dollar sign (a backslash before it stays a backslash).  Control
-    characters other than the newline become ``\xNN``; text beyond ``limit`` characters is cut.
-    The plots are drawn with ``text.usetex`` off (:func:`figure`, :func:`save`), so LaTeX
-    never sees the text either.
+    characters other than the newline become ``\xNN``; text beyond :data:`MAX_TEXT` characters
+    is cut.  The plots are drawn with ``text.usetex`` off (:func:`figure`, :func:`save`), so
+    LaTeX never sees the text either.
 
     Examples
     --------
@@ -95,8 +95,8 @@ def plot_text(text, limit: int = MAX_TEXT) -> str:
     ('$\\frac{$', False)
     """
     text = str(text)
-    if len(text) > limit:
-        text = text[:limit] + "..."
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT] + "..."
     out = []
     for ch in text:
         if ch == "$":

@@ -118,12 +118,13 @@ def add_options(parser, command: str, *, skip=()) -> None:
 # ---------------------------------------------------------------------------------------------
 # what the rest of the CLI reads from the table
 # ---------------------------------------------------------------------------------------------
-def job_fields(command: str = "estimate") -> tuple:
-    """``(dest, job option)`` of the valued (non-flag) options that set one job option each."""
+def job_fields() -> tuple:
+    """``(dest, job option)`` of estimate's valued (non-flag) options that set one job option
+    each."""
     skip = {"hidden_dropout", "attention_dropout", "sharding", "gpu", "gpu_memory",
             "gpus_per_node", "metric", "workspace", "nccl_buffers", "fragmentation",
             "world_size", "framework", "convention"}
-    return tuple((o.dest, o.field) for o in rows(command)
+    return tuple((o.dest, o.field) for o in rows("estimate")
                  if o.field and not o.action and o.dest not in skip and o.group not in
                  ("model",) and not o.positional)
 
