@@ -39,10 +39,6 @@ def _core(c: ConfigFields, kv_default, max_pos: int, ffn=...) -> dict:
                 add_bias_linear=False, attention_bias=False)
 
 
-def _expand(c: ConfigFields, key: str, default: int) -> int:
-    return c.int(key, default)
-
-
 def mamba2_fields(fields: ConfigFields, d_inner: int, *, heads, groups, state, conv, conv_bias,
                   defaults: tuple) -> dict:
     """The Architecture keyword arguments of a Mamba-2 mixer read from a config.json.
@@ -104,7 +100,7 @@ def _read_jamba(c: ConfigFields, notes: list) -> dict:
     rank = c.data.get("mamba_dt_rank", "auto")
     rank = -(-hs // 16) if rank in ("auto", None) else c.int("mamba_dt_rank")
     kw.update(layer_mixers=mixers, mamba_version=1,
-              mamba_inner_size=_expand(c, "mamba_expand", 2) * hs,
+              mamba_inner_size=c.int("mamba_expand", 2) * hs,
               mamba_state_dim=c.int("mamba_d_state", 16), mamba_conv_kernel=c.int("mamba_d_conv", 4),
               mamba_dt_rank=rank, mamba_conv_bias=c.bool("mamba_conv_bias", True),
               mamba_in_proj_bias=c.bool("mamba_proj_bias", False),
@@ -131,7 +127,7 @@ def _read_bamba(c: ConfigFields, notes: list) -> dict:
     kw.update(layer_mixers=mixers, attention_bias=c.bool("attention_bias", False),
               add_bias_linear=c.bool("mlp_bias", False), mamba_in_proj_bias=proj_bias,
               mamba_out_proj_bias=proj_bias,
-              **mamba2_fields(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
+              **mamba2_fields(c, c.int("mamba_expand", 2) * kw["hidden_size"],
                         heads="mamba_n_heads", groups="mamba_n_groups", state="mamba_d_state",
                         conv="mamba_d_conv", conv_bias="mamba_conv_bias",
                         defaults=(128, 1, 256, 4)))
@@ -147,7 +143,7 @@ def _read_falcon_h1(c: ConfigFields, notes: list) -> dict:
     kw = _core(c, 8, 8192)
     d_inner = c.int("mamba_d_ssm", 1024, null=None)
     if d_inner is None:
-        d_inner = _expand(c, "mamba_expand", 2) * kw["hidden_size"]
+        d_inner = c.int("mamba_expand", 2) * kw["hidden_size"]
     kw.update(layer_mixers=("parallel",) * kw["num_layers"],
               attention_bias=c.bool("attention_bias", False),
               add_bias_linear=c.bool("mlp_bias", False),
@@ -285,7 +281,7 @@ def _read_granitemoehybrid(c: ConfigFields, notes: list) -> dict:
     proj_bias = c.bool("mamba_proj_bias", False)
     kw.update(layer_mixers=mixers, attention_bias=c.bool("attention_bias", False),
               mamba_in_proj_bias=proj_bias, mamba_out_proj_bias=proj_bias,
-              **mamba2_fields(c, _expand(c, "mamba_expand", 2) * kw["hidden_size"],
+              **mamba2_fields(c, c.int("mamba_expand", 2) * kw["hidden_size"],
                         heads="mamba_n_heads", groups="mamba_n_groups", state="mamba_d_state",
                         conv="mamba_d_conv", conv_bias="mamba_conv_bias",
                         defaults=(128, 1, 256, 4)))

@@ -109,9 +109,9 @@ def megatron_architecture(r: MegatronArguments) -> dict:
     a = {}
     hybrid = _hybrid_pattern(r)
     # args:787-797: a hybrid pattern's main layers replace --num-layers
-    a["num_layers"] = (len(hybrid.main) if hybrid else r.require("num_layers", 1, MAX_LAYERS))
-    a["hidden_size"] = r.require("hidden_size", 1, MAX_HIDDEN)
-    a["num_attention_heads"] = r.require("num_attention_heads", 1, MAX_HEADS)
+    a["num_layers"] = (len(hybrid.main) if hybrid else r.require("num_layers", MAX_LAYERS))
+    a["hidden_size"] = r.require("hidden_size", MAX_HIDDEN)
+    a["num_attention_heads"] = r.require("num_attention_heads", MAX_HEADS)
     a["multi_latent_attention"] = r.flag("multi_latent_attention")
     _attention(r, a)
     _feed_forward(r, a)

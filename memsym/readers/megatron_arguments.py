@@ -440,11 +440,11 @@ class MegatronArguments:
             raise UnknownNameError(f"value of {self.name(dest)}", val, accepted)
         return val
 
-    def require(self, dest, lo, hi):
-        """``dest`` as a whole number in [lo, hi]; an argument Megatron requires."""
+    def require(self, dest, hi):
+        """``dest`` as a whole number in [1, hi]; an argument Megatron requires."""
         if dest not in self.raw:
             raise InvalidValueError(f"{self.name(dest)} is required (Megatron's validate_args)")
-        return self.int(dest, lo=lo, hi=hi)
+        return self.int(dest, lo=1, hi=hi)
 
     def seq_length(self) -> int:
         """The sequence length [tokens]: ``--seq-length`` or its alias ``--encoder-seq-length``."""
