@@ -277,23 +277,20 @@ def _cluster_tables(cluster: dict) -> list[str]:
                  "reduction and the optimizer step:"), _align(lines)]
         rows = [rf"${sym}$ & {sec} & {share} & {escape(meaning)}"
                 for sym, sec, share, meaning in step_rows(cluster)]
-        out.append(_table(_longtable([("l", 0.12), ("r", 0.14), ("r", 0.12), ("l", 0.62)],
-                                     r"part & s & \% of step & what", rows)))
+        out.append("\n".join(_longtable([("l", 0.12), ("r", 0.14), ("r", 0.12), ("l", 0.62)],
+                                        r"part & s & \% of step & what", rows)))
     rows = [rf"{escape(g)} & {gb_} & {ms} & {exp} & {escape(link)}"
             for g, gb_, ms, exp, link in comm_rows(cluster)]
     out.append("The traffic of each parallel group per step, the bytes one GPU sends:")
-    out.append(_table(_longtable([("l", 0.2), ("r", 0.13), ("r", 0.15), ("r", 0.15),
-                                  ("l", 0.37)],
-                                 "group & GB & ms & exposed ms & link", rows)))
+    out.append("\n".join(_longtable([("l", 0.2), ("r", 0.13), ("r", 0.15), ("r", 0.15),
+                                     ("l", 0.37)],
+                                    "group & GB & ms & exposed ms & link", rows)))
     return out
 
 
 def _align(lines: list[str]) -> str:
     return "\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}"
 
-
-def _table(lines: list[str]) -> str:
-    return "\n".join(lines)
 
 
 def _check_paper(paper: str) -> tuple:
@@ -367,8 +364,8 @@ def job_document(estimate, *, title: str | None = None, solve=None, cluster: dic
     body += [escape(x) for x in parts.context]
     body += [r"\section*{Derivation}", _align(align_lines(parts)),
              "At the values of the inputs table:", _align(_numeric_lines(parts, cap)),
-             r"\needlines{8}\section*{Terms and sources}", _table(_terms_table(parts, numbers))]
-    body += [r"\needlines{8}\section*{Inputs}", _table(_inputs_table(parts))]
+             r"\needlines{8}\section*{Terms and sources}", "\n".join(_terms_table(parts, numbers))]
+    body += [r"\needlines{8}\section*{Inputs}", "\n".join(_inputs_table(parts))]
     if solve is not None:
         body += [r"\section*{Solving for $%s$}" % latex(solve.unknown),
                  rf"With capacity $C = {float(solve.capacity) / _GB:.3f}$\,GB:",
