@@ -109,8 +109,12 @@ def _read_nemotron(c: ConfigFields, mtype: str, notes: list) -> dict:
     # weight and a bias of h); NemotronAttention: q, k, v, o with bias=config.attention_bias,
     # head_dim = config.head_dim (h // a when null); NemotronMLP: up_proj, relu2, down_proj
     # (no gate) with bias=config.mlp_bias.  partial_rotary_factor changes no parameter.
-    # NemotronConfig leaves num_key_value_heads None, which NemotronAttention cannot build with:
-    # it is required
+    # NemotronConfig leaves num_key_value_heads None, which NemotronAttention cannot build with
+    # (num_heads // num_key_value_heads, modeling_nemotron.py:238, transformers 5.25.0): it is
+    # required
+    if c.data.get("num_key_value_heads") is None:
+        raise c._bad("missing field 'num_key_value_heads': transformers builds no model without "
+                     "it (NemotronConfig's default None fails in NemotronAttention); give it")
     kw = decoder_fields(c, mtype, gated=False, norm="LayerNorm")
     kw.update(num_query_groups=c.int("num_key_value_heads"), attention_bias=c.bool("attention_bias", False),
               add_bias_linear=c.bool("mlp_bias", False))

@@ -284,11 +284,15 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
         if mtype in types:
             kw.update(fields)
     if mtype in ("hunyuan_v1_dense", "hunyuan_v1_moe", "ministral") and kw["kv_channels"] is None:
-        # HunYuanDenseV1Attention / HunYuanMoEV1Attention / MinistralAttention read
-        # config.head_dim, whose default is None: transformers cannot build the model without it
-        cls = {"hunyuan_v1_dense": "HunYuanDenseV1Attention",
-               "hunyuan_v1_moe": "HunYuanMoEV1Attention"}.get(mtype, "MinistralAttention")
-        raise c._bad(f"missing field 'head_dim' (transformers' {cls} needs it)")
+        # HunYuanDenseV1Attention / HunYuanMoEV1Attention / MinistralAttention take
+        # getattr(config, "head_dim", h // a), and the config class's head_dim is None, so
+        # transformers 5.25.0 fails on its own defaults at self.head_dim**-0.5
+        # (modeling_hunyuan_v1_dense.py:163, modeling_hunyuan_v1_moe.py:162,
+        # modeling_ministral.py:147): nothing to count until the file gives it
+        cls = {"hunyuan_v1_dense": "HunYuanDenseV1", "hunyuan_v1_moe": "HunYuanMoEV1"}.get(
+            mtype, "Ministral")
+        raise c._bad(f"missing field 'head_dim': transformers builds no model without it "
+                     f"({cls}Config's default None fails in {cls}Attention); give head_dim")
     if mtype == "apertus":
         # ApertusMLP replaces the activation by XIELU (learned alpha_p, alpha_n) iff
         # hidden_act == "xielu"; every other ACT2FN activation has no parameter

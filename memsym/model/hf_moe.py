@@ -32,6 +32,7 @@ def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     glm = mtype == "glm4_moe"
     kw = decoder_fields(c, mtype)
     if glm:
+        _glm4_moe_head_dim(c, kw)
         # Glm4MoeAttention: q, k, v bias=config.attention_bias, o_proj bias=False; q_norm,
         # k_norm = RMSNorm(head_dim) iff use_qk_norm
         kw.update(add_qkv_bias=c.bool("attention_bias", False),
@@ -42,7 +43,12 @@ def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     else:
         # Dots1Attention: q, k, v, o bias=config.attention_bias; RMSNorm(head_dim) on q and k.
         # n_routed_experts, n_shared_experts and num_experts_per_tok default to None in
-        # Dots1Config, which builds no model: they are required
+        # Dots1Config, which builds no model (Dots1NaiveMoe's torch.empty(None, ...),
+        # modeling_dots1.py:322, transformers 5.25.0): they are required
+        for key in ("n_routed_experts", "n_shared_experts", "num_experts_per_tok"):
+            if c.data.get(key) is None:
+                raise c._bad(f"missing field {key!r}: transformers builds no model without it "
+                             "(Dots1Config's default None); give it")
         kw.update(attention_bias=c.bool("attention_bias", False), qk_layernorm=True)
         n_exp, n_shared = c.int("n_routed_experts"), c.int("n_shared_experts", allow_zero=True)
         topk, moe_f = c.int("num_experts_per_tok"), c.int("moe_intermediate_size", 1408)
@@ -52,6 +58,17 @@ def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
               moe_layer_freq=pattern, moe_router_bias=False)
     _uncounted_notes(c, notes, pattern, n_exp, "Glm4Moe" if glm else "Dots1", mtp=glm)
     return kw
+
+
+def _glm4_moe_head_dim(c: ConfigFields, kw: dict) -> None:
+    # Glm4MoeConfig has no head_dim field; Glm4MoeAttention takes getattr(config, "head_dim",
+    # h // a) (modeling_glm4_moe.py:181, transformers 5.25.0): the floor of h / a where the file
+    # has none (the class defaults' 4096 / 96 builds heads of 42), and a null one fails there
+    if "head_dim" not in c.data:
+        kw["kv_channels"] = kw["hidden_size"] // kw["num_attention_heads"]
+    elif kw["kv_channels"] is None:
+        raise c._bad("head_dim null in a glm4_moe config: transformers builds no model of it "
+                     "(Glm4MoeAttention's head_dim**-0.5); give a number or leave it out")
 
 
 def _read_exaone_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
@@ -137,7 +154,14 @@ def _read_deepseek(c: ConfigFields, mtype: str, notes: list) -> dict:
     moe_f = c.int("moe_intermediate_size", 2048 if v3 else 1407)
     # DeepseekV{2,3}DecoderLayer: MoE iff layer_idx >= config.first_k_dense_replace
     pattern = tuple(int(i >= first_dense) for i in range(n_layers))
-    topk = c.int("num_experts_per_tok", 8) if v3 else c.int("num_experts_per_tok")
+    if not v3 and c.data.get("num_experts_per_tok") is None:
+        # DeepseekV2Config's default None builds a model, whose DeepseekV2TopkRouter then calls
+        # torch.topk(scores, k=None) at its first forward (modeling_deepseek_v2.py:88, 102,
+        # transformers 5.25.0): it cannot be trained, so there is nothing to estimate
+        raise c._bad("missing field 'num_experts_per_tok': transformers builds DeepseekV2 of "
+                     "DeepseekV2Config's default None but its router's torch.topk(k=None) fails "
+                     "at the first forward; give it")
+    topk = c.int("num_experts_per_tok", 8)
     v_head = c.int("v_head_dim", 128, null=128)
     kw.update(num_query_groups=heads, kv_channels=v_head,
               num_experts=c.int("n_routed_experts", 256 if v3 else 64), moe_router_topk=topk,
