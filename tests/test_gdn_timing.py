@@ -140,10 +140,10 @@ def test_a_gdn_hybrid_step_is_priced_and_tp_shortens_it():
 
 def test_a_zamba2_shared_block_is_still_refused(tmp_path):
     from memsym.model.hf_config import from_hf_config
-    from test_hf_configs import _write
+    from hf_oracle import write_config
     from test_hf_zamba import SMALL
     with pytest.raises(StepTimeNotModelledError, match="shared-block"):
-        shape_of(from_hf_config(_write(tmp_path, SMALL["zamba2"])))
+        shape_of(from_hf_config(write_config(tmp_path, SMALL["zamba2"])))
 
 
 # Qwen3-Next's config.json fields (Qwen/Qwen3-Next-80B-A3B-Instruct) at a small width

@@ -22,7 +22,8 @@ import sympy as sp
 from memsym.model import from_hf_config
 from memsym.symbols import L, a, b, c, d_h, g, s, t
 
-from test_hf_configs import REAL, _write
+from hf_oracle import write_config
+from test_hf_configs import REAL
 
 
 def _layers(x, framework):
@@ -32,18 +33,18 @@ def _layers(x, framework):
 
 
 def test_gemma3_reads_fp32_scaled_qk_norms(tmp_path):
-    arch = from_hf_config(_write(tmp_path, REAL["gemma-3-1b"], "g3"))
+    arch = from_hf_config(write_config(tmp_path, REAL["gemma-3-1b"], "g3"))
     assert arch.qk_layernorm and arch.qk_norm_fp32_scale
     # Qwen3's Qwen3RMSNorm multiplies weight * x.to(input_dtype): 16-bit, no such term
     qwen3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128}
-    q3 = from_hf_config(_write(tmp_path, qwen3, "q3"))
+    q3 = from_hf_config(write_config(tmp_path, qwen3, "q3"))
     assert q3.qk_layernorm and not q3.qk_norm_fp32_scale
 
 
 def test_deepspeed_keeps_gemma3_fp32_qk_norm_outputs(tmp_path):
-    arch = from_hf_config(_write(tmp_path, REAL["gemma-3-1b"], "g3"))
+    arch = from_hf_config(write_config(tmp_path, REAL["gemma-3-1b"], "g3"))
     plain = dataclasses.replace(arch, qk_norm_fp32_scale=False)
     per_layer = 2560 * s * b / (c * t) + 2048          # by hand, see the module docstring
     # the first 1F1B stage holds p micro-batches of its L/p layers: L layer copies in all

@@ -14,9 +14,8 @@ import pytest
 from memsym.errors import InvalidValueError
 from memsym.model import from_hf_config, parameter_count
 
-from test_hf_classic_types import class_defaults
-from test_hf_configs import _write
-from test_hf_newer_types import _language_model_count
+from hf_oracle import class_defaults, language_model_count, write_config
+
 
 # model_type -> the field whose None default transformers' own model cannot be built with
 NOT_BUILT = {"hunyuan_v1_dense": "head_dim", "hunyuan_v1_moe": "head_dim",
@@ -27,24 +26,24 @@ NOT_BUILT = {"hunyuan_v1_dense": "head_dim", "hunyuan_v1_moe": "head_dim",
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", sorted(NOT_BUILT))
 def test_defaults_transformers_cannot_build_are_refused_in_one_line(tmp_path, mtype):
-    path = _write(tmp_path, class_defaults(mtype), mtype)
+    path = write_config(tmp_path, class_defaults(mtype), mtype)
     with pytest.raises(InvalidValueError, match=f"missing field '{NOT_BUILT[mtype]}': "
                                                 "transformers builds no model") as err:
         from_hf_config(path)
     assert "\n" not in str(err.value)
     # the oracle: transformers itself fails on the same file
     with pytest.raises(TypeError):
-        _language_model_count(path)
+        language_model_count(path)
 
 
 @pytest.mark.torch
 def test_glm4_moe_defaults_take_the_floor_of_h_over_a(tmp_path):
     # Glm4MoeConfig: h 4096, 96 heads, no head_dim field; Glm4MoeAttention's
     # getattr(config, "head_dim", h // a) gives 42-wide heads (q_proj 4032 x 4096)
-    path = _write(tmp_path, class_defaults("glm4_moe"), "glm4_moe")
+    path = write_config(tmp_path, class_defaults("glm4_moe"), "glm4_moe")
     arch = from_hf_config(path)
     assert arch.kv_channels == 4096 // 96 == 42
-    assert parameter_count(arch) == _language_model_count(path)
+    assert parameter_count(arch) == language_model_count(path)
 
 
 def test_glm4_moe_null_head_dim_is_refused(tmp_path):
@@ -53,19 +52,20 @@ def test_glm4_moe_null_head_dim_is_refused(tmp_path):
            "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 128,
            "head_dim": None}
     with pytest.raises(InvalidValueError, match="head_dim null in a glm4_moe config") as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value)
 
 
 @pytest.mark.torch
 def test_deepseek_v2_defaults_refused_for_their_missing_top_k(tmp_path):
-    path = _write(tmp_path, class_defaults("deepseek_v2"), "v2")
+    path = write_config(tmp_path, class_defaults("deepseek_v2"), "v2")
     with pytest.raises(InvalidValueError, match="num_experts_per_tok.*torch.topk") as err:
         from_hf_config(path)
     assert "\n" not in str(err.value)
     # the defaults with a top-k given count as transformers builds them
-    path = _write(tmp_path, {**class_defaults("deepseek_v2"), "num_experts_per_tok": 6}, "v2k")
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    cfg = {**class_defaults("deepseek_v2"), "num_experts_per_tok": 6}
+    path = write_config(tmp_path, cfg, "v2k")
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
 @pytest.mark.torch

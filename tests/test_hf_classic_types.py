@@ -16,28 +16,26 @@ import pytest
 
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.model import from_hf_config, parameter_count, parameter_counts
-from memsym.model.hf_config import HF_MODEL_TYPES, class_dropout
+from memsym.model.hf_config import class_dropout
 
-from test_hf_configs import (_TOKENS, _write, assert_masks_follow_dropout, assert_stages_add_up,
-                             one_case_per_type)
-from test_hf_newer_types import _language_model_count, fuzz_configs
+from hf_oracle import TOKENS, assert_masks_follow_dropout, one_case_per_type, write_config
 from in_process import estimate
 
 # the model types this file covers
 TYPES = {"opt", "gpt_neo", "codegen", "mpt", "persimmon"}
 
 _OPT = {"model_type": "opt", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
-        "ffn_dim": 96, "vocab_size": 128, "max_position_embeddings": 64, **_TOKENS}
+        "ffn_dim": 96, "vocab_size": 128, "max_position_embeddings": 64, **TOKENS}
 _NEO = {"model_type": "gpt_neo", "hidden_size": 64, "num_layers": 4, "num_heads": 4,
         "vocab_size": 128, "max_position_embeddings": 64, "window_size": 8,
-        "attention_types": [[["global", "local"], 2]], **_TOKENS}
+        "attention_types": [[["global", "local"], 2]], **TOKENS}
 _CODEGEN = {"model_type": "codegen", "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
-            "rotary_dim": 8, "vocab_size": 128, **_TOKENS}
+            "rotary_dim": 8, "vocab_size": 128, **TOKENS}
 _MPT = {"model_type": "mpt", "d_model": 64, "n_layers": 3, "n_heads": 4, "max_seq_len": 64,
-        "vocab_size": 128, **_TOKENS}
+        "vocab_size": 128, **TOKENS}
 _PERSIMMON = {"model_type": "persimmon", "hidden_size": 64, "num_hidden_layers": 3,
               "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 128,
-              "max_position_embeddings": 64, **_TOKENS}
+              "max_position_embeddings": 64, **TOKENS}
 
 SMALL = {
     # OPT: learned positions with 2 offset rows, biased projections and LayerNorms, ReLU MLP,
@@ -67,67 +65,6 @@ SMALL = {
     "persimmon-no-qk-norm-tied": {**_PERSIMMON, "qk_layernorm": False,
                                   "tie_word_embeddings": True},
 }
-
-
-def test_every_type_here_has_a_small_config():
-    assert {cfg["model_type"] for cfg in SMALL.values()} == TYPES
-    assert TYPES <= set(HF_MODEL_TYPES)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("mtype", sorted(TYPES))
-def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
-    assert_read_by_class_name(tmp_path, SMALL, mtype)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
-
-
-def class_defaults(mtype: str) -> dict:
-    """The config.json of transformers' config class of ``mtype`` at its own defaults, as its
-    ``to_dict()`` writes them (GPT-Neo's derived attention_layers and the private fields left
-    out)."""
-    from transformers import AutoConfig
-
-    defaults = AutoConfig.for_model(mtype).to_dict()
-    return {k: v for k, v in defaults.items() if not k.startswith("_") and k not in (
-        "transformers_version", "architectures", "attention_layers")}
-
-
-def assert_read_by_class_name(tmp_path, small: dict, mtype: str) -> None:
-    """A file with no model_type is read by its architectures[0] alone, named as transformers
-    names its causal-LM class of ``mtype`` (its auto mapping, the oracle), as the typed file."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    case = next(c for c in sorted(small) if small[c]["model_type"] == mtype)
-    cfg = {k: v for k, v in small[case].items() if k != "model_type"}
-    cfg["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[mtype]]
-    arch = from_hf_config(_write(tmp_path, cfg))
-    assert arch.extra["hf_model_type"] == mtype
-    assert parameter_count(arch) == parameter_count(from_hf_config(_write(tmp_path, small[case],
-                                                                          "typed")))
-
-
-def assert_attention_dropout_only(tmp_path, cfg: dict) -> None:
-    """The types whose modules read attention_dropout alone: memsym reads that one field, and
-    transformers' model draws a mask exactly when it is above zero."""
-    assert from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"] == {
-        "attention_dropout": 0.0}
-    assert assert_masks_follow_dropout(_write(tmp_path, {**cfg, "attention_dropout": 0.1}))
-    assert_masks_follow_dropout(_write(tmp_path, cfg, "zero"))
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("mtype", sorted(TYPES))
-def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
-    # the config class's own defaults: the file names only the model type (and its sizes where
-    # memsym requires them); transformers fills the rest as memsym does
-    path = _write(tmp_path, class_defaults(mtype), mtype)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,18 +126,12 @@ REAL = {
                           "qk_layernorm": True, "rope_theta": 25000.0,
                           "tie_word_embeddings": False, "vocab_size": 262144,
                           "bos_token_id": 1, "eos_token_id": 2},
+
 }
 
 
 def _read(tmp_path, case):
-    return from_hf_config(_write(tmp_path, REAL[case], case))
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(REAL))
-def test_real_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, REAL[case], case)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    return from_hf_config(write_config(tmp_path, REAL[case], case))
 
 
 def test_opt_125m_hand_count(tmp_path):
@@ -257,7 +188,7 @@ def test_persimmon_8b_hand_count(tmp_path):
 
 
 def test_an_opt_estimate_runs(tmp_path, capsys):
-    path = _write(tmp_path, REAL["opt-125m"], "opt")
+    path = write_config(tmp_path, REAL["opt-125m"], "opt")
     code, out, err = estimate(capsys, path, "--seq-length", 2048)
     assert code == 0, err
     # 16-bit weights of the 125,239,296 parameters, the tied table padded from 50272 to
@@ -282,7 +213,7 @@ def test_an_opt_estimate_runs(tmp_path, capsys):
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value)
 
 
@@ -290,20 +221,21 @@ def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, 
                                        ("code_gen", "codegen"), ("persimon", "persimmon")])
 def test_a_misspelt_type_is_refused_not_read_as_the_suggestion(tmp_path, typo, near):
     with pytest.raises(UnknownNameError) as err:
-        from_hf_config(_write(tmp_path, {**_OPT, "model_type": typo}))
+        from_hf_config(write_config(tmp_path, {**_OPT, "model_type": typo}))
     msg = str(err.value)
     assert "\n" not in msg and f"{typo!r}" in msg and near in msg
     assert "never reads one in place of the other" in msg
 
 
 def test_what_transformers_ignores_is_said(tmp_path):
-    arch = from_hf_config(_write(tmp_path, SMALL["mpt-ignored-fields-untied"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["mpt-ignored-fields-untied"]))
     assert any(n.startswith("expansion_ratio=2 ignored") for n in arch.extra["notes"])
     # the nested attn_pdrop is the one read (transformers 5.25's MptAttentionConfig types it
     # as an int: 0 or 1), a top-level one ignored as transformers ignores it
     cfg = {**_MPT, "attn_pdrop": 0, "attn_config": {"attn_pdrop": 1}}
-    assert from_hf_config(_write(tmp_path, cfg, "nested")).extra["hf_dropout"] == {"attn_pdrop": 1}
-    arch = from_hf_config(_write(tmp_path, _OPT))
+    arch = from_hf_config(write_config(tmp_path, cfg, "nested"))
+    assert arch.extra["hf_dropout"] == {"attn_pdrop": 1}
+    arch = from_hf_config(write_config(tmp_path, _OPT))
     assert any("offset of 2" in n for n in arch.extra["notes"])
 
 
@@ -319,21 +251,12 @@ def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero (MPT's from its attn_config)
     cfg = dict(SMALL[case])
-    dropout_fields = from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"]
+    dropout_fields = from_hf_config(write_config(tmp_path, cfg, "probe")).extra["hf_dropout"]
     if case != "mpt":
         # (MptAttentionConfig types attn_pdrop as an int in transformers 5.25: 0, or 1, which
         # zeroes the tensor without drawing a mask; only its zero case is built)
         cfg.update({k: 0.1 for k in dropout_fields})
-        assert assert_masks_follow_dropout(_write(tmp_path, cfg)) != {}
+        assert assert_masks_follow_dropout(write_config(tmp_path, cfg)) != {}
     zero = {**SMALL[case], **{k: 0.0 for k in dropout_fields}}
     zero.pop("attn_config", None)
-    assert_masks_follow_dropout(_write(tmp_path, zero, "zero"))
-
-
-@pytest.mark.parametrize("case", ["opt", "gpt_neo", "codegen", "mpt", "persimmon"])
-def test_stages_add_up_to_the_count(tmp_path, case):
-    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
-
-
-def test_fuzzed_configs(tmp_path):
-    fuzz_configs(tmp_path, SMALL, {k for cfg in SMALL.values() for k in cfg})
+    assert_masks_follow_dropout(write_config(tmp_path, zero, "zero"))

@@ -23,19 +23,12 @@ from memsym.model import from_hf_config, parameter_count
 from memsym.limits import FIELD_LIMITS, limit_of
 from memsym.model.hf_config import HF_MODEL_TYPES
 
+from hf_oracle import (TOKENS, assert_stages_add_up, dropout_masks, one_case_per_type,
+                       small_config, transformers_count, write_config)
+
 # --------------------------------------------------------------------------------------------
 # small configs, one or more per model type and per structural switch
 # --------------------------------------------------------------------------------------------
-
-_TOKENS = {"pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
-_BASE = {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 128,
-         "max_position_embeddings": 64, **_TOKENS}
-
-
-def _small(model_type, **over):
-    return {"model_type": model_type, **_BASE, **over}
-
 
 _DEEPSEEK = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
                  v_head_dim=8, n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=16,
@@ -43,84 +36,86 @@ _DEEPSEEK = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_he
                  num_key_value_heads=4)
 
 SMALL = {
-    "llama": _small("llama"),
-    "llama-biases": _small("llama", attention_bias=True, mlp_bias=True),
-    "llama-attention-bias": _small("llama", attention_bias=True),
-    "llama-mlp-bias-tied": _small("llama", mlp_bias=True, tie_word_embeddings=True),
-    "llama-head-dim": _small("llama", head_dim=32),
-    "llama-no-kv-field": {k: v for k, v in _small("llama").items() if k != "num_key_value_heads"},
-    "mistral": _small("mistral"),
-    "mistral-default-kv": {**{k: v for k, v in _small("mistral").items()
+    "llama": small_config("llama"),
+    "llama-biases": small_config("llama", attention_bias=True, mlp_bias=True),
+    "llama-attention-bias": small_config("llama", attention_bias=True),
+    "llama-mlp-bias-tied": small_config("llama", mlp_bias=True, tie_word_embeddings=True),
+    "llama-head-dim": small_config("llama", head_dim=32),
+    "llama-no-kv-field": {k: v for k, v in small_config("llama").items()
+                          if k != "num_key_value_heads"},
+    "mistral": small_config("mistral"),
+    "mistral-default-kv": {**{k: v for k, v in small_config("mistral").items()
                               if k != "num_key_value_heads"}, "num_attention_heads": 8},
-    "mixtral": _small("mixtral", num_local_experts=4, num_experts_per_tok=2),
-    "qwen2": _small("qwen2"),
-    "qwen2-tied": _small("qwen2", tie_word_embeddings=True),
-    "qwen3": _small("qwen3", head_dim=16),
-    "qwen3-default-head-dim": _small("qwen3"),
-    "qwen2_moe": _small("qwen2_moe", num_experts=4, num_experts_per_tok=2,
-                        moe_intermediate_size=32, shared_expert_intermediate_size=48,
-                        decoder_sparse_step=2, mlp_only_layers=[0]),
-    "qwen3_moe": _small("qwen3_moe", head_dim=16, num_experts=4, num_experts_per_tok=2,
-                        moe_intermediate_size=32, mlp_only_layers=[1]),
-    "deepseek_v2": _small("deepseek_v2", **{**_DEEPSEEK, "q_lora_rank": None},
-                          topk_method="greedy"),
-    "deepseek_v3": _small("deepseek_v3", **_DEEPSEEK, num_nextn_predict_layers=1),
-    "gpt_oss": _small("gpt_oss", head_dim=16, num_local_experts=4, num_experts_per_tok=2),
+    "mixtral": small_config("mixtral", num_local_experts=4, num_experts_per_tok=2),
+    "qwen2": small_config("qwen2"),
+    "qwen2-tied": small_config("qwen2", tie_word_embeddings=True),
+    "qwen3": small_config("qwen3", head_dim=16),
+    "qwen3-default-head-dim": small_config("qwen3"),
+    "qwen2_moe": small_config("qwen2_moe", num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                              decoder_sparse_step=2, mlp_only_layers=[0]),
+    "qwen3_moe": small_config("qwen3_moe", head_dim=16, num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=32, mlp_only_layers=[1]),
+    "deepseek_v2": small_config("deepseek_v2", **{**_DEEPSEEK, "q_lora_rank": None},
+                                topk_method="greedy"),
+    "deepseek_v3": small_config("deepseek_v3", **_DEEPSEEK, num_nextn_predict_layers=1),
+    "gpt_oss": small_config("gpt_oss", head_dim=16, num_local_experts=4, num_experts_per_tok=2),
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
-             "vocab_size": 128, **_TOKENS},
+             "vocab_size": 128, **TOKENS},
     "gpt2-n-inner": {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4,
-                     "n_positions": 64, "n_inner": 80, "vocab_size": 128, **_TOKENS},
-    "gpt_neox": _small("gpt_neox", num_key_value_heads=None),
-    "gpt_neox-no-attention-bias": _small("gpt_neox", attention_bias=False),
-    "gemma": _small("gemma", head_dim=16),
-    "gemma-default-head-dim-and-kv": {**{k: v for k, v in _small("gemma").items()
+                     "n_positions": 64, "n_inner": 80, "vocab_size": 128, **TOKENS},
+    "gpt_neox": small_config("gpt_neox", num_key_value_heads=None),
+    "gpt_neox-no-attention-bias": small_config("gpt_neox", attention_bias=False),
+    "gemma": small_config("gemma", head_dim=16),
+    "gemma-default-head-dim-and-kv": {**{k: v for k, v in small_config("gemma").items()
                                          if k != "num_key_value_heads"},
                                       "num_attention_heads": 16},
-    "gemma-attention-bias": _small("gemma", head_dim=16, attention_bias=True),
-    "gemma2": _small("gemma2", head_dim=16),
-    "gemma3_text": _small("gemma3_text", head_dim=16),
-    "gemma3_text-untied": _small("gemma3_text", head_dim=16, tie_word_embeddings=False),
-    "phi3": _small("phi3"),
-    "phi3-tied": _small("phi3", tie_word_embeddings=True),
-    "phimoe": _small("phimoe", num_local_experts=4, num_experts_per_tok=2),
-    "phimoe-biases": _small("phimoe", num_local_experts=4, num_experts_per_tok=2,
-                            attention_bias=True, lm_head_bias=True),
-    "olmo": _small("olmo"),
-    "olmo-tied-bias": _small("olmo", tie_word_embeddings=True, attention_bias=True),
-    "olmo2": _small("olmo2"),
+    "gemma-attention-bias": small_config("gemma", head_dim=16, attention_bias=True),
+    "gemma2": small_config("gemma2", head_dim=16),
+    "gemma3_text": small_config("gemma3_text", head_dim=16),
+    "gemma3_text-untied": small_config("gemma3_text", head_dim=16, tie_word_embeddings=False),
+    "phi3": small_config("phi3"),
+    "phi3-tied": small_config("phi3", tie_word_embeddings=True),
+    "phimoe": small_config("phimoe", num_local_experts=4, num_experts_per_tok=2),
+    "phimoe-biases": small_config("phimoe", num_local_experts=4, num_experts_per_tok=2,
+                                  attention_bias=True, lm_head_bias=True),
+    "olmo": small_config("olmo"),
+    "olmo-tied-bias": small_config("olmo", tie_word_embeddings=True, attention_bias=True),
+    "olmo2": small_config("olmo2"),
     "gptj": {"model_type": "gptj", "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
-             "rotary_dim": 8, "vocab_size": 128, **_TOKENS},
+             "rotary_dim": 8, "vocab_size": 128, **TOKENS},
     "gptj-tied": {"model_type": "gptj", "n_embd": 64, "n_layer": 3, "n_head": 4,
                   "n_positions": 64, "rotary_dim": 8, "n_inner": 80, "vocab_size": 128,
-                  "tie_word_embeddings": True, **_TOKENS},
+                  "tie_word_embeddings": True, **TOKENS},
     "falcon-multi-query-parallel": {"model_type": "falcon", "hidden_size": 64,
                                     "num_hidden_layers": 3, "num_attention_heads": 4,
-                                    "vocab_size": 128, **_TOKENS},
+                                    "vocab_size": 128, **TOKENS},
     "falcon-mha-sequential-bias": {"model_type": "falcon", "hidden_size": 64,
                                    "num_hidden_layers": 3, "num_attention_heads": 4,
                                    "vocab_size": 128, "multi_query": False,
-                                   "parallel_attn": False, "bias": True, **_TOKENS},
+                                   "parallel_attn": False, "bias": True, **TOKENS},
     "falcon-new-architecture": {"model_type": "falcon", "hidden_size": 64,
                                 "num_hidden_layers": 3, "num_attention_heads": 4,
                                 "num_kv_heads": 2, "new_decoder_architecture": True,
-                                "vocab_size": 128, **_TOKENS},
+                                "vocab_size": 128, **TOKENS},
     "falcon-new-one-norm-ffn": {"model_type": "falcon", "hidden_size": 64,
                                 "num_hidden_layers": 3, "num_attention_heads": 4,
                                 "num_kv_heads": 2, "new_decoder_architecture": True,
                                 "num_ln_in_parallel_attn": 1, "ffn_hidden_size": 80,
-                                "vocab_size": 128, **_TOKENS},
+                                "vocab_size": 128, **TOKENS},
     "falcon-alibi-untied": {"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 3,
                             "num_attention_heads": 4, "alibi": True,
-                            "tie_word_embeddings": False, "vocab_size": 128, **_TOKENS},
+                            "tie_word_embeddings": False, "vocab_size": 128, **TOKENS},
     "bloom": {"model_type": "bloom", "n_embed": 64, "n_layer": 3, "n_head": 4,
-              "vocab_size": 128, **_TOKENS},
-    "starcoder2": _small("starcoder2"),
-    "starcoder2-no-bias-untied": _small("starcoder2", use_bias=False, tie_word_embeddings=False),
-    "cohere": _small("cohere"),
-    "cohere-qk-norm-bias": _small("cohere", use_qk_norm=True, attention_bias=True),
-    "granite": _small("granite"),
-    "granite-mlp-bias": _small("granite", mlp_bias=True, tie_word_embeddings=True),
-    "granitemoe": _small("granitemoe", num_local_experts=4, num_experts_per_tok=2),
+              "vocab_size": 128, **TOKENS},
+    "starcoder2": small_config("starcoder2"),
+    "starcoder2-no-bias-untied": small_config("starcoder2", use_bias=False,
+                                              tie_word_embeddings=False),
+    "cohere": small_config("cohere"),
+    "cohere-qk-norm-bias": small_config("cohere", use_qk_norm=True, attention_bias=True),
+    "granite": small_config("granite"),
+    "granite-mlp-bias": small_config("granite", mlp_bias=True, tie_word_embeddings=True),
+    "granitemoe": small_config("granitemoe", num_local_experts=4, num_experts_per_tok=2),
 }
 
 
@@ -289,32 +284,6 @@ PUBLISHED = {
 }
 
 
-def _write(tmp_path, cfg, sub="m"):
-    d = tmp_path / sub
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d / "config.json"
-
-
-def _transformers_count(path) -> int:
-    """transformers' own model built from the same file on the meta device: sum(p.numel())."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    import transformers
-
-    conf = AutoConfig.from_pretrained(str(path.parent))
-    if conf.model_type == "deepseek_v3" and int(transformers.__version__.split(".")[0]) < 5:
-        pytest.skip("transformers < 5 keeps e_score_correction_bias as a parameter; memsym "
-                    "reads the model of transformers 5, where it is a buffer")
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(conf)
-    # parameters() yields a tied (shared) weight once
-    return sum(p.numel() for p in model.parameters())
-
-
 def test_every_accepted_type_has_a_small_config():
     # the newer types (issue 32) have theirs in tests/test_hf_newer_types.py,
     # tests/test_hf_more_types.py and tests/test_hf_layer_kinds.py, the hybrid Mamba types in
@@ -340,14 +309,14 @@ def test_every_accepted_type_has_a_small_config():
 
 @pytest.mark.parametrize("case", sorted(PUBLISHED))
 def test_real_configs_published_totals(tmp_path, case):
-    assert parameter_count(from_hf_config(_write(tmp_path, REAL[case]))) == PUBLISHED[case]
+    assert parameter_count(from_hf_config(write_config(tmp_path, REAL[case]))) == PUBLISHED[case]
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(REAL))
 def test_real_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, REAL[case])
-    assert parameter_count(from_hf_config(path)) == _transformers_count(path)
+    path = write_config(tmp_path, REAL[case])
+    assert parameter_count(from_hf_config(path)) == transformers_count(path)
 
 
 def test_hand_counts_of_the_new_structures(tmp_path):
@@ -357,27 +326,27 @@ def test_hand_counts_of_the_new_structures(tmp_path):
     attn = 2 * h * 64 + 2 * h * 32                       # q, o: h x a d_h; k, v: h x g d_h
     # GPT-J: one LayerNorm (2h), no attention bias, 4h MLP with biases, lm_head with bias
     gptj = V * h + L * (2 * h + 4 * h * h + 2 * h * 4 * h + 4 * h + h) + 2 * h + V * h + V
-    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["gptj"], "j"))) == gptj
+    assert parameter_count(from_hf_config(write_config(tmp_path, SMALL["gptj"], "j"))) == gptj
     # Gemma 2: four RMSNorms per layer, tied
     gemma2 = V * h + L * (attn + 3 * h * f + 4 * h) + h
-    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["gemma2"], "g"))) == gemma2
+    assert parameter_count(from_hf_config(write_config(tmp_path, SMALL["gemma2"], "g"))) == gemma2
     # OLMo 2: q norm over a d_h = 64, k norm over g d_h = 32, two norms, untied
     olmo2 = 2 * V * h + L * (attn + 64 + 32 + 3 * h * f + 2 * h) + h
-    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["olmo2"], "o"))) == olmo2
+    assert parameter_count(from_hf_config(write_config(tmp_path, SMALL["olmo2"], "o"))) == olmo2
     # OLMo: non-parametric LayerNorms, no norm parameters at all
     olmo = 2 * V * h + L * (attn + 3 * h * f)
-    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["olmo"], "o1"))) == olmo
+    assert parameter_count(from_hf_config(write_config(tmp_path, SMALL["olmo"], "o1"))) == olmo
     # BLOOM: embedding LayerNorm, fused qkv 3h and dense with bias, 4h MLP with bias, 2 LNs
     bloom = V * h + 2 * h + L * (3 * h * h + 3 * h + h * h + h + 8 * h * h + 5 * h + 4 * h) + 2 * h
-    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["bloom"], "b"))) == bloom
+    assert parameter_count(from_hf_config(write_config(tmp_path, SMALL["bloom"], "b"))) == bloom
     # Cohere with qk-norm: one bias-free LayerNorm per layer, q/k norms (a + g) d_h, q, k, v, o
     # biases (a d_h + 2 g d_h + h), tied
     cohere = V * h + L * (attn + (64 + 2 * 32 + h) + 4 * 16 + 2 * 16 + 3 * h * f + h) + h
-    assert parameter_count(from_hf_config(_write(tmp_path, SMALL["cohere-qk-norm-bias"], "c"))) \
-        == cohere
+    path = write_config(tmp_path, SMALL["cohere-qk-norm-bias"], "c")
+    assert parameter_count(from_hf_config(path)) == cohere
     # Falcon-7B style: one KV head (qkv h + 2 d_h), one LayerNorm (parallel), no biases, tied
     falcon = V * h + L * ((h + 2 * 16) * h + h * h + 8 * h * h + 2 * h) + 2 * h
-    path = _write(tmp_path, SMALL["falcon-multi-query-parallel"], "f")
+    path = write_config(tmp_path, SMALL["falcon-multi-query-parallel"], "f")
     assert parameter_count(from_hf_config(path)) == falcon
 
 
@@ -386,7 +355,7 @@ def test_hand_counts_of_the_new_structures(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 def test_deepseek_v3_mtp_and_router_buffer_are_notes(tmp_path):
-    arch = from_hf_config(_write(tmp_path, SMALL["deepseek_v3"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["deepseek_v3"]))
     assert arch.mtp_num_layers == 0 and arch.moe_router_bias is False
     notes = arch.extra["notes"]
     assert any(n.startswith("num_nextn_predict_layers=1 not counted") for n in notes)
@@ -394,10 +363,10 @@ def test_deepseek_v3_mtp_and_router_buffer_are_notes(tmp_path):
     assert all("\n" not in n for n in notes)
     # without num_nextn_predict_layers there is nothing to say about MTP
     cfg = {k: v for k, v in SMALL["deepseek_v3"].items() if k != "num_nextn_predict_layers"}
-    arch2 = from_hf_config(_write(tmp_path, cfg, "n"))
+    arch2 = from_hf_config(write_config(tmp_path, cfg, "n"))
     assert not any("num_nextn" in n for n in arch2.extra["notes"])
     # a plain llama config carries no notes
-    assert from_hf_config(_write(tmp_path, SMALL["llama"], "l")).extra["notes"] == ()
+    assert from_hf_config(write_config(tmp_path, SMALL["llama"], "l")).extra["notes"] == ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,13 +375,13 @@ def test_deepseek_v3_mtp_and_router_buffer_are_notes(tmp_path):
 
 def test_unknown_model_type_lists_the_accepted(tmp_path):
     with pytest.raises(UnknownNameError) as err:
-        from_hf_config(_write(tmp_path, {**_BASE, "model_type": "bert"}))
+        from_hf_config(write_config(tmp_path, small_config("bert")))
     msg = str(err.value)
     assert "\n" not in msg and "bert" in msg
     for mtype in HF_MODEL_TYPES:
         assert mtype in msg
     # the vision-language gemma3 is read through its text_config (tests/test_hf_newer_types.py)
-    arch = from_hf_config(_write(tmp_path, {"model_type": "gemma3", "text_config": {}}, "g3"))
+    arch = from_hf_config(write_config(tmp_path, {"model_type": "gemma3", "text_config": {}}, "g3"))
     assert arch.extra["hf_model_type"] == "gemma3"
 
 
@@ -429,7 +398,7 @@ def test_unknown_model_type_lists_the_accepted(tmp_path):
 def test_sizes_over_the_limits_refused_at_once(tmp_path, field, value, limit):
     for mtype, extra in (("llama", {}), ("qwen3_moe", {"num_experts": 8, "num_experts_per_tok": 2,
                                                        "moe_intermediate_size": 32})):
-        path = _write(tmp_path, {**_small(mtype), **extra, field: value}, mtype)
+        path = write_config(tmp_path, {**small_config(mtype), **extra, field: value}, mtype)
         start = time.perf_counter()
         with pytest.raises(InvalidValueError) as err:
             from_hf_config(path)
@@ -444,18 +413,18 @@ def test_sizes_over_the_limits_refused_at_once(tmp_path, field, value, limit):
 
 
 def test_experts_over_the_limit(tmp_path):
-    cfg = _small("mixtral", num_local_experts=2**20 + 1, num_experts_per_tok=2)
+    cfg = small_config("mixtral", num_local_experts=2**20 + 1, num_experts_per_tok=2)
     with pytest.raises(InvalidValueError, match=r"limit of 2\^20 experts"):
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
 
 
 def test_a_hostile_name_is_stored_escaped(tmp_path):
     evil = "x\n\x1b[2J\x1b[1;32mllama2-7b: fits\x1b[0m\r\u202e" + "y" * 500
-    arch = from_hf_config(_write(tmp_path, {**SMALL["llama"], "_name_or_path": evil}))
+    arch = from_hf_config(write_config(tmp_path, {**SMALL["llama"], "_name_or_path": evil}))
     assert arch.name.isprintable() and len(arch.name) <= 100
     assert "\\n" in arch.name and "\\x1b" in arch.name
     with pytest.raises(InvalidValueError, match="'_name_or_path' must be a string"):
-        from_hf_config(_write(tmp_path, {**SMALL["llama"], "_name_or_path": ["a"]}, "n"))
+        from_hf_config(write_config(tmp_path, {**SMALL["llama"], "_name_or_path": ["a"]}, "n"))
 
 
 @pytest.mark.parametrize("change,match", [
@@ -468,19 +437,19 @@ def test_a_hostile_name_is_stored_escaped(tmp_path):
 ])
 def test_malformed_fields_one_line(tmp_path, change, match):
     with pytest.raises(InvalidValueError, match=match) as err:
-        from_hf_config(_write(tmp_path, {**SMALL["llama"], **change}))
+        from_hf_config(write_config(tmp_path, {**SMALL["llama"], **change}))
     assert "\n" not in str(err.value)
 
 
 def test_malformed_moe_and_alias_fields(tmp_path):
     with pytest.raises(InvalidValueError, match="'mlp_only_layers' must be a list"):
-        from_hf_config(_write(tmp_path, {**SMALL["qwen3_moe"], "mlp_only_layers": "0"}))
+        from_hf_config(write_config(tmp_path, {**SMALL["qwen3_moe"], "mlp_only_layers": "0"}))
     # two spellings of one size (transformers' attribute_map) that disagree
     cfg = {**SMALL["gpt2"], "hidden_size": 128}
     with pytest.raises(InvalidValueError, match="'n_embd' and 'hidden_size'"):
-        from_hf_config(_write(tmp_path, cfg, "a"))
+        from_hf_config(write_config(tmp_path, cfg, "a"))
     # agreeing spellings are fine
-    assert from_hf_config(_write(tmp_path, {**SMALL["gpt2"], "hidden_size": 64}, "b")) \
+    assert from_hf_config(write_config(tmp_path, {**SMALL["gpt2"], "hidden_size": 64}, "b")) \
         .hidden_size == 64
 
 
@@ -496,23 +465,11 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 # the new structures through the pipeline stages, and MTP when the framework builds it
 # --------------------------------------------------------------------------------------------
 
-def assert_stages_add_up(arch, p=None):
-    """At t = 1 over p pipeline stages (default one layer each), the stages hold every
-    parameter of ``arch`` once, plus the last stage's copy of a tied output weight (V h), as
-    Megatron allocates it."""
-    from memsym.model import stage_parameters
-
-    p = arch.num_layers if p is None else p
-    stages = [stage_parameters(arch, t=1, p=p, stage=i, pad_vocab=False) for i in range(p)]
-    tied_copy = 0 if arch.untie_embeddings_and_output_weights else arch.vocab_size * arch.hidden_size
-    assert sum(st.total for st in stages) == parameter_count(arch) + tied_copy
-
-
 @pytest.mark.parametrize("case", ["gptj", "gptj-tied", "bloom", "gemma3_text", "olmo",
                                   "cohere-qk-norm-bias", "phimoe-biases", "falcon-new-one-norm-ffn"])
 def test_stages_add_up_to_the_count(tmp_path, case):
     from memsym.model import stage_parameters
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
+    arch = from_hf_config(write_config(tmp_path, SMALL[case]))
     total = parameter_count(arch)
     one = stage_parameters(arch, t=1, p=1, stage=0, pad_vocab=False)
     assert one.total == total
@@ -532,7 +489,7 @@ def test_deepseek_v3_mtp_counted_when_the_framework_builds_it(tmp_path):
            "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "num_experts_per_tok": 8,
            "first_k_dense_replace": 3, "vocab_size": 129280, "max_position_embeddings": 163840,
            "tie_word_embeddings": False}   # deepseek-ai/DeepSeek-V3 config.json
-    arch = from_hf_config(_write(tmp_path, cfg))
+    arch = from_hf_config(write_config(tmp_path, cfg))
     megatron = replace(arch, mtp_num_layers=1, moe_router_bias=True)
     assert parameter_count(megatron) == parameter_count(preset("deepseek-v3"))
     assert parameter_count(megatron, mtp=False) == 671_026_419_200   # DeepSeek-V3 README main model
@@ -588,7 +545,7 @@ def test_v_placement_ranks_hold_what_torchtitan_puts_there(tmp_path):
     from memsym.model import stage_parameters
     from memsym.training import output_stage
 
-    path = _write(tmp_path, _small("llama", num_hidden_layers=6))
+    path = write_config(tmp_path, small_config("llama", num_hidden_layers=6))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path.parent)))
 
@@ -613,14 +570,6 @@ def test_v_placement_ranks_hold_what_torchtitan_puts_there(tmp_path):
 # --------------------------------------------------------------------------------------------
 # dropout: the probabilities each transformers model applies (DeepSpeed runs that model)
 # --------------------------------------------------------------------------------------------
-
-def one_case_per_type(table: dict) -> list:
-    """The first case (in sorted order) of each ``model_type`` in ``table``, sorted."""
-    seen = {}
-    for case in sorted(table):
-        seen.setdefault(table[case]["model_type"], case)
-    return sorted(seen.values())
-
 
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", sorted(HF_MODEL_TYPES))
@@ -657,40 +606,6 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
     assert {k: defaults[k] for k in read} == _DROPOUT[mtype]
 
 
-def _dropout_masks(path) -> int:
-    """Dropout masks drawn in one training forward of transformers' model: the ``bernoulli``
-    / ``native_dropout`` kernels run (``at::dropout`` skips them at p = 0 and keeps each mask
-    drawn for the backward)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    class Draws(TorchDispatchMode):
-        count = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if "bernoulli" in func.__name__ or "native_dropout" in func.__name__:
-                Draws.count += 1
-            return func(*args, **(kwargs or {}))
-
-    conf = AutoConfig.from_pretrained(str(path.parent), attn_implementation="eager")
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(conf).train()
-    with Draws():
-        model(torch.randint(0, 100, (1, 8)))
-    return Draws.count
-
-
-def assert_masks_follow_dropout(path) -> dict:
-    """transformers' model of ``path`` draws a dropout mask exactly when a probability memsym
-    reads from the file is above zero; the probabilities read."""
-    dropout = from_hf_config(path).extra["hf_dropout"]
-    assert (_dropout_masks(path) > 0) == any(p > 0 for p in dropout.values())
-    return dropout
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("case", one_case_per_type(SMALL))
 @pytest.mark.parametrize("p", [None, 0.1])
@@ -703,10 +618,10 @@ def test_deepspeed_dropout_follows_the_transformers_model(tmp_path, case, p):
     cfg = dict(SMALL[case])
     if p is not None:
         cfg.update({k: p for k in _DROPOUT[cfg["model_type"]]})
-    path = _write(tmp_path, cfg)
+    path = write_config(tmp_path, cfg)
     j = job(from_hf_config(path), framework="deepspeed", sharding="zero1", d=1,
             seq_length=8, micro_batch_size=1, global_batch_size=1)
-    assert j.training.dropout == (_dropout_masks(path) > 0)
+    assert j.training.dropout == (dropout_masks(path) > 0)
     assert any("DeepSpeed runs the transformers model" in n for n in j.notes)
 
 
@@ -733,6 +648,6 @@ def test_deepspeed_dropout_default_for_a_preset_is_said():
 
 def test_dropout_probability_refused_out_of_range(tmp_path):
     with pytest.raises(InvalidValueError, match="'attention_dropout' must be a probability"):
-        from_hf_config(_write(tmp_path, _small("llama", attention_dropout=1.5)))
+        from_hf_config(write_config(tmp_path, small_config("llama", attention_dropout=1.5)))
     with pytest.raises(InvalidValueError, match="'resid_pdrop' must be a probability"):
-        from_hf_config(_write(tmp_path, _small("gpt2", resid_pdrop=True)))
+        from_hf_config(write_config(tmp_path, small_config("gpt2", resid_pdrop=True)))

@@ -20,59 +20,59 @@ from memsym.model import active_parameter_count, from_hf_config, parameter_count
 from memsym.model.architecture import layer_kinds, mixer_counts
 from memsym.model.counts import symbolic_parameters
 
-from test_hf_configs import _TOKENS, _small, _transformers_count, _write
+from hf_oracle import TOKENS, small_config, transformers_count, write_config
 from in_process import estimate
 
 _MAMBA2 = {"mamba_n_heads": 8, "mamba_d_state": 16}
 
 SMALL = {
     # Jamba (Mamba-1): attention every 2nd layer from 1, MoE every 2nd from 0, explicit dt_rank
-    "jamba": _small("jamba", num_hidden_layers=4, num_experts=4, attn_layer_period=2,
-                    attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,
-                    mamba_dt_rank=8, mamba_proj_bias=True, mamba_conv_bias=False),
+    "jamba": small_config("jamba", num_hidden_layers=4, num_experts=4, attn_layer_period=2,
+                          attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,
+                          mamba_dt_rank=8, mamba_proj_bias=True, mamba_conv_bias=False),
     # the config class's defaults: attention at 4 of 9 layers, 16 experts on odd layers,
     # dt_rank "auto" = ceil(64 / 16)
-    "jamba-defaults": _small("jamba", num_hidden_layers=9),
-    "jamba-dense-tied": _small("jamba", num_experts=1, tie_word_embeddings=True),
+    "jamba-defaults": small_config("jamba", num_hidden_layers=9),
+    "jamba-dense-tied": small_config("jamba", num_experts=1, tie_word_embeddings=True),
     # Bamba: attention at the listed indices, biases, two B/C groups
-    "bamba": _small("bamba", num_hidden_layers=4, attn_layer_indices=[1, 3], mamba_n_groups=2,
-                    attention_bias=True, mlp_bias=True, mamba_proj_bias=True, **_MAMBA2),
-    "bamba-all-mamba": _small("bamba", mamba_conv_bias=False, mamba_d_conv=3, **_MAMBA2),
+    "bamba": small_config("bamba", num_hidden_layers=4, attn_layer_indices=[1, 3], mamba_n_groups=2,
+                          attention_bias=True, mlp_bias=True, mamba_proj_bias=True, **_MAMBA2),
+    "bamba-all-mamba": small_config("bamba", mamba_conv_bias=False, mamba_d_conv=3, **_MAMBA2),
     # Falcon-H1: attention and Mamba side by side in every layer
-    "falcon_h1": _small("falcon_h1", mamba_d_ssm=None, mamba_rms_norm=True, mamba_n_groups=2,
-                        projectors_bias=True, mamba_proj_bias=True, head_dim=32, **_MAMBA2),
-    "falcon_h1-defaults": _small("falcon_h1", **_MAMBA2),
+    "falcon_h1": small_config("falcon_h1", mamba_d_ssm=None, mamba_rms_norm=True, mamba_n_groups=2,
+                              projectors_bias=True, mamba_proj_bias=True, head_dim=32, **_MAMBA2),
+    "falcon_h1-defaults": small_config("falcon_h1", **_MAMBA2),
     # Nemotron-H: one mixer per layer, all four kinds, by the legacy pattern string
-    "nemotron_h": _small("nemotron_h", hybrid_override_pattern="M-M*EM", mamba_num_heads=8,
-                         mamba_head_dim=16, ssm_state_size=16, n_groups=2, n_routed_experts=4,
-                         moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
-                         head_dim=16, num_nextn_predict_layers=1),
+    "nemotron_h": small_config("nemotron_h", hybrid_override_pattern="M-M*EM", mamba_num_heads=8,
+                               mamba_head_dim=16, ssm_state_size=16, n_groups=2, n_routed_experts=4,
+                               moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
+                               head_dim=16, num_nextn_predict_layers=1),
     # ... and by the list (legacy names), dense with biases and a bias-free conv
-    "nemotron_h-list-dense": _small("nemotron_h", layers_block_type=[
+    "nemotron_h-list-dense": small_config("nemotron_h", layers_block_type=[
         "mamba", "mlp", "attention", "mlp", "mamba"], mamba_num_heads=4, mamba_head_dim=32,
         ssm_state_size=8, n_groups=1, mlp_bias=True, use_bias=True, use_conv_bias=False),
     # Granite 4.0: MoE with a shared MLP in every layer, or the shared MLP alone
-    "granitemoehybrid": _small("granitemoehybrid", num_hidden_layers=4,
-                               layer_types=["mamba", "attention", "mamba", "mamba"],
-                               num_local_experts=4, shared_intermediate_size=48, **_MAMBA2),
-    "granitemoehybrid-dense": _small("granitemoehybrid", num_local_experts=0,
-                                     attention_bias=True, mamba_proj_bias=True,
-                                     layer_types=["linear_attention", "full_attention",
+    "granitemoehybrid": small_config("granitemoehybrid", num_hidden_layers=4,
+                                     layer_types=["mamba", "attention", "mamba", "mamba"],
+                                     num_local_experts=4, shared_intermediate_size=48, **_MAMBA2),
+    "granitemoehybrid-dense": small_config("granitemoehybrid", num_local_experts=0,
+                                           attention_bias=True, mamba_proj_bias=True,
+                                           layer_types=["linear_attention", "full_attention",
                                                   "linear_attention"], **_MAMBA2),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_small_configs_count_as_transformers_builds_them(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
+    path = write_config(tmp_path, SMALL[case])
     arch = from_hf_config(path)
     assert arch.extra["hf_model_type"] == SMALL[case]["model_type"]
-    assert parameter_count(arch) == _transformers_count(path)
+    assert parameter_count(arch) == transformers_count(path)
 
 
 def test_the_layer_record_follows_the_nemotron_pattern(tmp_path):
     # "M-M*EM", by hand: Mamba, MLP, Mamba, attention, MoE, Mamba
-    arch = from_hf_config(_write(tmp_path, SMALL["nemotron_h"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["nemotron_h"]))
     assert arch.num_layers == 6
     assert arch.layer_mixers == ("mamba", "none", "mamba", "attention", "none", "mamba")
     assert arch.ffn_layers == (0, 1, 0, 0, 1, 0)
@@ -85,14 +85,14 @@ def test_the_layer_record_follows_the_nemotron_pattern(tmp_path):
 
 def test_the_layer_record_follows_the_jamba_periods(tmp_path):
     # attn_layer_period 8, offset 4 and expert_layer_period 2, offset 1 over 9 layers
-    arch = from_hf_config(_write(tmp_path, SMALL["jamba-defaults"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["jamba-defaults"]))
     assert arch.layer_mixers == ("mamba",) * 4 + ("attention",) + ("mamba",) * 4
     assert arch.moe_layer_freq == (0, 1, 0, 1, 0, 1, 0, 1, 0)
     assert (arch.mamba_version, arch.mamba_dt_rank, arch.mamba_inner_size) == (1, 4, 128)
 
 
 def test_falcon_h1_layers_hold_both_mixers(tmp_path):
-    arch = from_hf_config(_write(tmp_path, SMALL["falcon_h1"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["falcon_h1"]))
     assert set(arch.layer_mixers) == {"parallel"} and mixer_counts(arch) == (3, 3, 3)
 
 
@@ -102,7 +102,7 @@ def test_one_mamba2_mixer_counted_by_hand(tmp_path):
     # the gated norm over 128, out_proj 128 x 64 + bias
     proj = 2 * 128 + 2 * 2 * 16 + 8
     by_hand = 64 * proj + proj + 192 * 4 + 192 + 3 * 8 + 128 + 128 * 64 + 64
-    arch = from_hf_config(_write(tmp_path, SMALL["bamba"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["bamba"]))
     counts = parameter_counts(arch)
     assert counts["mamba"] == 2 * by_hand            # layers 0 and 2
     expr = symbolic_parameters(arch, "mamba", per_layer=True)
@@ -123,7 +123,7 @@ JAMBA_V01 = {"model_type": "jamba", "hidden_size": 4096, "num_hidden_layers": 32
              "expert_layer_period": 2, "expert_layer_offset": 1, "attn_layer_period": 8,
              "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
              "mamba_dt_rank": 256, "mamba_conv_bias": True, "mamba_proj_bias": False,
-             "tie_word_embeddings": False, **_TOKENS}
+             "tie_word_embeddings": False, **TOKENS}
 # https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K config.json (pattern and sizes as
 # Megatron-Bridge's 8B recipe, src/megatron/bridge/recipes/nemotronh/h100/nemotronh.py at
 # 067f987df0, states them); card: an 8B model
@@ -135,14 +135,14 @@ NEMOTRON_H_8B = {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_la
                  "conv_kernel": 4, "expand": 2, "n_groups": 8, "mamba_num_heads": 128,
                  "mamba_head_dim": 64, "mamba_proj_bias": False, "mlp_bias": False,
                  "use_bias": False, "use_conv_bias": True, "tie_word_embeddings": False,
-                 "max_position_embeddings": 8192, **_TOKENS}
+                 "max_position_embeddings": 8192, **TOKENS}
 # https://huggingface.co/ibm-ai-platform/Bamba-9B config.json; card: a 9B model, the hub
 # page's parameter count 9.78B
 BAMBA_9B = {"model_type": "bamba", "hidden_size": 4096, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
             "vocab_size": 128256, "attn_layer_indices": [9, 18, 27], "mamba_n_heads": 128,
             "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_expand": 2,
-            "mamba_d_conv": 4, "tie_word_embeddings": False, **_TOKENS}
+            "mamba_d_conv": 4, "tie_word_embeddings": False, **TOKENS}
 # https://huggingface.co/tiiuae/Falcon-H1-7B-Base config.json; card: a 7B model (the name
 # only: checked to lie between 7 and 8 billion)
 FALCON_H1_7B = {"model_type": "falcon_h1", "hidden_size": 3072, "num_hidden_layers": 44,
@@ -150,7 +150,7 @@ FALCON_H1_7B = {"model_type": "falcon_h1", "hidden_size": 3072, "num_hidden_laye
                 "intermediate_size": 12288, "vocab_size": 130048, "mamba_d_state": 256,
                 "mamba_n_groups": 1, "mamba_n_heads": 24, "mamba_d_head": 128,
                 "mamba_d_ssm": 3072, "mamba_expand": 2, "mamba_d_conv": 4,
-                "tie_word_embeddings": False, **_TOKENS}
+                "tie_word_embeddings": False, **TOKENS}
 
 
 @pytest.mark.parametrize("cfg,card,digits", [
@@ -158,14 +158,14 @@ FALCON_H1_7B = {"model_type": "falcon_h1", "hidden_size": 3072, "num_hidden_laye
     (FALCON_H1_7B, 7.5e9, 1e9),
 ])
 def test_full_size_configs_match_their_model_cards(tmp_path, cfg, card, digits):
-    arch = from_hf_config(_write(tmp_path, cfg))
+    arch = from_hf_config(write_config(tmp_path, cfg))
     # the card's rounding: |N - card| at most half its last digit
     assert abs(parameter_count(arch) - card) <= digits / 2
 
 
 def test_jamba_active_parameters_match_the_card(tmp_path):
     # Jamba-v0.1 card: "12B active parameters" (2 of 16 experts in the 16 MoE layers)
-    arch = from_hf_config(_write(tmp_path, JAMBA_V01))
+    arch = from_hf_config(write_config(tmp_path, JAMBA_V01))
     assert abs(active_parameter_count(arch) - 12e9) <= 0.5e9
 
 
@@ -176,13 +176,13 @@ def test_jamba_active_parameters_match_the_card(tmp_path):
 def test_a_hybrids_layer_kinds_are_its_mlp_kinds(tmp_path):
     # the MLP / MoE blocks only: Nemotron-H's "M-M*EM" has one dense MLP and one MoE block,
     # Bamba a dense MLP in every layer (the mixers: memsym.model.stages.layer_kind_pattern)
-    assert layer_kinds(from_hf_config(_write(tmp_path, SMALL["nemotron_h"]))) == {False, True}
-    assert layer_kinds(from_hf_config(_write(tmp_path, SMALL["bamba"], "b"))) == {False}
+    assert layer_kinds(from_hf_config(write_config(tmp_path, SMALL["nemotron_h"]))) == {False, True}
+    assert layer_kinds(from_hf_config(write_config(tmp_path, SMALL["bamba"], "b"))) == {False}
 
 
 def test_the_cli_refuses_a_mamba1_estimate_in_one_line(tmp_path, capsys):
     # estimates of Mamba-2 hybrids: tests/test_hybrid_estimate.py
-    path = _write(tmp_path, SMALL["jamba"])
+    path = write_config(tmp_path, SMALL["jamba"])
     code, out, err = estimate(capsys, path, "--seq-length", 64)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "not modelled" in err
@@ -195,7 +195,7 @@ def test_the_cli_refuses_a_mamba1_estimate_in_one_line(tmp_path, capsys):
 
 def test_a_misspelt_hybrid_type_is_refused_not_read(tmp_path):
     with pytest.raises(UnknownNameError) as err:
-        from_hf_config(_write(tmp_path, {**SMALL["jamba"], "model_type": "jambba"}))
+        from_hf_config(write_config(tmp_path, {**SMALL["jamba"], "model_type": "jambba"}))
     msg = str(err.value)
     assert "\n" not in msg and "'jambba'" in msg and "never reads one in place" in msg
 
@@ -212,7 +212,7 @@ def test_a_misspelt_hybrid_type_is_refused_not_read(tmp_path):
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value)
 
 
@@ -259,6 +259,6 @@ def test_the_record_refuses_patterns_that_do_not_fit():
 
 
 def test_a_hybrid_has_no_single_layer_count(tmp_path):
-    arch = from_hf_config(_write(tmp_path, SMALL["bamba"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["bamba"]))
     with pytest.raises(InvalidValueError, match="layers differ"):
         symbolic_parameters(arch, "layer", per_layer=True)

@@ -18,17 +18,14 @@ from memsym.errors import InvalidValueError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _write, assert_stages_add_up, one_case_per_type
-from test_hf_classic_types import (assert_attention_dropout_only, assert_read_by_class_name,
-                                   class_defaults)
-from test_hf_newer_types import _billions, _language_model_count, fuzz_configs
+from hf_oracle import TOKENS, billions, write_config
 from in_process import estimate
 
 # the model types this file covers
 TYPES = {"cohere2_moe", "afmoe", "minicpm3", "solar_open"}
 
 _BASE = {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
-         "vocab_size": 128, "max_position_embeddings": 64, **_TOKENS}
+         "vocab_size": 128, "max_position_embeddings": 64, **TOKENS}
 _COHERE = {"model_type": "cohere2_moe", **_BASE, "num_key_value_heads": 2, "head_dim": 16,
            "intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}
 _AFMOE = {"model_type": "afmoe", **_BASE, "num_key_value_heads": 2, "head_dim": 16,
@@ -70,33 +67,6 @@ SMALL = {
     "solar_open-bias-2-shared-tied": {**_SOLAR, "attention_bias": True, "n_shared_experts": 2,
                                       "tie_word_embeddings": True},
 }
-
-
-def test_every_type_here_has_a_small_config():
-    assert {cfg["model_type"] for cfg in SMALL.values()} == TYPES
-    assert TYPES <= set(HF_MODEL_TYPES)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("mtype", sorted(TYPES))
-def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
-    assert_read_by_class_name(tmp_path, SMALL, mtype)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("mtype", sorted(TYPES))
-def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
-    # the config class's own defaults, as its to_dict() writes them (MiniCPM3Config's and
-    # SolarOpenConfig's are their checkpoints', openbmb/MiniCPM3-4B and upstage/Solar-Open-100B)
-    path = _write(tmp_path, class_defaults(mtype), mtype)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,14 +129,7 @@ REAL = {
 
 
 def _read(tmp_path, case):
-    return from_hf_config(_write(tmp_path, REAL[case], case))
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(REAL))
-def test_real_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, REAL[case], case)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    return from_hf_config(write_config(tmp_path, REAL[case], case))
 
 
 def test_trinity_nano_hand_count(tmp_path):
@@ -183,8 +146,8 @@ def test_trinity_nano_hand_count(tmp_path):
     assert parameter_counts(arch)["router"] == (L - 2) * (h * E + E)
     # the model card: Trinity Nano "6B parameters, 1B active" (rounded; the active count
     # without the embedding and lm_head)
-    assert _billions(parameter_count(arch)) == 6
-    assert _billions(active_parameter_count(arch) - 2 * V * h) == 1
+    assert billions(parameter_count(arch)) == 6
+    assert billions(active_parameter_count(arch) - 2 * V * h) == 1
 
 
 def test_solar_open_100b_hand_count_and_card(tmp_path):
@@ -197,7 +160,7 @@ def test_solar_open_100b_hand_count_and_card(tmp_path):
     assert parameter_count(arch) == 2 * V * h + L * layer + h
     # the model card: "102.6B total parameters, 12B active" (102.65B, cut to tenths)
     assert parameter_count(arch) // 10**8 == 1026
-    assert _billions(active_parameter_count(arch)) == 12
+    assert billions(active_parameter_count(arch)) == 12
     assert any("e_score_correction_bias" in n for n in arch.extra["notes"])
 
 
@@ -228,7 +191,8 @@ def test_cohere2_moe_north_hand_count(tmp_path):
 
 @pytest.mark.parametrize("case", ["solar-open-100b", "minicpm3-4b"])
 def test_an_estimate_runs(tmp_path, case, capsys):
-    code, out, err = estimate(capsys, _write(tmp_path, REAL[case], case), "--seq-length", 4096)
+    path = write_config(tmp_path, REAL[case], case)
+    code, out, err = estimate(capsys, path, "--seq-length", 4096)
     assert code == 0, err
 
 
@@ -245,28 +209,11 @@ def test_an_estimate_runs(tmp_path, case, capsys):
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value)
 
 
 def test_jetmoe_is_refused_with_no_near_type_offered(tmp_path):
     with pytest.raises(InvalidValueError) as err:
-        from_hf_config(_write(tmp_path, {"model_type": "jetmoe", **_BASE}))
+        from_hf_config(write_config(tmp_path, {"model_type": "jetmoe", **_BASE}))
     assert "did you mean" not in str(err.value) and "jetmoe" not in HF_MODEL_TYPES
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", one_case_per_type(SMALL))
-def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
-    # oracle: transformers' model in training mode keeps a dropout mask exactly when the
-    # probabilities memsym read are not all zero
-    assert_attention_dropout_only(tmp_path, SMALL[case])
-
-
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_stages_add_up_to_the_count(tmp_path, case):
-    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
-
-
-def test_fuzzed_configs(tmp_path):
-    fuzz_configs(tmp_path, SMALL, {k for cfg in SMALL.values() for k in cfg})

@@ -18,10 +18,11 @@ from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
-                             assert_stages_add_up, one_case_per_type)
+from hf_oracle import (TOKENS, assert_masks_follow_dropout, assert_stages_add_up, billions,
+                       fuzz_configs, language_model_count, one_case_per_type, small_config,
+                       write_config)
 from test_hf_hybrid import SMALL as HYBRID_SMALL
-from test_hf_newer_types import NEWER_TYPES, _billions, _language_model_count, fuzz_configs
+from test_hf_newer_types import NEWER_TYPES
 
 # the model types this file covers
 MORE_TYPES = {"olmo3", "cohere2", "ministral", "ministral3", "helium", "glm", "cwm", "vaultgemma",
@@ -34,35 +35,36 @@ _MLA = dict(q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_di
             num_experts_per_tok=2, n_group=1, topk_group=1, num_key_value_heads=4)
 
 _BIGCODE = {"model_type": "gpt_bigcode", "n_embd": 64, "n_layer": 3, "n_head": 4,
-            "n_positions": 64, "vocab_size": 128, **_TOKENS}
+            "n_positions": 64, "vocab_size": 128, **TOKENS}
 
-_SSM = {"hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 128, **_TOKENS}
+_SSM = {"hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 128, **TOKENS}
 
 SMALL = {
     # OLMo 3: OLMo 2's q/k norms over all heads and post-norms; sliding-window layers
-    "olmo3": _small("olmo3", layer_types=["sliding_attention", "sliding_attention",
-                                          "full_attention"], sliding_window=16),
-    "olmo3-bias-tied-head-dim": _small("olmo3", attention_bias=True, tie_word_embeddings=True,
-                                       head_dim=8),
+    "olmo3": small_config("olmo3", layer_types=["sliding_attention", "sliding_attention",
+                                                "full_attention"], sliding_window=16),
+    "olmo3-bias-tied-head-dim": small_config("olmo3", attention_bias=True, tie_word_embeddings=True,
+                                             head_dim=8),
     # Command R7B: one LayerNorm (no bias) feeding attention and MLP in parallel, tied
-    "cohere2": _small("cohere2"),
-    "cohere2-bias-head-dim-untied": _small("cohere2", attention_bias=True, head_dim=32,
-                                           tie_word_embeddings=False),
-    "ministral": _small("ministral", head_dim=16),
-    "ministral-head-dim-tied": _small("ministral", head_dim=32, tie_word_embeddings=True),
-    "ministral3": _small("ministral3"),
-    "ministral3-head-dim-tied": _small("ministral3", head_dim=16, tie_word_embeddings=True),
+    "cohere2": small_config("cohere2"),
+    "cohere2-bias-head-dim-untied": small_config("cohere2", attention_bias=True, head_dim=32,
+                                                 tie_word_embeddings=False),
+    "ministral": small_config("ministral", head_dim=16),
+    "ministral-head-dim-tied": small_config("ministral", head_dim=32, tie_word_embeddings=True),
+    "ministral3": small_config("ministral3"),
+    "ministral3-head-dim-tied": small_config("ministral3", head_dim=16, tie_word_embeddings=True),
     # Helium: q, k, v biased by attention_bias, o_proj never; MLP by mlp_bias
-    "helium": _small("helium", head_dim=16),
-    "helium-biases": _small("helium", head_dim=16, attention_bias=True, mlp_bias=True),
+    "helium": small_config("helium", head_dim=16),
+    "helium-biases": small_config("helium", head_dim=16, attention_bias=True, mlp_bias=True),
     # GLM (GLM-4-9B-*-hf): fused gate_up, q/k/v bias by default
-    "glm": _small("glm", head_dim=16),
-    "glm-no-bias-head-dim": _small("glm", attention_bias=False),
-    "cwm": _small("cwm"),
-    "cwm-mlp-bias-head-dim": _small("cwm", mlp_bias=True, head_dim=8),
+    "glm": small_config("glm", head_dim=16),
+    "glm-no-bias-head-dim": small_config("glm", attention_bias=False),
+    "cwm": small_config("cwm"),
+    "cwm-mlp-bias-head-dim": small_config("cwm", mlp_bias=True, head_dim=8),
     # VaultGemma: Gemma's MLP with two norms per layer (no post-norms, no q/k norms), tied
-    "vaultgemma": _small("vaultgemma", head_dim=16),
-    "vaultgemma-bias-untied": _small("vaultgemma", attention_bias=True, tie_word_embeddings=False),
+    "vaultgemma": small_config("vaultgemma", head_dim=16),
+    "vaultgemma-bias-untied": small_config("vaultgemma", attention_bias=True,
+                                           tie_word_embeddings=False),
     # Mamba (Mamba-1 mixers only): the defaults (dt_rank "auto", tied), and every switch: biases,
     # no conv bias, explicit dt_rank, a file's intermediate_size over expand * h
     "mamba": {"model_type": "mamba", **_SSM},
@@ -81,61 +83,64 @@ SMALL = {
                         "n_groups": 1, "state_size": 8, "use_bias": True,
                         "use_conv_bias": False, "conv_kernel": 3, "tie_word_embeddings": True},
     # HunYuan MoE: router, experts and one shared MLP in every layer, q/k norms of head_dim
-    "hunyuan_v1_moe": _small("hunyuan_v1_moe", head_dim=16, num_experts=4, moe_topk=2),
-    "hunyuan_v1_moe-one-expert-bias-tied": _small("hunyuan_v1_moe", head_dim=32, num_experts=1,
-                                                  attention_bias=True, tie_word_embeddings=True),
+    "hunyuan_v1_moe": small_config("hunyuan_v1_moe", head_dim=16, num_experts=4, moe_topk=2),
+    "hunyuan_v1_moe-one-expert-bias-tied": small_config(
+        "hunyuan_v1_moe", head_dim=32, num_experts=1, attention_bias=True,
+        tie_word_embeddings=True),
     # FlexOlmo: OLMo 2's norms with an MoE block (no shared expert) in every layer
-    "flex_olmo": _small("flex_olmo", num_experts=4, num_experts_per_tok=2),
-    "flex_olmo-bias-head-dim-tied": _small("flex_olmo", num_experts=4, num_experts_per_tok=2,
-                                           attention_bias=True, head_dim=8,
-                                           tie_word_embeddings=True),
+    "flex_olmo": small_config("flex_olmo", num_experts=4, num_experts_per_tok=2),
+    "flex_olmo-bias-head-dim-tied": small_config("flex_olmo", num_experts=4, num_experts_per_tok=2,
+                                                 attention_bias=True, head_dim=8,
+                                                 tie_word_embeddings=True),
     # MiniMax-M2: q/k norms over all heads, MoE in every layer, attention never biased
-    "minimax_m2": _small("minimax_m2", head_dim=16, num_local_experts=4, num_experts_per_tok=2),
-    "minimax_m2-bias-ignored-tied": _small("minimax_m2", head_dim=8, num_local_experts=4,
-                                           num_experts_per_tok=2, attention_bias=True,
-                                           tie_word_embeddings=True),
+    "minimax_m2": small_config("minimax_m2", head_dim=16, num_local_experts=4,
+                               num_experts_per_tok=2),
+    "minimax_m2-bias-ignored-tied": small_config("minimax_m2", head_dim=8, num_local_experts=4,
+                                                 num_experts_per_tok=2, attention_bias=True,
+                                                 tie_word_embeddings=True),
     # Granite MoE with a shared MLP (or none at shared_intermediate_size 0)
-    "granitemoeshared": _small("granitemoeshared", num_local_experts=4,
-                               shared_intermediate_size=48),
-    "granitemoeshared-no-shared-bias": _small("granitemoeshared", num_local_experts=4,
-                                              shared_intermediate_size=0, attention_bias=True),
+    "granitemoeshared": small_config("granitemoeshared", num_local_experts=4,
+                                     shared_intermediate_size=48),
+    "granitemoeshared-no-shared-bias": small_config("granitemoeshared", num_local_experts=4,
+                                                    shared_intermediate_size=0,
+                                                    attention_bias=True),
     # Nemotron (Nemotron-4, Minitron): LayerNorm1P with bias, relu2 MLP without gate
-    "nemotron": _small("nemotron"),
-    "nemotron-biases-head-dim-tied": _small("nemotron", head_dim=32, attention_bias=True,
-                                            mlp_bias=True, tie_word_embeddings=True),
+    "nemotron": small_config("nemotron"),
+    "nemotron-biases-head-dim-tied": small_config("nemotron", head_dim=32, attention_bias=True,
+                                                  mlp_bias=True, tie_word_embeddings=True),
     # Phi-1/1.5/2: one LayerNorm, parallel attention and MLP, every projection and lm_head
     # biased; q/k LayerNorms of h / a; GQA and a head_dim of its own
-    "phi": _small("phi"),
-    "phi-qk-layernorm-tied": _small("phi", qk_layernorm=True, head_dim=16,
-                                    tie_word_embeddings=True),
-    "phi-mha-head-dim": _small("phi", head_dim=8, num_key_value_heads=4),
+    "phi": small_config("phi"),
+    "phi-qk-layernorm-tied": small_config("phi", qk_layernorm=True, head_dim=16,
+                                          tie_word_embeddings=True),
+    "phi-mha-head-dim": small_config("phi", head_dim=8, num_key_value_heads=4),
     # GPTBigCode (StarCoder): GPT-2 with one KV head (multi_query), or multi-head attention
     "gpt_bigcode": _BIGCODE,
     "gpt_bigcode-mha-n-inner-untied": {**_BIGCODE, "multi_query": False, "n_inner": 80,
                                        "tie_word_embeddings": False},
     # StableLM: LayerNorms with bias, q/k/v bias switch, parallel residual, head_dim = h / a
-    "stablelm": _small("stablelm"),
-    "stablelm-parallel-qkv-bias-tied": _small("stablelm", use_qkv_bias=True,
-                                              use_parallel_residual=True,
-                                              tie_word_embeddings=True, head_dim=32),
+    "stablelm": small_config("stablelm"),
+    "stablelm-parallel-qkv-bias-tied": small_config("stablelm", use_qkv_bias=True,
+                                                    use_parallel_residual=True,
+                                                    tie_word_embeddings=True, head_dim=32),
     # GLM-4.7-Flash: DeepSeek-V3's multi-latent attention, layer 0 dense then MoE with a shared
     # expert; or the layers mlp_layer_types lists, no q LoRA, two shared experts, MTP, tied
-    "glm4_moe_lite": _small("glm4_moe_lite", **_MLA),
-    "glm4_moe_lite-layer-types-no-q-lora": _small(
+    "glm4_moe_lite": small_config("glm4_moe_lite", **_MLA),
+    "glm4_moe_lite-layer-types-no-q-lora": small_config(
         "glm4_moe_lite", **{**_MLA, "q_lora_rank": None, "n_shared_experts": 2},
         mlp_layer_types=["sparse", "dense", "sparse"], tie_word_embeddings=True,
         num_nextn_predict_layers=1, first_k_dense_replace=2),
     # EXAONE 3.x and InternLM3: LlamaForCausalLM of their config classes, with their aliases
     # (num_layers; qkv_bias, bias)
-    "exaone": _small("exaone"),
-    "exaone-num-layers-biases": {**{k: v for k, v in _small("exaone").items()
+    "exaone": small_config("exaone"),
+    "exaone-num-layers-biases": {**{k: v for k, v in small_config("exaone").items()
                                     if k != "num_hidden_layers"},
                                  "num_layers": 3, "attention_bias": True, "mlp_bias": True,
                                  "head_dim": 8, "activation_function": "silu",
                                  "layer_norm_epsilon": 1e-5},
-    "internlm3": _small("internlm3"),
-    "internlm3-biases-tied": _small("internlm3", qkv_bias=True, bias=True, head_dim=16,
-                                    tie_word_embeddings=True),
+    "internlm3": small_config("internlm3"),
+    "internlm3-biases-tied": small_config("internlm3", qkv_bias=True, bias=True, head_dim=16,
+                                          tie_word_embeddings=True),
 }
 
 
@@ -380,7 +385,7 @@ REAL = {
 
 
 def _read(tmp_path, case):
-    return from_hf_config(_write(tmp_path, REAL[case], case))
+    return from_hf_config(write_config(tmp_path, REAL[case], case))
 
 
 def test_ministral_8b_against_the_card(tmp_path):
@@ -398,15 +403,15 @@ def test_command_r7b_hand_count_and_card(tmp_path):
     # the card: "Model Size: 7 billion parameters", the body without the (tied) embedding
     counts = parameter_counts(arch)
     assert counts["output_layer"] == 0
-    assert _billions(parameter_count(arch) - counts["embedding"]) == 7
+    assert billions(parameter_count(arch) - counts["embedding"]) == 7
 
 
 def test_dense_families_against_their_cards(tmp_path):
     # model cards: Olmo 3 "7B"; Helium-1 "2B parameters"; GLM-4-9B "9B"; VaultGemma "1B"
-    assert _billions(parameter_count(_read(tmp_path, "olmo-3-7b"))) == 7
-    assert _billions(parameter_count(_read(tmp_path, "helium-1-2b"))) == 2
-    assert _billions(parameter_count(_read(tmp_path, "glm-4-9b-chat-hf"))) == 9
-    assert _billions(parameter_count(_read(tmp_path, "vaultgemma-1b"))) == 1
+    assert billions(parameter_count(_read(tmp_path, "olmo-3-7b"))) == 7
+    assert billions(parameter_count(_read(tmp_path, "helium-1-2b"))) == 2
+    assert billions(parameter_count(_read(tmp_path, "glm-4-9b-chat-hf"))) == 9
+    assert billions(parameter_count(_read(tmp_path, "vaultgemma-1b"))) == 1
     # CWM card: "a 32-billion-parameter" model (whole billions, cut)
     assert parameter_count(_read(tmp_path, "cwm")) // 10**9 == 32
 
@@ -428,29 +433,29 @@ def test_mamba_hand_count_and_name(tmp_path):
     mixer = h * 2 * d + d * 4 + d + d * (r + 2 * n) + r * d + d + d * n + d + d * h
     arch = _read(tmp_path, "mamba-2.8b")
     assert parameter_count(arch) == V * h + L * (mixer + h) + h
-    assert _billions(parameter_count(arch), 1) == 2.8
+    assert billions(parameter_count(arch), 1) == 2.8
     assert parameter_counts(arch)["attention"] == 0 and parameter_counts(arch)["mlp"] == 0
 
 
 def test_mamba2_and_falcon_mamba_against_their_names(tmp_path):
     # Mamba-Codestral-7B and Falcon-Mamba-7B ("the first competitive attention-free 7B
     # language model", arXiv 2410.05355): 7B each
-    assert _billions(parameter_count(_read(tmp_path, "mamba-codestral-7b"))) == 7
+    assert billions(parameter_count(_read(tmp_path, "mamba-codestral-7b"))) == 7
     arch = _read(tmp_path, "falcon-mamba-7b")
-    assert _billions(parameter_count(arch)) == 7 and arch.mamba_inner_size == 8192
+    assert billions(parameter_count(arch)) == 7 and arch.mamba_inner_size == 8192
 
 
 def test_moe_families_against_their_cards(tmp_path):
     # Hunyuan-A13B card: "80 billion total parameters and 13 billion active" (tied embedding)
     arch = _read(tmp_path, "hunyuan-a13b")
-    assert _billions(parameter_count(arch)) == 80 and _billions(active_parameter_count(arch)) == 13
+    assert billions(parameter_count(arch)) == 80 and billions(active_parameter_count(arch)) == 13
     # MiniMax-M2 card: "230 billion total parameters with 10 billion active parameters"; the
     # active count without the embedding and lm_head is the card's 10B, the total is within the
     # card's rounding to tens of billions
     arch = _read(tmp_path, "minimax-m2")
     counts = parameter_counts(arch)
     vocab = counts["embedding"] + counts["output_layer"]
-    assert _billions(active_parameter_count(arch) - vocab) == 10
+    assert billions(active_parameter_count(arch) - vocab) == 10
     assert round(parameter_count(arch) / 10**10) == 23
 
 
@@ -474,9 +479,9 @@ def test_starcoder_and_stablelm_against_their_cards(tmp_path):
     layer = h * (h + 2 * 128) + (h + 2 * 128) + h * h + h + 2 * h * f + f + h + 4 * h
     arch = _read(tmp_path, "starcoder")
     assert parameter_count(arch) == V * h + P * h + L * layer + 2 * h
-    assert _billions(parameter_count(arch), 1) == 15.5
+    assert billions(parameter_count(arch), 1) == 15.5
     # Stable LM 2 1.6B card: "a 1.6 billion parameter decoder-only language model"
-    assert _billions(parameter_count(_read(tmp_path, "stablelm-2-1.6b")), 1) == 1.6
+    assert billions(parameter_count(_read(tmp_path, "stablelm-2-1.6b")), 1) == 1.6
 
 
 def test_glm_4_7_flash_against_the_card(tmp_path):
@@ -485,8 +490,8 @@ def test_glm_4_7_flash_against_the_card(tmp_path):
     arch = _read(tmp_path, "glm-4.7-flash")
     counts = parameter_counts(arch)
     vocab = counts["embedding"] + counts["output_layer"]
-    assert _billions(parameter_count(arch)) == 30
-    assert _billions(active_parameter_count(arch) - vocab) == 3
+    assert billions(parameter_count(arch)) == 30
+    assert billions(active_parameter_count(arch) - vocab) == 3
     assert any(n.startswith("num_nextn_predict_layers=1 not counted") for n in arch.extra["notes"])
 
 
@@ -495,15 +500,15 @@ def test_exaone_and_internlm3_against_their_cards(tmp_path):
     # input embedding nor the untied lm_head)
     arch = _read(tmp_path, "exaone-3.5-7.8b")
     counts = parameter_counts(arch)
-    assert _billions(parameter_count(arch) - counts["embedding"] - counts["output_layer"],
-                     2) == 6.98
+    assert billions(parameter_count(arch) - counts["embedding"] - counts["output_layer"],
+                    2) == 6.98
     # InternLM3-8B-Instruct card: "an 8-billion parameter instruction model" (cut)
     assert parameter_count(_read(tmp_path, "internlm3-8b")) // 10**9 == 8
 
 
 def test_minitron_against_the_card(tmp_path):
     # Minitron-4B-Base card: a 4B model pruned from Nemotron-4 15B
-    assert _billions(parameter_count(_read(tmp_path, "minitron-4b"))) == 4
+    assert billions(parameter_count(_read(tmp_path, "minitron-4b"))) == 4
 
 
 def test_flexolmo_hand_count(tmp_path):
@@ -521,21 +526,21 @@ def test_hunyuan_a13b_per_layer_moe_topk_as_published(tmp_path):
     # list. The scalar form above counts 80.39B total and 12.75B active; the list form must too
     cfg = {**REAL["hunyuan-a13b"], "moe_topk": [8] * 32, "num_shared_expert": [1] * 32,
            "moe_intermediate_size": [3072] * 32}
-    arch = from_hf_config(_write(tmp_path, cfg, "hunyuan-a13b-lists"))
+    arch = from_hf_config(write_config(tmp_path, cfg, "hunyuan-a13b-lists"))
     scalar = _read(tmp_path, "hunyuan-a13b")
     assert parameter_count(arch) == parameter_count(scalar)
     assert active_parameter_count(arch) == active_parameter_count(scalar)
     # a top-k that differs between layers is a model memsym's one-value record cannot hold
     with pytest.raises(InvalidValueError, match="'moe_topk' differs between layers") as exc:
-        from_hf_config(_write(tmp_path, {**cfg, "moe_topk": [8] * 31 + [4]}, "hunyuan-mixed"))
+        from_hf_config(write_config(tmp_path, {**cfg, "moe_topk": [8] * 31 + [4]}, "hunyuan-mixed"))
     assert "\n" not in str(exc.value)
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(REAL))
 def test_real_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, REAL[case], case)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    path = write_config(tmp_path, REAL[case], case)
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -543,24 +548,26 @@ def test_real_configs_match_transformers(tmp_path, case):
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cfg,match", [
-    (_small("ministral"), "missing field 'head_dim'"),
-    (_small("hunyuan_v1_moe", num_experts=4), "missing field 'head_dim'"),
-    ({k: v for k, v in _small("nemotron").items() if k != "num_key_value_heads"},
+    (small_config("ministral"), "missing field 'head_dim'"),
+    (small_config("hunyuan_v1_moe", num_experts=4), "missing field 'head_dim'"),
+    ({k: v for k, v in small_config("nemotron").items() if k != "num_key_value_heads"},
      "missing field 'num_key_value_heads'"),
-    (_small("phi", qk_layernorm=True, head_dim=8), "qk_layernorm with a Phi head_dim"),
-    (_small("stablelm", qk_layernorm=True), "per-head LayerNorms"),
+    (small_config("phi", qk_layernorm=True, head_dim=8), "qk_layernorm with a Phi head_dim"),
+    (small_config("stablelm", qk_layernorm=True), "per-head LayerNorms"),
     ({**_BIGCODE, "add_cross_attention": True}, "add_cross_attention"),
-    (_small("glm4_moe_lite", **_MLA, attention_bias=True), "attention_bias true"),
-    (_small("glm4_moe_lite", **_MLA, mlp_layer_types=["dense"]), "'mlp_layer_types' must list"),
-    (_small("hunyuan_v1_moe", head_dim=16, num_experts=[4, 4, 4]), "'num_experts' must be a whole"),
-    (_small("helium", head_dim=32), "Helium head_dim"),
+    (small_config("glm4_moe_lite", **_MLA, attention_bias=True), "attention_bias true"),
+    (small_config("glm4_moe_lite", **_MLA, mlp_layer_types=["dense"]),
+     "'mlp_layer_types' must list"),
+    (small_config("hunyuan_v1_moe", head_dim=16, num_experts=[4, 4, 4]),
+     "'num_experts' must be a whole"),
+    (small_config("helium", head_dim=32), "Helium head_dim"),
     ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 8}, "must equal num_heads"),
     ({"model_type": "mamba2", **_SSM, "num_heads": 8, "head_dim": 16, "n_groups": 3},
      "not a multiple of its 3 groups"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value)
 
 
@@ -568,7 +575,7 @@ def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, 
                                        ("ministral4", "ministral3")])
 def test_a_misspelt_type_is_refused_not_read_as_the_suggestion(tmp_path, typo, near):
     with pytest.raises(UnknownNameError) as err:
-        from_hf_config(_write(tmp_path, _small(typo, head_dim=16)))
+        from_hf_config(write_config(tmp_path, small_config(typo, head_dim=16)))
     msg = str(err.value)
     assert "\n" not in msg and f"{typo!r}" in msg and near in msg
     assert "never reads one in place of the other" in msg
@@ -580,7 +587,7 @@ def test_a_mamba1_estimate_is_refused_in_one_line_and_mamba2_is_estimated(tmp_pa
     from memsym.cli import main
 
     def run(case):
-        code = main(["estimate", str(_write(tmp_path, SMALL[case], case))])
+        code = main(["estimate", str(write_config(tmp_path, SMALL[case], case))])
         return (code, *capsys.readouterr())
 
     code, _, err = run("mamba")
@@ -598,7 +605,7 @@ def test_active_equals_total_for_the_dense_types(tmp_path):
 @pytest.mark.parametrize("case", ["mamba2", "mamba-switches", "hunyuan_v1_moe", "phi",
                                   "granitemoeshared", "cohere2"])
 def test_stages_add_up_to_the_count(tmp_path, case):
-    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
+    assert_stages_add_up(from_hf_config(write_config(tmp_path, SMALL[case])))
 
 
 @pytest.mark.torch
@@ -607,9 +614,9 @@ def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero
     cfg = dict(SMALL[case])
-    dropout_fields = from_hf_config(_write(tmp_path, cfg, "probe")).extra["hf_dropout"]
+    dropout_fields = from_hf_config(write_config(tmp_path, cfg, "probe")).extra["hf_dropout"]
     cfg.update({k: 0.1 for k in dropout_fields})
-    assert_masks_follow_dropout(_write(tmp_path, cfg))
+    assert_masks_follow_dropout(write_config(tmp_path, cfg))
 
 
 def test_fuzzed_configs(tmp_path):

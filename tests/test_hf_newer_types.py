@@ -14,16 +14,15 @@ written out from the modules the modeling file builds.  No network: every config
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from memsym.errors import InvalidValueError, MemsymError, UnknownNameError
+from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import (_TOKENS, _small, _write, assert_masks_follow_dropout,
-                             assert_stages_add_up, one_case_per_type)
+from hf_oracle import (TOKENS, assert_masks_follow_dropout, assert_stages_add_up, billions,
+                       fuzz_configs, language_model_count, one_case_per_type, small_config,
+                       write_config)
 
 # the model types this file covers (the older ones are in tests/test_hf_configs.py)
 NEWER_TYPES = {"llama4_text", "llama4", "gemma3", "olmoe", "smollm3", "glm4", "glm4_moe",
@@ -36,107 +35,94 @@ _MOE_GROUPS = {"n_group": 1, "topk_group": 1}
 
 SMALL = {
     # Llama 4: every layer MoE (Scout), every second (Maverick), an explicit moe_layers list
-    "llama4_text": _small("llama4_text", head_dim=16, intermediate_size=32,
-                          intermediate_size_mlp=96, num_local_experts=4),
-    "llama4_text-interleave-2": _small("llama4_text", num_hidden_layers=4, head_dim=16,
-                                       intermediate_size=32, intermediate_size_mlp=96,
-                                       num_local_experts=4, num_experts_per_tok=2,
-                                       interleave_moe_layer_step=2, attention_bias=True),
-    "llama4_text-moe-layers-tied": _small("llama4_text", num_hidden_layers=4, head_dim=16,
-                                          intermediate_size=32, intermediate_size_mlp=96,
-                                          num_local_experts=4, moe_layers=[1, 2],
-                                          tie_word_embeddings=True),
-    "llama4": {"model_type": "llama4", "vision_config": _VISION, **_TOKENS,
-               "text_config": _small("llama4_text", head_dim=16, intermediate_size=32,
-                                     intermediate_size_mlp=96, num_local_experts=4,
-                                     interleave_moe_layer_step=2)},
+    "llama4_text": small_config("llama4_text", head_dim=16, intermediate_size=32,
+                                intermediate_size_mlp=96, num_local_experts=4),
+    "llama4_text-interleave-2": small_config("llama4_text", num_hidden_layers=4, head_dim=16,
+                                             intermediate_size=32, intermediate_size_mlp=96,
+                                             num_local_experts=4, num_experts_per_tok=2,
+                                             interleave_moe_layer_step=2, attention_bias=True),
+    "llama4_text-moe-layers-tied": small_config("llama4_text", num_hidden_layers=4, head_dim=16,
+                                                intermediate_size=32, intermediate_size_mlp=96,
+                                                num_local_experts=4, moe_layers=[1, 2],
+                                                tie_word_embeddings=True),
+    "llama4": {"model_type": "llama4", "vision_config": _VISION, **TOKENS,
+               "text_config": small_config("llama4_text", head_dim=16, intermediate_size=32,
+                                           intermediate_size_mlp=96, num_local_experts=4,
+                                           interleave_moe_layer_step=2)},
     "gemma3": {"model_type": "gemma3", "vision_config": _VISION,
-               "text_config": _small("gemma3_text", head_dim=16)},
+               "text_config": small_config("gemma3_text", head_dim=16)},
     "gemma3-untied": {"model_type": "gemma3", "tie_word_embeddings": False,
-                      "vision_config": _VISION, "text_config": _small("gemma3_text", head_dim=16)},
+                      "vision_config": _VISION,
+                      "text_config": small_config("gemma3_text", head_dim=16)},
     # which tie_word_embeddings counts: Gemma3ForConditionalGeneration reads the top-level one,
     # Llama4ForCausalLM (built from the text config) the text_config's
     "gemma3-text-config-tie-ignored": {"model_type": "gemma3", "vision_config": _VISION,
-                                       "text_config": _small("gemma3_text", head_dim=16,
-                                                             tie_word_embeddings=False)},
+                                       "text_config": small_config("gemma3_text", head_dim=16,
+                                                                   tie_word_embeddings=False)},
     "llama4-top-level-tie-ignored": {"model_type": "llama4", "tie_word_embeddings": True,
-                                     "vision_config": _VISION, **_TOKENS,
-                                     "text_config": _small("llama4_text", head_dim=16,
-                                                           intermediate_size=32,
-                                                           intermediate_size_mlp=96,
-                                                           num_local_experts=4)},
+                                     "vision_config": _VISION, **TOKENS,
+                                     "text_config": small_config("llama4_text", head_dim=16,
+                                                                 intermediate_size=32,
+                                                                 intermediate_size_mlp=96,
+                                                                 num_local_experts=4)},
     # EXAONE MoE: EXAONE 4's attention, DeepSeek-V3's MoE after the first dense layer, one
     # shared expert; or the layers mlp_layer_types lists, two shared experts, tied; or every
     # layer MoE with no shared expert
-    "exaone_moe": _small("exaone_moe", num_experts=4, num_experts_per_tok=2,
-                         moe_intermediate_size=16, head_dim=16),
-    "exaone_moe-layer-types-2-shared-tied": _small(
+    "exaone_moe": small_config("exaone_moe", num_experts=4, num_experts_per_tok=2,
+                               moe_intermediate_size=16, head_dim=16),
+    "exaone_moe-layer-types-2-shared-tied": small_config(
         "exaone_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
         num_shared_experts=2, mlp_layer_types=["sparse", "dense", "sparse"],
         tie_word_embeddings=True),
-    "exaone_moe-all-moe-no-shared": _small("exaone_moe", num_experts=4, num_experts_per_tok=2,
-                                           moe_intermediate_size=16, first_k_dense_replace=0,
-                                           num_shared_experts=0),
-    "olmoe": _small("olmoe", num_experts=4, num_experts_per_tok=2),
-    "olmoe-bias-tied": _small("olmoe", num_experts=4, num_experts_per_tok=2, attention_bias=True,
-                              tie_word_embeddings=True),
-    "smollm3": _small("smollm3"),
-    "smollm3-biases-untied": _small("smollm3", attention_bias=True, mlp_bias=True,
-                                    tie_word_embeddings=False),
-    "glm4": _small("glm4", head_dim=16),
-    "glm4-no-bias-default-head-dim": _small("glm4", attention_bias=False),
-    "glm4_moe": _small("glm4_moe", n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
-                       moe_intermediate_size=16, first_k_dense_replace=1,
-                       num_nextn_predict_layers=1, attention_bias=True, use_qk_norm=True,
-                       head_dim=16, **_MOE_GROUPS),
-    "glm4_moe-all-moe-2-shared": _small("glm4_moe", n_routed_experts=4, n_shared_experts=2,
+    "exaone_moe-all-moe-no-shared": small_config("exaone_moe", num_experts=4, num_experts_per_tok=2,
+                                                 moe_intermediate_size=16, first_k_dense_replace=0,
+                                                 num_shared_experts=0),
+    "olmoe": small_config("olmoe", num_experts=4, num_experts_per_tok=2),
+    "olmoe-bias-tied": small_config("olmoe", num_experts=4, num_experts_per_tok=2,
+                                    attention_bias=True, tie_word_embeddings=True),
+    "smollm3": small_config("smollm3"),
+    "smollm3-biases-untied": small_config("smollm3", attention_bias=True, mlp_bias=True,
+                                          tie_word_embeddings=False),
+    "glm4": small_config("glm4", head_dim=16),
+    "glm4-no-bias-default-head-dim": small_config("glm4", attention_bias=False),
+    "glm4_moe": small_config("glm4_moe", n_routed_experts=4, n_shared_experts=1,
+                             num_experts_per_tok=2, moe_intermediate_size=16,
+                             first_k_dense_replace=1, num_nextn_predict_layers=1,
+                             attention_bias=True, use_qk_norm=True, head_dim=16, **_MOE_GROUPS),
+    "glm4_moe-all-moe-2-shared": small_config("glm4_moe", n_routed_experts=4, n_shared_experts=2,
+                                              num_experts_per_tok=2, moe_intermediate_size=16,
+                                              first_k_dense_replace=0, **_MOE_GROUPS),
+    "ernie4_5": small_config("ernie4_5", head_dim=16),
+    "ernie4_5-bias-untied": small_config("ernie4_5", use_bias=True, tie_word_embeddings=False),
+    "ernie4_5_moe": small_config("ernie4_5_moe", num_hidden_layers=4, moe_num_experts=4, moe_k=2,
+                                 moe_intermediate_size=16, moe_num_shared_experts=1,
+                                 moe_layer_start_index=1, moe_layer_end_index=3,
+                                 moe_layer_interval=1),
+    "ernie4_5_moe-interval-no-shared": small_config("ernie4_5_moe", num_hidden_layers=4,
+                                                    moe_num_experts=4, moe_k=2,
+                                                    moe_intermediate_size=16,
+                                                    moe_num_shared_experts=0,
+                                                    moe_layer_start_index=0, moe_layer_end_index=2,
+                                                    moe_layer_interval=2,
+                                                    tie_word_embeddings=False),
+    "seed_oss": small_config("seed_oss", head_dim=16),
+    "seed_oss-every-bias": small_config("seed_oss", head_dim=16, attention_out_bias=True,
+                                        mlp_bias=True),
+    "seed_oss-no-bias": small_config("seed_oss", head_dim=16, attention_bias=False),
+    "exaone4": small_config("exaone4"),
+    "exaone4-tied-head-dim": small_config("exaone4", tie_word_embeddings=True, head_dim=32),
+    "hunyuan_v1_dense": small_config("hunyuan_v1_dense", head_dim=16),
+    "hunyuan_v1_dense-bias": small_config("hunyuan_v1_dense", head_dim=32, attention_bias=True),
+    "apertus": small_config("apertus"),
+    "apertus-relu2-bias": small_config("apertus", hidden_act="relu2", attention_bias=True),
+    "arcee": small_config("arcee"),
+    "arcee-biases": small_config("arcee", attention_bias=True, mlp_bias=True, head_dim=8),
+    "dots1": small_config("dots1", n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                          moe_intermediate_size=16, first_k_dense_replace=1, **_MOE_GROUPS),
+    "dots1-bias-2-shared": small_config("dots1", n_routed_experts=4, n_shared_experts=2,
                                         num_experts_per_tok=2, moe_intermediate_size=16,
-                                        first_k_dense_replace=0, **_MOE_GROUPS),
-    "ernie4_5": _small("ernie4_5", head_dim=16),
-    "ernie4_5-bias-untied": _small("ernie4_5", use_bias=True, tie_word_embeddings=False),
-    "ernie4_5_moe": _small("ernie4_5_moe", num_hidden_layers=4, moe_num_experts=4, moe_k=2,
-                           moe_intermediate_size=16, moe_num_shared_experts=1,
-                           moe_layer_start_index=1, moe_layer_end_index=3, moe_layer_interval=1),
-    "ernie4_5_moe-interval-no-shared": _small("ernie4_5_moe", num_hidden_layers=4,
-                                              moe_num_experts=4, moe_k=2,
-                                              moe_intermediate_size=16, moe_num_shared_experts=0,
-                                              moe_layer_start_index=0, moe_layer_end_index=2,
-                                              moe_layer_interval=2, tie_word_embeddings=False),
-    "seed_oss": _small("seed_oss", head_dim=16),
-    "seed_oss-every-bias": _small("seed_oss", head_dim=16, attention_out_bias=True, mlp_bias=True),
-    "seed_oss-no-bias": _small("seed_oss", head_dim=16, attention_bias=False),
-    "exaone4": _small("exaone4"),
-    "exaone4-tied-head-dim": _small("exaone4", tie_word_embeddings=True, head_dim=32),
-    "hunyuan_v1_dense": _small("hunyuan_v1_dense", head_dim=16),
-    "hunyuan_v1_dense-bias": _small("hunyuan_v1_dense", head_dim=32, attention_bias=True),
-    "apertus": _small("apertus"),
-    "apertus-relu2-bias": _small("apertus", hidden_act="relu2", attention_bias=True),
-    "arcee": _small("arcee"),
-    "arcee-biases": _small("arcee", attention_bias=True, mlp_bias=True, head_dim=8),
-    "dots1": _small("dots1", n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
-                    moe_intermediate_size=16, first_k_dense_replace=1, **_MOE_GROUPS),
-    "dots1-bias-2-shared": _small("dots1", n_routed_experts=4, n_shared_experts=2,
-                                  num_experts_per_tok=2, moe_intermediate_size=16,
-                                  attention_bias=True, **_MOE_GROUPS),
+                                        attention_bias=True, **_MOE_GROUPS),
 }
-
-
-def _language_model_count(path) -> int:
-    """transformers' model of the file on the meta device: sum(p.numel()) of its language model
-    (everything but a vision-language model's vision tower and projector)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    conf = AutoConfig.from_pretrained(str(path.parent))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(conf)
-    vision = ("vision_tower", "multi_modal_projector")
-    left_out = {n.split(".")[1] for n, _ in model.named_parameters() if any(v in n for v in vision)}
-    # only Gemma 3's vision-language model has parts left out, and only those two
-    assert left_out == ({"vision_tower", "multi_modal_projector"}
-                        if conf.model_type == "gemma3" else set())
-    return sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in vision))
 
 
 def test_every_newer_type_has_a_small_config():
@@ -147,7 +133,7 @@ def test_every_newer_type_has_a_small_config():
 @pytest.mark.parametrize("case", ["apertus", "llama4_text-interleave-2", "ernie4_5_moe",
                                   "glm4_moe", "olmoe-bias-tied", "gemma3"])
 def test_stages_add_up_to_the_count(tmp_path, case):
-    assert_stages_add_up(from_hf_config(_write(tmp_path, SMALL[case])))
+    assert_stages_add_up(from_hf_config(write_config(tmp_path, SMALL[case])))
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,11 +277,7 @@ REAL = {
 
 
 def _read(tmp_path, case):
-    return from_hf_config(_write(tmp_path, REAL[case], case))
-
-
-def _billions(n, digits=0):
-    return round(n / 10**9, digits)
+    return from_hf_config(write_config(tmp_path, REAL[case], case))
 
 
 def test_llama4_scout_hand_count_and_card(tmp_path):
@@ -309,7 +291,7 @@ def test_llama4_scout_hand_count_and_card(tmp_path):
     assert parameter_count(arch) == total == 107_769_861_120
     # the model card: "17B (Activated) 109B (Total)"; the 109B holds the vision encoder too,
     # which memsym leaves out (and says so)
-    assert _billions(active_parameter_count(arch)) == 17
+    assert billions(active_parameter_count(arch)) == 17
     assert 107 * 10**9 < parameter_count(arch) < 109 * 10**9
     assert any("vision encoder" in n for n in arch.extra["notes"])
     # "did you mean llama?" read as llama would be an 11.1B model; never done in its place
@@ -326,7 +308,7 @@ def test_llama4_maverick_interleaved(tmp_path):
     moe = attn + h * E + E * 3 * h * f + 3 * h * f + 2 * h
     assert parameter_count(arch) == 24 * (dense + moe) + 2 * V * h + h
     # the card's whole billions, cut (as ERNIE's and dots' below)
-    assert parameter_count(arch) // 10**9 == 400 and _billions(active_parameter_count(arch)) == 17
+    assert parameter_count(arch) // 10**9 == 400 and billions(active_parameter_count(arch)) == 17
 
 
 @pytest.mark.parametrize("case,non_embedding_m", [("gemma-3-4b", 3_209), ("gemma-3-27b", 25_600)])
@@ -351,18 +333,18 @@ def test_gemma3_text_config_defaults_are_said(tmp_path):
 def test_olmoe_against_the_paper(tmp_path):
     # OLMoE paper (arXiv 2409.02060) Table 1: OLMoE-1B-7B, 1.3B active and 6.9B total parameters
     arch = _read(tmp_path, "olmoe-1b-7b")
-    assert _billions(parameter_count(arch), 1) == 6.9
-    assert _billions(active_parameter_count(arch), 1) == 1.3
+    assert billions(parameter_count(arch), 1) == 6.9
+    assert billions(active_parameter_count(arch), 1) == 1.3
 
 
 def test_dense_families_against_their_cards(tmp_path):
     # model cards: SmolLM3 "a 3B parameter language model"; GLM-4-9B-0414 "9B";
     # ERNIE-4.5-0.3B "0.36B"; Seed-OSS-36B "36B"; Apertus "8B"
-    assert _billions(parameter_count(_read(tmp_path, "smollm3-3b"))) == 3
-    assert _billions(parameter_count(_read(tmp_path, "glm-4-9b-0414"))) == 9
-    assert _billions(parameter_count(_read(tmp_path, "ernie-4.5-0.3b")), 2) == 0.36
-    assert _billions(parameter_count(_read(tmp_path, "seed-oss-36b"))) == 36
-    assert _billions(parameter_count(_read(tmp_path, "apertus-8b"))) == 8
+    assert billions(parameter_count(_read(tmp_path, "smollm3-3b"))) == 3
+    assert billions(parameter_count(_read(tmp_path, "glm-4-9b-0414"))) == 9
+    assert billions(parameter_count(_read(tmp_path, "ernie-4.5-0.3b")), 2) == 0.36
+    assert billions(parameter_count(_read(tmp_path, "seed-oss-36b"))) == 36
+    assert billions(parameter_count(_read(tmp_path, "apertus-8b"))) == 8
 
 
 def test_exaone4_against_the_card(tmp_path):
@@ -371,7 +353,7 @@ def test_exaone4_against_the_card(tmp_path):
     arch = _read(tmp_path, "exaone-4.0-32b")
     counts = parameter_counts(arch)
     body = parameter_count(arch) - counts["embedding"] - counts["output_layer"]
-    assert _billions(body, 2) == 30.95
+    assert billions(body, 2) == 30.95
 
 
 def test_moe_families_against_their_cards(tmp_path):
@@ -380,8 +362,8 @@ def test_moe_families_against_their_cards(tmp_path):
     arch = _read(tmp_path, "glm-4.5-air")
     counts = parameter_counts(arch)
     vocab = counts["embedding"] + counts["output_layer"]
-    assert _billions(parameter_count(arch) - vocab) == 106
-    assert _billions(active_parameter_count(arch) - vocab) == 12
+    assert billions(parameter_count(arch) - vocab) == 106
+    assert billions(active_parameter_count(arch) - vocab) == 12
     assert any(n.startswith("num_nextn_predict_layers=1 not counted") for n in arch.extra["notes"])
     # ERNIE-4.5-21B-A3B card: "Total Params 21B, Activated Params 3B" (whole billions, cut)
     arch = _read(tmp_path, "ernie-4.5-21b-a3b")
@@ -394,8 +376,8 @@ def test_moe_families_against_their_cards(tmp_path):
 @pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(set(REAL) - {"llama-4-maverick-text", "gemma-3-27b"}))
 def test_real_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, REAL[case], case)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    path = write_config(tmp_path, REAL[case], case)
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,32 +387,33 @@ def test_real_configs_match_transformers(tmp_path, case):
 def test_a_misspelt_model_type_is_refused_not_read_as_the_suggestion(tmp_path):
     # architectures[0] names a known class, model_type is misspelt: before issue 32 the file was
     # read as that class's type; now the model_type is refused and the near name only suggested
-    cfg = {**_small("llama"), "model_type": "lama", "architectures": ["LlamaForCausalLM"]}
+    cfg = {**small_config("llama"), "model_type": "lama", "architectures": ["LlamaForCausalLM"]}
     with pytest.raises(UnknownNameError) as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     msg = str(err.value)
     assert "\n" not in msg and "'lama'" in msg and "did you mean llama" in msg
     assert "never reads one in place of the other" in msg
     # without a model_type, the file's own architectures[0] names the type (no guess)
     cfg.pop("model_type")
-    assert from_hf_config(_write(tmp_path, cfg, "b")).extra["hf_model_type"] == "llama"
+    assert from_hf_config(write_config(tmp_path, cfg, "b")).extra["hf_model_type"] == "llama"
 
 
 # zamba and zamba2 are read (tests/test_hf_zamba.py), each as its own type, never as another
 
 
 @pytest.mark.parametrize("cfg,match", [
-    (_small("hunyuan_v1_dense"), "missing field 'head_dim'"),
-    (_small("seed_oss", attention_bias=False, attention_out_bias=True), "attention_out_bias"),
-    (_small("ernie4_5_moe", use_bias=True), "use_bias true"),
-    (_small("olmoe", head_dim=32), "head_dim other than"),
-    (_small("dots1", n_shared_experts=1, num_experts_per_tok=2), "missing field 'n_routed_experts'"),
+    (small_config("hunyuan_v1_dense"), "missing field 'head_dim'"),
+    (small_config("seed_oss", attention_bias=False, attention_out_bias=True), "attention_out_bias"),
+    (small_config("ernie4_5_moe", use_bias=True), "use_bias true"),
+    (small_config("olmoe", head_dim=32), "head_dim other than"),
+    (small_config("dots1", n_shared_experts=1, num_experts_per_tok=2),
+     "missing field 'n_routed_experts'"),
     ({"model_type": "gemma3", "text_config": [1]}, "'text_config' must be an object"),
-    (_small("llama4_text", moe_layers="1"), "'moe_layers' must be a list"),
+    (small_config("llama4_text", moe_layers="1"), "'moe_layers' must be a list"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value)
 
 
@@ -439,7 +422,7 @@ def test_the_cli_refuses_a_hybrid_in_one_line(tmp_path, capsys):
     # fresh process is tests/test_cli.py's subject
     from memsym.cli import main
 
-    code = main(["estimate", str(_write(tmp_path, _small("falcon_h1")))])
+    code = main(["estimate", str(write_config(tmp_path, small_config("falcon_h1")))])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     # a Falcon-H1 layer runs attention and Mamba side by side: its activations are refused
@@ -455,34 +438,7 @@ def test_the_cli_refuses_a_hybrid_in_one_line(tmp_path, capsys):
 def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     # oracle: transformers' model in training mode keeps a dropout mask exactly when the
     # probabilities memsym read are not all zero (Seed-OSS defaults to 0.1)
-    assert_masks_follow_dropout(_write(tmp_path, SMALL[case]))
-
-
-def fuzz_configs(tmp_path, small: dict, keys, extra_values=()):
-    """Any change of up to four fields of one of ``small``'s configs is an Architecture with
-    a positive count or one clear line (120 examples, no deadline: file writes; no example
-    database).  ``extra_values``: more hypothesis strategies for a field's new value."""
-    hypothesis = pytest.importorskip("hypothesis")
-    st = hypothesis.strategies
-    values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2, max_value=10**9),
-                       st.sampled_from([0, 1, 2, 4, 64, 10**300, "auto"]), st.text(max_size=8),
-                       st.lists(st.integers(min_value=-1, max_value=4), max_size=4),
-                       *extra_values)
-
-    @hypothesis.settings(max_examples=120, deadline=None, database=None)
-    @hypothesis.given(base=st.sampled_from(sorted(small)),
-                      changes=st.dictionaries(st.sampled_from(sorted(keys)), values, max_size=4))
-    def check(base, changes):
-        path = tmp_path / "config.json"
-        path.write_text(json.dumps({**small[base], **changes}))
-        try:
-            arch = from_hf_config(path)
-        except MemsymError as exc:
-            assert "\n" not in str(exc)
-        else:
-            assert parameter_count(arch) > 0
-
-    check()
+    assert_masks_follow_dropout(write_config(tmp_path, SMALL[case]))
 
 
 def test_fuzzed_newer_configs(tmp_path):

@@ -57,8 +57,9 @@ from memsym.symbols import L, a, b, c, d_h, d_ssm, f, g, h, p, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.mamba import hybrid_layer_activations
 
+from hf_oracle import write_config
 from framework_ports import saved_storage_bytes
-from test_hf_configs import REAL, _write
+from test_hf_configs import REAL
 from test_hf_layer_kinds import REAL as HYBRID
 
 TAU = s * b / c
@@ -108,15 +109,15 @@ def test_the_hybrid_parts_split_the_norms():
 
 
 def test_the_configs_read(tmp_path):
-    gemma3 = from_hf_config(_write(tmp_path, REAL["gemma-3-1b"], "g3"))
+    gemma3 = from_hf_config(write_config(tmp_path, REAL["gemma-3-1b"], "g3"))
     assert gemma3.norm_fp32_scale and gemma3.norms_per_layer == 4
-    q3n = from_hf_config(_write(tmp_path, HYBRID["qwen3-next-80b-a3b"], "q3n"))
+    q3n = from_hf_config(write_config(tmp_path, HYBRID["qwen3-next-80b-a3b"], "q3n"))
     assert q3n.norm_fp32_scale and q3n.norms_per_layer == 2
     # Qwen3RMSNorm multiplies weight * x.to(input_dtype): a bf16 product
     qwen3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128}
-    assert not from_hf_config(_write(tmp_path, qwen3, "q3")).norm_fp32_scale
+    assert not from_hf_config(write_config(tmp_path, qwen3, "q3")).norm_fp32_scale
 
 
 def _layers(x, framework):
@@ -126,7 +127,7 @@ def _layers(x, framework):
 
 
 def test_deepspeed_keeps_gemma3_norms(tmp_path):
-    arch = from_hf_config(_write(tmp_path, REAL["gemma-3-1b"], "g3"))
+    arch = from_hf_config(write_config(tmp_path, REAL["gemma-3-1b"], "g3"))
     plain = dataclasses.replace(arch, norm_fp32_scale=False, norms_per_layer=2)
     # gemma-3-1b: 26 layers; the first 1F1B stage holds L layer copies in all; the two
     # post-norms keep their fp32 input copies too
@@ -138,7 +139,7 @@ def test_deepspeed_keeps_gemma3_norms(tmp_path):
 
 
 def test_deepspeed_keeps_qwen3_next_norms(tmp_path):
-    arch = from_hf_config(_write(tmp_path, HYBRID["qwen3-next-80b-a3b"], "q3n"))
+    arch = from_hf_config(write_config(tmp_path, HYBRID["qwen3-next-80b-a3b"], "q3n"))
     plain = dataclasses.replace(arch, norm_fp32_scale=False)
     # 48 layers (36 Gated DeltaNet, 12 attention) of two 1 + weight norms each; the first
     # stage holds p micro-batches of each
@@ -293,7 +294,7 @@ def test_glm4_reads_two_post_norms_in_bf16(tmp_path):
     glm4 = {"model_type": "glm4", "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128}
-    arch = from_hf_config(_write(tmp_path, glm4, "glm4"))
+    arch = from_hf_config(write_config(tmp_path, glm4, "glm4"))
     # Glm4RMSNorm is LlamaRMSNorm (weight * x.to(input_dtype)): post-norms, no fp32 product
     assert arch.norms_per_layer == 4 and not arch.norm_fp32_scale
     extra = _layers(arch, "deepspeed") - _layers(dataclasses.replace(arch, norms_per_layer=2),
@@ -451,7 +452,7 @@ def _tiny_config(tmp_path, mtype, extra):
     # JSON has no Infinity (NemotronH's time_step_limit): leave such entries out
     conf = {k: v for k, v in conf.items() if not (isinstance(v, float) and abs(v) == float("inf"))
             and not (isinstance(v, (list, tuple)) and float("inf") in v)}
-    return from_hf_config(_write(tmp_path, conf, mtype))
+    return from_hf_config(write_config(tmp_path, conf, mtype))
 
 
 @pytest.mark.torch

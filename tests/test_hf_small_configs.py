@@ -3,8 +3,8 @@
 The small configs live beside their families (``tests/test_hf_configs.py``,
 ``tests/test_hf_more_types.py``, ``tests/test_hf_newer_types.py``); here each one is read (its
 ``model_type`` kept, a positive count) and, with torch, its count must equal transformers' own
-model of the same file on the meta device: every parameter (``_transformers_count``) for the
-first file's, the language model's (``_language_model_count``: a vision-language model's vision
+model of the same file on the meta device: every parameter (``transformers_count``) for the
+first file's, the language model's (``language_model_count``: a vision-language model's vision
 tower and projector left out) for the newer types'.
 """
 
@@ -14,13 +14,14 @@ import pytest
 
 from memsym.model import from_hf_config, parameter_count
 
-from test_hf_configs import SMALL as CLASSIC, _transformers_count, _write
+from hf_oracle import language_model_count, transformers_count, write_config
+from test_hf_configs import SMALL as CLASSIC
 from test_hf_more_types import SMALL as MORE
-from test_hf_newer_types import SMALL as NEWER, _language_model_count
+from test_hf_newer_types import SMALL as NEWER
 
 #: case -> (config, the transformers count it must equal); the three tables' cases are distinct.
-CASES = {**{case: (cfg, _transformers_count) for case, cfg in CLASSIC.items()},
-         **{case: (cfg, _language_model_count) for case, cfg in {**MORE, **NEWER}.items()}}
+CASES = {**{case: (cfg, transformers_count) for case, cfg in CLASSIC.items()},
+         **{case: (cfg, language_model_count) for case, cfg in {**MORE, **NEWER}.items()}}
 
 
 def test_the_tables_share_no_case():
@@ -30,7 +31,7 @@ def test_the_tables_share_no_case():
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_small_configs_read(tmp_path, case):
     cfg = CASES[case][0]
-    arch = from_hf_config(_write(tmp_path, cfg))
+    arch = from_hf_config(write_config(tmp_path, cfg))
     assert arch.extra["hf_model_type"] == cfg["model_type"]
     assert parameter_count(arch) > 0
 
@@ -39,5 +40,5 @@ def test_small_configs_read(tmp_path, case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_small_configs_match_transformers(tmp_path, case):
     cfg, count = CASES[case]
-    path = _write(tmp_path, cfg)
+    path = write_config(tmp_path, cfg)
     assert parameter_count(from_hf_config(path)) == count(path)

@@ -10,22 +10,17 @@ granite-swash-2b, which is also counted by hand.  No network: every config is wr
 
 from __future__ import annotations
 
-import pytest
 
 from memsym.model import from_hf_config, parameter_count, parameter_counts
-from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _write, one_case_per_type
-from test_hf_classic_types import (assert_attention_dropout_only, assert_read_by_class_name,
-                                   class_defaults)
-from test_hf_newer_types import _language_model_count, fuzz_configs
+from hf_oracle import TOKENS, write_config
 
 # the model types this file covers
 TYPES = {"granite_swa", "granitemoe_swa", "iquestcoder"}
 
 _BASE = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
          "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 128,
-         "max_position_embeddings": 64, **_TOKENS}
+         "max_position_embeddings": 64, **TOKENS}
 _SWA = {"model_type": "granite_swa", **_BASE, "sliding_window": 8}
 _MOE_SWA = {"model_type": "granitemoe_swa", **_BASE, "intermediate_size": 32,
             "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8}
@@ -50,34 +45,6 @@ SMALL = {
 }
 
 
-def test_every_type_here_has_a_small_config():
-    assert {cfg["model_type"] for cfg in SMALL.values()} == TYPES
-    assert TYPES <= set(HF_MODEL_TYPES)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("mtype", ["granite_swa", "granitemoe_swa"])
-def test_a_file_without_model_type_is_read_by_its_class_name(tmp_path, mtype):
-    # (iquestcoder's class is LlamaForCausalLM: a file naming only it is a llama file)
-    assert_read_by_class_name(tmp_path, SMALL, mtype)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(SMALL))
-def test_small_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("mtype", sorted(TYPES))
-def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
-    # the config class's own defaults, as its to_dict() writes them (IQuestCoderConfig's are
-    # IQuest-Coder-V1-40B-Instruct's, its docstring's checkpoint)
-    path = _write(tmp_path, class_defaults(mtype), mtype)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
-
-
 # https://huggingface.co/ibm-granite/granite-swash-2b/blob/main/config.json at revision
 # af1e3227100b61088eead48389ab5409b5d0e39c: every field below as a public test pins the file
 GRANITE_SWASH_2B = {
@@ -93,11 +60,8 @@ GRANITE_SWASH_2B = {
     "embedding_multiplier": 12, "residual_multiplier": 0.28, "logits_scaling": 10,
     "attention_multiplier": 0.0078125, "rope_theta": 10000}
 
-
-@pytest.mark.torch
-def test_granite_swash_2b_matches_transformers(tmp_path):
-    path = _write(tmp_path, GRANITE_SWASH_2B, "swash")
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+#: the published configs this file checks against transformers (tests/test_hf_type_tables.py)
+REAL = {"granite-swash-2b": GRANITE_SWASH_2B}
 
 
 def test_granite_swash_2b_hand_count(tmp_path):
@@ -105,17 +69,7 @@ def test_granite_swash_2b_hand_count(tmp_path):
     # q, o h a d each, k, v h g d each, sinks a; gate, up, down; two RMSNorms; the final norm
     h, a, g, d, f, L, V = 2560, 20, 4, 128, 8192, 24, 100352
     att = 2 * h * a * d + 2 * h * g * d + a
-    arch = from_hf_config(_write(tmp_path, GRANITE_SWASH_2B, "swash"))
+    arch = from_hf_config(write_config(tmp_path, GRANITE_SWASH_2B, "swash"))
     assert len(GRANITE_SWASH_2B["layer_types"]) == L
     assert parameter_counts(arch)["attention"] == L * att
     assert parameter_count(arch) == V * h + L * (att + 3 * h * f + 2 * h) + h
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("case", one_case_per_type(SMALL))
-def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
-    assert_attention_dropout_only(tmp_path, SMALL[case])
-
-
-def test_fuzzed_configs(tmp_path):
-    fuzz_configs(tmp_path, SMALL, {k for cfg in SMALL.values() for k in cfg})

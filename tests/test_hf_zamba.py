@@ -19,19 +19,19 @@ from memsym.errors import InvalidValueError
 from memsym.model import Architecture, from_hf_config, parameter_count, parameter_counts, resolve
 from memsym.model.hf_config import HF_MODEL_TYPES
 
-from test_hf_configs import _TOKENS, _write
-from test_hf_newer_types import _language_model_count
+from hf_oracle import TOKENS, fuzz_configs, language_model_count, write_config
+
 
 _HYBRID = ["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid", "mamba"]
 # Zamba: the default pattern (layers 2, then every attn_layer_period from attn_layer_offset)
 _ZAMBA = {"model_type": "zamba", "hidden_size": 64, "num_hidden_layers": 8,
           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
           "vocab_size": 128, "max_position_embeddings": 64, "attn_layer_period": 3,
-          "attn_layer_offset": 1, **_TOKENS}
+          "attn_layer_offset": 1, **TOKENS}
 _ZAMBA2 = {"model_type": "zamba2", "hidden_size": 64, "num_hidden_layers": 8,
            "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 128,
            "max_position_embeddings": 64, "n_mamba_heads": 8, "mamba_d_state": 16,
-           "layers_block_type": _HYBRID, **_TOKENS}
+           "layers_block_type": _HYBRID, **TOKENS}
 
 SMALL = {
     "zamba": _ZAMBA,
@@ -65,8 +65,8 @@ def test_the_zamba_types_are_read():
 @pytest.mark.torch
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_small_configs_match_transformers(tmp_path, case):
-    path = _write(tmp_path, SMALL[case])
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    path = write_config(tmp_path, SMALL[case])
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
 def test_zamba_hand_count(tmp_path):
@@ -75,7 +75,7 @@ def test_zamba_hand_count(tmp_path):
     h, d, n, k, r, V = 64, 128, 16, 4, 4, 128
     mamba = h * 2 * d + d * k + d + d * (r + 2 * n) + r * d + d + d * n + d + d * h + h
     block = 2 * h * 4 * 32 + 2 * (2 * h * 2 * 32) + 4 * 32 * h + 3 * h * 96 + 3 * h
-    arch = from_hf_config(_write(tmp_path, _ZAMBA))
+    arch = from_hf_config(write_config(tmp_path, _ZAMBA))
     uses = arch.layer_mixers.count("shared")
     assert arch.layer_mixers == ("mamba", "mamba", "shared", "mamba", "shared", "mamba",
                                  "mamba", "shared")
@@ -110,8 +110,8 @@ def test_the_fork_format_copy_has_the_pattern_of_the_copy():
 
 @pytest.mark.torch
 def test_a_full_size_zamba2_copy_matches_transformers(tmp_path):
-    path = _write(tmp_path, _ZAMBA2_7B_FORK)
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    path = write_config(tmp_path, _ZAMBA2_7B_FORK)
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
 # Full size from the config classes' own defaults (transformers 5.25 documents ZambaConfig
@@ -129,8 +129,8 @@ _CLASS_DEFAULTS = {
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", sorted(_CLASS_DEFAULTS))
 def test_the_config_class_defaults_match_transformers(tmp_path, mtype):
-    path = _write(tmp_path, _CLASS_DEFAULTS[mtype])
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    path = write_config(tmp_path, _CLASS_DEFAULTS[mtype])
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
 # The published Zamba2 configs, written from the sources named in tests/data/hf/README.md
@@ -142,7 +142,7 @@ _ZAMBA2_RELEASES = ["zamba2-1.2b", "zamba2-2.7b", "zamba2-7b"]
 @pytest.mark.parametrize("name", _ZAMBA2_RELEASES)
 def test_the_published_zamba2_configs_match_transformers(name):
     path = _PUBLISHED / name / "config.json"
-    assert parameter_count(from_hf_config(path)) == _language_model_count(path)
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
 @pytest.mark.torch
@@ -193,14 +193,14 @@ def test_the_published_zamba2_configs_by_hand():
 def test_one_stage_holds_the_count(tmp_path, case):
     from memsym.model import stage_parameters
 
-    arch = from_hf_config(_write(tmp_path, SMALL[case]))
+    arch = from_hf_config(write_config(tmp_path, SMALL[case]))
     assert stage_parameters(arch, t=1, p=1, pad_vocab=False).total == parameter_count(arch)
 
 
 def test_pipeline_parallelism_is_refused_in_one_line(tmp_path):
     from memsym.model import stage_parameters
 
-    arch = from_hf_config(_write(tmp_path, SMALL["zamba2-two-blocks-attention-adapters"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["zamba2-two-blocks-attention-adapters"]))
     with pytest.raises(InvalidValueError, match="shared transformer blocks") as err:
         stage_parameters(arch, t=1, p=2, stage=0, pad_vocab=False)
     assert "\n" not in str(err.value)
@@ -213,7 +213,7 @@ def test_a_search_leaves_out_the_pipelines_by_a_named_rule(tmp_path):
     # divisors of the 8 layers {1, 2, 4, 8}, b from (1, 2, 4, 8): 4 x 4 rows per layout.
     from memsym.search import search
 
-    res = search(_write(tmp_path, _ZAMBA2), "h100-80gb", 8, seq_length=64, recompute=["full"],
+    res = search(write_config(tmp_path, _ZAMBA2), "h100-80gb", 8, seq_length=64, recompute=["full"],
                  sharding=["distributed-optimizer"], sequence_parallel=[False], uneven=False)
     assert res.raw == 20 * 4 * 4
     assert res.excluded["shared-block-pipeline"] == 10 * 4 * 4
@@ -230,7 +230,7 @@ def test_a_search_leaves_out_the_pipelines_by_a_named_rule(tmp_path):
 ])
 def test_what_transformers_cannot_build_is_refused_in_one_line(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
-        from_hf_config(_write(tmp_path, cfg))
+        from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value)
 
 
@@ -246,7 +246,5 @@ def test_the_shared_block_fields_are_checked():
 
 
 def test_fuzzed_configs(tmp_path):
-    from test_hf_newer_types import fuzz_configs
-
     keys = {k for cfg in SMALL.values() for k in cfg}
     fuzz_configs(tmp_path, SMALL, keys)

@@ -40,7 +40,7 @@ from memsym.terms.mamba import hybrid_layer_activations
 from memsym.training import job_memory, stage_activations
 from memsym.training.layer_model import layer_model_of
 
-from test_hf_configs import _write
+from hf_oracle import write_config
 from test_hf_hybrid import BAMBA_9B, NEMOTRON_H_8B
 
 HF = Training(framework="deepspeed", dropout=False)     # transformers' own model code
@@ -102,7 +102,7 @@ def test_qwen3_5_layers_keep_what_transformers_layer_keeps(tmp_path, monkeypatch
                                                            layer_type):
     s_, b_, *model = sizes
     cfg = _qwen3_5(*model)
-    x = from_hf_config(_write(tmp_path, cfg))
+    x = from_hf_config(write_config(tmp_path, cfg))
     _, common, _, _, addons = layer_model_of(x, False, HF.replace(seq_length=s_), "none")
     kind = ("gdn" if layer_type == "linear_attention" else "attention", False)
     layer = hybrid_layer_activations(kind, **common)
@@ -116,7 +116,7 @@ def test_qwen3_5_layers_keep_what_transformers_layer_keeps(tmp_path, monkeypatch
 
 
 def test_each_kind_takes_the_add_ons_of_its_own_parts(tmp_path):
-    x = from_hf_config(_write(tmp_path, _qwen3_5(64, 4, 2, 16, 96, 2, 4, 8, 16, 4)))
+    x = from_hf_config(write_config(tmp_path, _qwen3_5(64, 4, 2, 16, 96, 2, 4, 8, 16, 4)))
     per_layer, common, _, _, addons = layer_model_of(x, False, HF.replace(seq_length=64), "none")
     assert addons(("attention", None)) == 0 and addons(("gdn", None)) == 0
     assert sp.simplify(addons(("gdn", False)) - SILU) == 0
@@ -132,7 +132,7 @@ def test_a_trainer_stage_keeps_the_silu_output_of_every_layer(tmp_path):
     # 1F1B stage holds p micro-batches of them
     cfg = {**_qwen3_5(64, 4, 2, 16, 96, 2, 4, 8, 16, 4), "num_hidden_layers": 4}
     cfg.pop("layer_types")                  # full_attention_interval 4: attention last
-    x = from_hf_config(_write(tmp_path, cfg))
+    x = from_hf_config(write_config(tmp_path, cfg))
     common = layer_model_of(x, False, HF, "none")[1]
     plain = sum((hybrid_layer_activations(kind, **common).expr for kind in
                  (("gdn", False),) * 3 + (("attention", False),)), sp.Integer(0))
@@ -156,7 +156,7 @@ def test_megatron_unfused_swiglu_in_every_bamba_layer(tmp_path, recompute):
     # Bamba-9B: 32 layers, each a Mamba-2 or attention mixer and a SwiGLU MLP of f = 14336;
     # --no-bias-swiglu-fusion keeps silu(gate) and the offset up product (2 x 2 tau f bytes,
     # t = 1), which the default core_attn recompute keeps too
-    path = _write(tmp_path, BAMBA_9B)
+    path = write_config(tmp_path, BAMBA_9B)
     eager = _megatron_layers(path, recompute=recompute, bias_activation_fusion=False)
     fused = _megatron_layers(path, recompute=recompute, bias_activation_fusion=True)
     assert eager - fused == 32 * 2 * 2 * S * 14336
@@ -166,7 +166,7 @@ def test_megatron_checkpointed_core_attention_keeps_the_qkv_output(tmp_path):
     # Nemotron-H-8B: 4 attention layers (a = 32, g = 8, d_h = 128) among 24 Mamba and 24 MLP
     # layers; under selective recompute of core_attn each attention layer keeps the fused QKV
     # output, 2 tau (a + g) d_h bytes (t = 1), and no other layer anything more
-    path = _write(tmp_path, NEMOTRON_H_8B)
+    path = write_config(tmp_path, NEMOTRON_H_8B)
     x = from_hf_config(path)
     pattern = NEMOTRON_H_8B["hybrid_override_pattern"]
     training = Training(framework="megatron", recompute="selective")
@@ -188,7 +188,7 @@ def test_the_recompute_working_set_is_the_largest_layer_kind(tmp_path):
     # measures it on transformers' own layer (kernel terms included here, as they run)
     cfg = {**_qwen3_5(64, 4, 2, 16, 96, 4, 48, 16, 16, 4), "num_hidden_layers": 4}
     cfg.pop("layer_types")
-    x = from_hf_config(_write(tmp_path, cfg))
+    x = from_hf_config(write_config(tmp_path, cfg))
     full = HF.replace(recompute="full")
     _, common, _, _, addons = layer_model_of(x, False, full, "none")
     at = {**parameter_values(x), **mixer_values(x), s: 4096, b: 1, c: 1, t: 1}

@@ -19,7 +19,7 @@ from memsym.job import job
 from memsym.model import from_hf_config, parameter_count, stage_parameters
 from memsym.training import job_memory
 
-from test_hf_configs import _write
+from hf_oracle import write_config
 from test_hf_hybrid import NEMOTRON_H_8B, SMALL
 from in_process import estimate
 
@@ -43,7 +43,7 @@ def _layers(chars: str) -> int:
 
 @pytest.fixture(scope="module")
 def nemotron(tmp_path_factory):
-    return _write(tmp_path_factory.mktemp("nh"), NEMOTRON_H_8B)
+    return write_config(tmp_path_factory.mktemp("nh"), NEMOTRON_H_8B)
 
 
 def test_the_pattern_is_counted_as_written():
@@ -151,7 +151,7 @@ def test_full_recompute_keeps_each_layers_input(nemotron):
     ({"mamba_num_heads": 129, "mamba_head_dim": 64}, "must divide the Mamba heads"),
 ])
 def test_megatron_splits_mamba_heads_and_groups_over_tp(tmp_path, over, match):
-    path = _write(tmp_path, {**NEMOTRON_H_8B, **over})
+    path = write_config(tmp_path, {**NEMOTRON_H_8B, **over})
     with pytest.raises(InvalidValueError, match=match) as err:
         job_memory(job(path, seq_length=S, micro_batch_size=1, tp=2, global_batch_size=8))
     assert "\n" not in str(err.value)
@@ -170,7 +170,7 @@ def test_unmodelled_layouts_are_refused(nemotron, kw, match):
 @pytest.mark.parametrize("name,match", [("jamba", "Mamba-1 mixers"),
                                         ("falcon_h1", "side by side")])
 def test_mixers_megatron_does_not_train_are_refused(tmp_path, name, match):
-    path = _write(tmp_path, SMALL[name])
+    path = write_config(tmp_path, SMALL[name])
     with pytest.raises(InvalidValueError, match=match) as err:
         job_memory(job(path, seq_length=64, micro_batch_size=1, global_batch_size=8))
     assert "\n" not in str(err.value)
@@ -192,7 +192,7 @@ def test_the_cli_estimates_a_hybrid_and_its_step_time(nemotron, capsys):
 def test_the_stages_of_every_hybrid_sum_to_transformers_count(tmp_path, name):
     # parameter_count equals transformers' sum(p.numel()) (tests/test_hf_hybrid.py): the
     # stages' layers by kind, the embedding and the head must add up to it, split or not
-    arch = from_hf_config(_write(tmp_path, SMALL[name]))
+    arch = from_hf_config(write_config(tmp_path, SMALL[name]))
     for p in [q for q in (1, 2, 3) if arch.num_layers % q == 0]:
         stages = [stage_parameters(arch, p=p, stage=i, pad_vocab=False, tied_output_copy=False)
                   for i in range(p)]
@@ -201,11 +201,11 @@ def test_the_stages_of_every_hybrid_sum_to_transformers_count(tmp_path, name):
 
 def test_a_moe_hybrid_with_expert_parallelism(tmp_path):
     # Nemotron-H "M-M*EM" (4 experts): e = 2 holds half the routed experts of the one E layer
-    arch = from_hf_config(_write(tmp_path, SMALL["nemotron_h"]))
+    arch = from_hf_config(write_config(tmp_path, SMALL["nemotron_h"]))
     whole = stage_parameters(arch, pad_vocab=False)
     split = stage_parameters(arch, e=2, pad_vocab=False)
     assert whole.experts == split.experts > 0 and split.experts_per_gpu * 2 == whole.experts
-    j = job(_write(tmp_path, SMALL["nemotron_h"], "e"), seq_length=64, micro_batch_size=1,
+    j = job(write_config(tmp_path, SMALL["nemotron_h"], "e"), seq_length=64, micro_batch_size=1,
             ep=2, dp=2, global_batch_size=8)
     assert job_memory(j).activations()["layer_activations"] > 0
 
@@ -229,7 +229,8 @@ def test_bamba_layers_hold_a_mixer_and_a_gated_mlp(tmp_path):
              + 2 * tok * 8192 + 4 * tok + 2 * tok * 8192 + tok * h + 4 * tok)
     attention = (2 * tok * h + 4 * tok + 2 * tok * h + 2 * tok * 40 * 128 + 2 * tok * 8 * 128
                  + 4 * 32 * tok + 2 * tok * 32 * 128 + tok * h)
-    j = job(_write(tmp_path, BAMBA_9B), seq_length=4096, micro_batch_size=1, global_batch_size=8)
+    j = job(write_config(tmp_path, BAMBA_9B), seq_length=4096, micro_batch_size=1,
+            global_batch_size=8)
     got = job_memory(j, stage=0).activations()["layer_activations"]
     assert got == 29 * (mamba + mlp) + 3 * (attention + mlp)
 
@@ -248,8 +249,8 @@ def test_the_hybrid_rules_mask_a_grid_as_they_refuse_one_job(nemotron):
     from memsym import rules
     from memsym.model import resolve
 
-    x = resolve(from_hf_config(_write(nemotron.parent.parent, {**NEMOTRON_H_8B, "n_groups": 4},
-                                      "g4")))
+    path = write_config(nemotron.parent.parent, {**NEMOTRON_H_8B, "n_groups": 4}, "g4")
+    x = resolve(from_hf_config(path))
     names = ["tp-mamba-heads", "tp-mamba-groups", "hybrid-pipeline", "hybrid-cp"]
     grid = {"t": np.array([1, 2, 4, 8]), "p": np.array([1, 2, 2, 2]),
             "v": np.array([1, 1, 2, 1]), "c": np.array([1, 2, 1, 1]), "pipeline_layout": False}

@@ -91,14 +91,14 @@ def test_latent_without_experts_is_refused():
 
 
 def test_a_nemotron_h_config_with_moe_latent_size_is_read(tmp_path):
-    from test_hf_configs import _small, _write
+    from hf_oracle import small_config, write_config
     from memsym.model import from_hf_config
-    cfg = _small("nemotron_h", hybrid_override_pattern="M*E", mamba_num_heads=8,
+    cfg = small_config("nemotron_h", hybrid_override_pattern="M*E", mamba_num_heads=8,
                  mamba_head_dim=16, ssm_state_size=16, n_groups=2, n_routed_experts=4,
                  moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
                  head_dim=16, moe_latent_size=24)
-    plain = from_hf_config(_write(tmp_path, {**cfg, "moe_latent_size": None}))
-    arch = from_hf_config(_write(tmp_path, cfg))
+    plain = from_hf_config(write_config(tmp_path, {**cfg, "moe_latent_size": None}))
+    arch = from_hf_config(write_config(tmp_path, cfg))
     h = arch.hidden_size
     assert arch.moe_latent_size == 24
     # two latent projections h x 24 added; four experts of 2 x 32 x (24 instead of h)

@@ -35,7 +35,7 @@ from memsym.symbols import a, b, c, d_h, g, p, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.mamba import hybrid_layer_activations
 
-from test_hf_configs import _write
+from hf_oracle import write_config
 from test_hf_layer_kinds import REAL
 from framework_ports import saved_storage_bytes
 
@@ -47,7 +47,7 @@ OUT_COPY = 2 * s * b * a * d_h / (c * t)    # SDPA's copy of the head-major flas
 def test_the_gate_half_of_q_proj_is_counted(tmp_path):
     # Qwen3-Next-80B-A3B: 12 full-attention layers, h = 2048, a = 16, d_h = 256: the gate half
     # of each q_proj is h a d_h
-    arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
+    arch = from_hf_config(write_config(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
     assert arch.attention_output_gate and arch.layer_mixers.count("attention") == 12
     ungated = dataclasses.replace(arch, attention_output_gate=False)
     assert parameter_count(arch) - parameter_count(ungated) == 12 * 2048 * 16 * 256
@@ -99,7 +99,7 @@ def test_transformers_qwen3_next_attention_terms_by_hand():
 def test_a_qwen3_next_stage_holds_the_gate_of_its_attention_layers(tmp_path):
     from memsym.training import Training, stage_activations
 
-    arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
+    arch = from_hf_config(write_config(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
     ungated = dataclasses.replace(arch, attention_output_gate=False)
     trn = Training()
 
@@ -113,7 +113,7 @@ def test_a_qwen3_next_stage_holds_the_gate_of_its_attention_layers(tmp_path):
 def test_deepspeed_runs_transformers_qwen3_next_attention(tmp_path):
     from memsym.training import Training, stage_activations
 
-    arch = from_hf_config(_write(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
+    arch = from_hf_config(write_config(tmp_path, REAL["qwen3-next-80b-a3b"], "q3n"))
     # without the gate and without the fp32 (1 + weight) Q/K norms (qk_norm_fp32_scale)
     ungated = dataclasses.replace(arch, attention_output_gate=False, qk_norm_fp32_scale=False)
 

@@ -17,7 +17,7 @@ from memsym.cli import main
 from memsym.errors import InvalidValueError, StepTimeNotModelledError
 from memsym.search import search
 
-from test_hf_configs import _write
+from hf_oracle import write_config
 from test_hf_zamba import SMALL
 
 # the shared block's selective recompute is refused by the memory terms (a separate refusal):
@@ -33,7 +33,7 @@ def _search(capsys, path, *more):
 
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_search_ranks_a_zamba2_by_headroom_with_a_note(tmp_path, capsys, recompute):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     code, out, err = _search(capsys, path, "--recompute-granularity", recompute, "--top", 5)
     assert code == 0, err
     assert "note: step time not modelled for zamba2: ranked by headroom" in out
@@ -51,7 +51,7 @@ def test_search_ranks_a_zamba2_by_headroom_with_a_note(tmp_path, capsys, recompu
 
 
 def test_search_json_rows_have_no_step_time_and_most_headroom_first(tmp_path, capsys):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     code, out, err = _search(capsys, path, "--recompute-granularity", "full", "--global-batch-size",
                              16, "--top", 4, "--json")
     assert code == 0, err
@@ -66,7 +66,7 @@ def test_search_json_rows_have_no_step_time_and_most_headroom_first(tmp_path, ca
 
 
 def test_the_library_search_says_so_and_other_refusals_still_stop(tmp_path):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     res = search(str(path), "h100-80gb", 8, seq_length=64, global_batch_size=16,
                  recompute=["full"])
     assert res.ranked_by == "memory headroom"
@@ -81,7 +81,7 @@ def test_the_library_search_says_so_and_other_refusals_still_stop(tmp_path):
 
 
 def test_time_and_estimate_with_a_time_option_keep_the_refusal(tmp_path, capsys):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     for cmd in (["time", str(path), "--gpu", "h100-80gb", "--tokens", "1024"],
                 ["estimate", str(path), "--gpu", "h100-80gb", "--global-batch-size", "8",
                  "--efficiency", "0.5"]):
@@ -94,7 +94,7 @@ def test_time_and_estimate_with_a_time_option_keep_the_refusal(tmp_path, capsys)
 
 def test_estimate_with_a_gpu_gives_the_memory_and_fit_with_a_note(tmp_path, capsys):
     # --gpu alone is the capacity too: the fit verdict of the same bytes as without it
-    path = str(_write(tmp_path, SMALL["zamba2"]))
+    path = str(write_config(tmp_path, SMALL["zamba2"]))
     job = [path, "--seq-length", "64", "--global-batch-size", "8", "--json"]
     assert main(["estimate", *job]) == 0
     plain = json.loads(capsys.readouterr().out)
@@ -107,7 +107,7 @@ def test_estimate_with_a_gpu_gives_the_memory_and_fit_with_a_note(tmp_path, caps
 
 def test_an_emitted_untimed_row_reads_back_to_the_same_bytes(tmp_path, capsys):
     # the emitted read-back command carries --gpu: estimate answers it with the memory
-    path = str(_write(tmp_path, SMALL["zamba2"]))
+    path = str(write_config(tmp_path, SMALL["zamba2"]))
     code, out, err = _search(capsys, path, "--emit", "megatron", "--recompute-granularity",
                              "full", "--top", 1)
     assert code == 0, err
@@ -122,7 +122,7 @@ def test_an_emitted_untimed_row_reads_back_to_the_same_bytes(tmp_path, capsys):
 
 def test_min_gpus_sizes_a_zamba2_by_memory_with_the_note(tmp_path, capsys):
     # min-gpus searches through memsym.search.search: it no longer stops on the step time
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     code = main(["min-gpus", str(path), "--gpu", "h100-80gb", "--seq-length", "64",
                  "--global-batch-size", "16", "--recompute-granularity", "full"])
     out, err = capsys.readouterr()
@@ -134,7 +134,7 @@ def test_a_plain_zamba2_search_leaves_out_the_refused_selective_recompute(tmp_pa
     # without a recompute choice the search offers Megatron's three; a shared block's selective
     # recompute is refused by the memory terms (memsym.terms.mamba), so the default choices leave
     # it out, with a note, and the search runs on none and full
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     code, out, err = _search(capsys, path, "--top", 8)
     assert code == 0, err
     assert "note: selective recompute of a shared transformer block is not modelled" in out
@@ -148,7 +148,7 @@ def test_a_space_with_selective_asked_for_is_not_rewritten(tmp_path):
     # for (as min_gpus hands one over) is searched as asked, and the shared block refuses it
     from memsym.search.space import make_space
 
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     space = make_space(str(path), "h100-80gb", seq_length=64, global_batch_size=16,
                        recompute=["selective", "full"])
     with pytest.raises(InvalidValueError, match="selective recompute of a shared"):
@@ -161,7 +161,7 @@ def test_a_space_with_selective_asked_for_is_not_rewritten(tmp_path):
 def test_min_gpus_and_emit_leave_out_the_default_selective_too(tmp_path, capsys, cmd):
     # min-gpus and search --emit build their own Space (make_space): the default recompute
     # choices leave out the shared block's selective there as well, so neither stops on it
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     code = main([cmd[0], str(path), *cmd[1:]])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -173,7 +173,7 @@ def test_min_gpus_and_emit_leave_out_the_default_selective_too(tmp_path, capsys,
 def test_make_space_of_a_shared_block_model_defaults_to_none_and_full(tmp_path):
     from memsym.search.space import make_space
 
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     space = make_space(str(path), "h100-80gb", seq_length=64)
     assert set(space.recompute) == {"none", "full"}
     assert space.unmodelled_recompute == ("selective",)
@@ -193,7 +193,7 @@ def test_emit_carries_the_notes_the_table_prints(tmp_path, capsys):
     # head (assumed settings and "note:" lines) is in the emitted text as a "#" comment, before
     # the first layout, so the emitted arguments stay what is pasted
     # (a global batch given: the one assumed without it is said in the emitted head line)
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     common = ("--recompute-granularity", "full", "--global-batch-size", 16, "--top", 1)
     code, table, err = _search(capsys, path, *common)
     assert code == 0, err
@@ -211,7 +211,7 @@ def test_emit_carries_the_notes_the_table_prints(tmp_path, capsys):
 
 
 def test_json_rows_carry_the_notes_with_and_without_emit(tmp_path, capsys):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     for more in ((), ("--emit", "megatron")):
         code, out, err = _search(capsys, path, "--recompute-granularity", "full", "--top", 2,
                                  "--json", *more)
@@ -225,7 +225,7 @@ def test_efficiency_on_an_untimed_model_is_refused(tmp_path, capsys, command):
     # --efficiency prices nothing but the step time (memsym.timing); with no step time it
     # cannot act, so it is refused as estimate refuses it (one stderr line, exit 2, nothing on
     # stdout), in the timing layer's own words, naming the option
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     argv = [command, str(path), "--gpu", "h100-80gb", "--seq-length", "64",
             "--global-batch-size", "16", "--recompute-granularity", "full", "--efficiency", "0.5"]
     if command == "search":
@@ -238,7 +238,7 @@ def test_efficiency_on_an_untimed_model_is_refused(tmp_path, capsys, command):
 
 
 def test_the_library_search_refuses_an_efficiency_it_cannot_price(tmp_path):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     with pytest.raises(StepTimeNotModelledError, match="efficiency 0.5"):
         search(str(path), "h100-80gb", 8, seq_length=64, global_batch_size=16,
                recompute=["full"], efficiency=0.5)

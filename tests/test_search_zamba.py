@@ -15,12 +15,12 @@ from memsym.errors import InvalidValueError
 from memsym.search import launch_overlaps, search
 from memsym.training import Layout, Training, training_memory
 
-from test_hf_configs import _write
+from hf_oracle import write_config
 from test_hf_zamba import SMALL
 
 
 def test_zamba_search_rows_are_the_estimate_of_the_same_job(tmp_path):
-    path = str(_write(tmp_path, SMALL["zamba"]))
+    path = str(write_config(tmp_path, SMALL["zamba"]))
     res = search(path, "h100-80gb", 8, seq_length=64, framework="deepspeed")
     assert len(res) > 0
     rng = np.random.default_rng(3)
@@ -36,7 +36,7 @@ def test_zamba_search_rows_are_the_estimate_of_the_same_job(tmp_path):
 
 
 def test_zamba_tensor_parallel_rows_are_masked_by_one_rule(tmp_path):
-    path = str(_write(tmp_path, SMALL["zamba"]))
+    path = str(write_config(tmp_path, SMALL["zamba"]))
     # t named: a DeepSpeed search holds t = 1 unless told (Framework.searched_sizes)
     res = search(path, "h100-80gb", 8, seq_length=64, framework="deepspeed", tp=[1, 2, 4])
     assert set(res.columns["t"].tolist()) == {1}
@@ -47,7 +47,7 @@ def test_zamba_tensor_parallel_rows_are_masked_by_one_rule(tmp_path):
 
 
 def test_zamba_search_command_line_exits_0(tmp_path, capsys):
-    path = str(_write(tmp_path, SMALL["zamba"]))
+    path = str(write_config(tmp_path, SMALL["zamba"]))
     code = main(["search", path, "--framework", "deepspeed", "--gpus", "8", "--gpu",
                  "h100-80gb", "--seq-length", "64", "--top", "3", "--tp", "1", "2", "4"])
     out, err = capsys.readouterr()

@@ -38,7 +38,7 @@ from memsym.terms.mamba import hybrid_layer_activations
 from memsym.terms.shared_block import shared_block_activations
 from memsym.training import job_memory
 
-from test_hf_configs import _write
+from hf_oracle import write_config
 from test_hf_zamba import SMALL, _ZAMBA2
 from in_process import estimate
 from framework_ports import saved_storage_bytes
@@ -179,20 +179,21 @@ def _by_hand_small(s_: int, r_: int = 128, att: bool = False, hf: bool = True) -
 
 @pytest.mark.parametrize("framework", ["deepspeed", "torchtitan"])
 def test_the_estimate_holds_the_shared_block_uses(tmp_path, framework):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     j = job(path, seq_length=64, micro_batch_size=1, global_batch_size=8, framework=framework)
     assert job_memory(j).activations()["layer_activations"] == _by_hand_small(
         64, hf=framework == "deepspeed")
 
 
 def test_attention_adapters_add_their_inputs(tmp_path):
-    path = _write(tmp_path, {**_ZAMBA2, "adapter_rank": 8, "use_shared_attention_adapter": True})
+    cfg = {**_ZAMBA2, "adapter_rank": 8, "use_shared_attention_adapter": True}
+    path = write_config(tmp_path, cfg)
     j = job(path, seq_length=32, micro_batch_size=1, global_batch_size=8, framework="deepspeed")
     assert job_memory(j).activations()["layer_activations"] == _by_hand_small(32, 8, True)
 
 
 def test_the_cli_estimates_zamba2(tmp_path, capsys):
-    path = _write(tmp_path, SMALL["zamba2"])
+    path = write_config(tmp_path, SMALL["zamba2"])
     for framework in ("deepspeed", "megatron"):
         code, out, err = estimate(capsys, path, "--seq-length", 64, "--framework", framework)
         assert code == 0, err

@@ -23,9 +23,9 @@ from memsym.terms.mamba import hybrid_layer_activations
 from memsym.terms.mamba1 import mamba1_mixer_activations
 from memsym.training import job_memory
 
+from hf_oracle import write_config
 from framework_ports import saved_storage_bytes
 from in_process import estimate
-from test_hf_configs import _write
 from test_hf_zamba import SMALL
 
 
@@ -147,7 +147,7 @@ def _small_zamba_by_hand(s_: int) -> int:
 
 
 def test_the_estimate_holds_the_mamba1_layers(tmp_path):
-    path = _write(tmp_path, SMALL["zamba"])
+    path = write_config(tmp_path, SMALL["zamba"])
     j = job(path, seq_length=64, micro_batch_size=1, global_batch_size=8, framework="deepspeed")
     assert job_memory(j).activations()["layer_activations"] == _small_zamba_by_hand(64)
 
@@ -158,14 +158,14 @@ def test_full_recompute_keeps_each_layer_input(tmp_path, model):
     # Zamba2HybridLayer and Zamba2MambaDecoderLayer, are GradientCheckpointingLayers: each of
     # the 8 layers keeps its 2sbh input, s = 64, h = 64 (Zamba2's embeddings it also reads are
     # the model's one tensor)
-    path = _write(tmp_path, SMALL[model])
+    path = write_config(tmp_path, SMALL[model])
     j = job(path, seq_length=64, micro_batch_size=1, global_batch_size=8,
             framework="deepspeed", recompute="full")
     assert job_memory(j).activations()["layer_activations"] == 8 * 2 * 64 * 64
 
 
 def test_the_cli_estimates_zamba(tmp_path, capsys):
-    code, out, err = estimate(capsys, _write(tmp_path, SMALL["zamba"]), "--seq-length", 64,
+    code, out, err = estimate(capsys, write_config(tmp_path, SMALL["zamba"]), "--seq-length", 64,
                               "--framework", "deepspeed")
     assert code == 0, err
     assert "activations" in out and "torch path" in out
@@ -196,7 +196,7 @@ _NOT_BUILT = "run as transformers' own model code only (--framework deepspeed): 
      "builds no pipeline stages"),
 ])
 def test_what_is_not_modelled_is_refused_in_one_line(tmp_path, capsys, argv, match):
-    code, out, err = estimate(capsys, _write(tmp_path, SMALL["zamba"]), "--seq-length", 64,
+    code, out, err = estimate(capsys, write_config(tmp_path, SMALL["zamba"]), "--seq-length", 64,
                               *argv)
     assert code == 2 and out == "" and err.count("\n") == 1 and match in err
 
