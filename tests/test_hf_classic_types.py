@@ -1,5 +1,6 @@
 """The classic causal-LM types of current transformers (issue 32, item 4): OPT, GPT-Neo, CodeGen,
-MPT, Persimmon, against transformers' own models.
+MPT, Persimmon, XGLM, BioGPT, against transformers' own models; GPT-1, BitNet, DiffLlama and Kimi
+Linear refused in one line naming what memsym does not model.
 
 Same oracle as ``tests/test_hf_newer_types.py``: transformers (5.25.0 when checked) builds
 ``AutoModelForCausalLM.from_config`` of the very file memsym reads, on the meta device, and
@@ -22,7 +23,7 @@ from hf_oracle import TOKENS, assert_masks_follow_dropout, one_case_per_type, wr
 from in_process import estimate
 
 # the model types this file covers
-TYPES = {"opt", "gpt_neo", "codegen", "mpt", "persimmon"}
+TYPES = {"opt", "gpt_neo", "codegen", "mpt", "persimmon", "xglm", "biogpt"}
 
 _OPT = {"model_type": "opt", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
         "ffn_dim": 96, "vocab_size": 128, "max_position_embeddings": 64, **TOKENS}
@@ -36,6 +37,11 @@ _MPT = {"model_type": "mpt", "d_model": 64, "n_layers": 3, "n_heads": 4, "max_se
 _PERSIMMON = {"model_type": "persimmon", "hidden_size": 64, "num_hidden_layers": 3,
               "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 128,
               "max_position_embeddings": 64, **TOKENS}
+_XGLM = {"model_type": "xglm", "d_model": 64, "num_layers": 3, "attention_heads": 4,
+         "ffn_dim": 96, "vocab_size": 128, "max_position_embeddings": 64, **TOKENS}
+_BIOGPT = {"model_type": "biogpt", "hidden_size": 64, "num_hidden_layers": 3,
+           "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 128,
+           "max_position_embeddings": 64, **TOKENS}
 
 SMALL = {
     # OPT: learned positions with 2 offset rows, biased projections and LayerNorms, ReLU MLP,
@@ -64,6 +70,14 @@ SMALL = {
     "persimmon": _PERSIMMON,
     "persimmon-no-qk-norm-tied": {**_PERSIMMON, "qk_layernorm": False,
                                   "tie_word_embeddings": True},
+    # XGLM: sinusoidal positions (a buffer), biased projections, LayerNorms, a final one, tied;
+    # or untied, no embedding scale (no parameter either way)
+    "xglm": _XGLM,
+    "xglm-untied-unscaled": {**_XGLM, "tie_word_embeddings": False, "scale_embedding": False},
+    # BioGPT: learned positions with 2 offset rows, biased projections, LayerNorms, tied; or
+    # untied
+    "biogpt": _BIOGPT,
+    "biogpt-untied": {**_BIOGPT, "tie_word_embeddings": False},
 }
 
 
@@ -126,7 +140,17 @@ REAL = {
                           "qk_layernorm": True, "rope_theta": 25000.0,
                           "tie_word_embeddings": False, "vocab_size": 262144,
                           "bos_token_id": 1, "eos_token_id": 2},
-
+    # XGLMConfig's and BioGptConfig's defaults are their docstrings' checkpoints
+    # (@auto_docstring(checkpoint="facebook/xglm-564M"), checkpoint="microsoft/biogpt"),
+    # written out here with the sizes that matter
+    "xglm-564m": {"architectures": ["XGLMForCausalLM"], "model_type": "xglm", "d_model": 1024,
+                  "num_layers": 24, "attention_heads": 16, "ffn_dim": 4096,
+                  "vocab_size": 256008, "max_position_embeddings": 2048,
+                  "activation_function": "gelu", "scale_embedding": True},
+    "biogpt": {"architectures": ["BioGptForCausalLM"], "model_type": "biogpt",
+               "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+               "intermediate_size": 4096, "vocab_size": 42384, "max_position_embeddings": 1024,
+               "hidden_act": "gelu"},
 }
 
 
@@ -177,6 +201,40 @@ def test_mpt_7b_hand_count(tmp_path):
     assert parameter_count(arch) == V * h + L * (12 * h * h + 2 * h) + h == 6_649_286_656
 
 
+def test_xglm_564m_hand_count(tmp_path):
+    # modeling_xglm.py (h=1024, f=4096, L=24, V=256008, tied): q, k, v, out_proj h^2 + h each;
+    # fc1, fc2 with bias; two LayerNorms a layer and the final one; no position parameter
+    # (XGLMSinusoidalPositionalEmbedding's table is a buffer): the checkpoint's "564M"
+    h, f, L, V = 1024, 4096, 24, 256008
+    layer = 4 * (h * h + h) + 2 * h * f + f + h + 2 * 2 * h
+    arch = _read(tmp_path, "xglm-564m")
+    assert parameter_count(arch) == V * h + L * layer + 2 * h
+    assert round(parameter_count(arch) / 10**6) == 564
+
+
+def test_biogpt_hand_count(tmp_path):
+    # modeling_biogpt.py (h=1024, f=4096, L=24, V=42384, 1024 positions + 2 offset rows,
+    # tied): the layer as XGLM's, a learned position table; BioGPT's paper (Luo et al. 2022,
+    # arXiv:2210.10341) gives the model 347M parameters
+    h, f, L, V, P = 1024, 4096, 24, 42384, 1024 + 2
+    layer = 4 * (h * h + h) + 2 * h * f + f + h + 2 * 2 * h
+    arch = _read(tmp_path, "biogpt")
+    assert parameter_count(arch) == V * h + P * h + L * layer + 2 * h
+    assert round(parameter_count(arch) / 10**6) == 347
+
+
+@pytest.mark.parametrize("case, total, vocab, padded", [
+    # the hand counts above (564,463,616 and 346,763,264); Megatron's default padding of the
+    # tied table to a multiple of 128 rows: 256008 -> 256128, 42384 -> 42496
+    ("xglm-564m", 564_463_616, 256008, 256128), ("biogpt", 346_763_264, 42384, 42496)])
+def test_an_xglm_and_a_biogpt_estimate_runs(tmp_path, capsys, case, total, vocab, padded):
+    code, out, err = estimate(capsys, write_config(tmp_path, REAL[case], case),
+                              "--seq-length", 1024)
+    assert code == 0, err
+    weights = next(line for line in out.splitlines() if line.startswith("weights"))
+    assert f"{2 * (total + (padded - vocab) * 1024):,}" in weights
+
+
 def test_persimmon_8b_hand_count(tmp_path):
     # modeling_persimmon.py (h=4096, f=16384, a=64, d_h=64, L=36, V=262144, untied):
     # query_key_value 3h^2 + 3h, dense h^2 + h; q_layernorm, k_layernorm (weight, bias) of d_h;
@@ -210,6 +268,12 @@ def test_an_opt_estimate_runs(tmp_path, capsys):
     ({**_NEO, "num_heads": 5}, "multiple of num_heads"),
     ({**_PERSIMMON, "num_attention_heads": 5}, "multiple of num_attention_heads"),
     ({k: v for k, v in _OPT.items() if k != "ffn_dim"}, "missing field 'ffn_dim'"),
+    ({**_XGLM, "add_cross_attention": True}, "add_cross_attention true in an XGLM config"),
+    # types transformers builds with modules memsym does not model (each checked below)
+    ({**_OPT, "model_type": "openai-gpt"}, "GPT-1's post-norm blocks"),
+    ({**_PERSIMMON, "model_type": "bitnet"}, "BitNet's sub-norms"),
+    ({**_PERSIMMON, "model_type": "diffllama"}, "DiffLlama's differential attention"),
+    ({**_PERSIMMON, "model_type": "kimi_linear"}, "Kimi Delta Attention"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:
@@ -218,7 +282,8 @@ def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, 
 
 
 @pytest.mark.parametrize("typo,near", [("opt2", "opt"), ("gpt-neo", "gpt_neo"),
-                                       ("code_gen", "codegen"), ("persimon", "persimmon")])
+                                       ("code_gen", "codegen"), ("persimon", "persimmon"),
+                                       ("xlgm", "xglm")])
 def test_a_misspelt_type_is_refused_not_read_as_the_suggestion(tmp_path, typo, near):
     with pytest.raises(UnknownNameError) as err:
         from_hf_config(write_config(tmp_path, {**_OPT, "model_type": typo}))
@@ -242,7 +307,15 @@ def test_what_transformers_ignores_is_said(tmp_path):
 def test_the_dropout_defaults_are_the_config_classes():
     # configuration_opt.py: dropout 0.1, attention_dropout 0.0; the others 0
     assert class_dropout("opt") == {"attention_dropout": 0.0, "dropout": 0.1}
-    assert not any(class_dropout(t)[k] for t in TYPES - {"opt"} for k in class_dropout(t))
+    # configuration_xglm.py: dropout, attention_dropout 0.1, activation_dropout 0.0;
+    # configuration_biogpt.py: hidden_dropout_prob, attention_probs_dropout_prob 0.1,
+    # activation_dropout 0.0
+    assert class_dropout("xglm") == {"attention_dropout": 0.1, "dropout": 0.1,
+                                     "activation_dropout": 0.0}
+    assert class_dropout("biogpt") == {"attention_probs_dropout_prob": 0.1,
+                                       "hidden_dropout_prob": 0.1, "activation_dropout": 0.0}
+    assert not any(class_dropout(t)[k] for t in TYPES - {"opt", "xglm", "biogpt"}
+                   for k in class_dropout(t))
 
 
 @pytest.mark.torch
@@ -260,3 +333,25 @@ def test_dropout_masks_follow_the_transformers_model(tmp_path, case):
     zero = {**SMALL[case], **{k: 0.0 for k in dropout_fields}}
     zero.pop("attn_config", None)
     assert_masks_follow_dropout(write_config(tmp_path, zero, "zero"))
+
+
+@pytest.mark.torch
+def test_the_refused_types_build_what_memsym_lacks():
+    # the oracle of the refusals above: transformers' own models of the config classes'
+    # defaults hold the modules each refusal names
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    def names(mtype):
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(mtype))
+        return {n for n, _ in model.named_parameters()}
+
+    gpt1 = names("openai-gpt")
+    assert not any(n.startswith("transformer.ln_f") for n in gpt1)   # no final LayerNorm
+    bitnet = names("bitnet")
+    assert {"model.layers.0.self_attn.attn_sub_norm.weight",
+            "model.layers.0.mlp.ffn_sub_norm.weight"} <= bitnet
+    assert "model.layers.0.self_attn.lambda_q1" in names("diffllama")
+    kimi = names("kimi_linear")
+    assert any(".self_attn.forget_gate.f_a_proj." in n for n in kimi)

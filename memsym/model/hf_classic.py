@@ -198,6 +198,46 @@ def _read_opt(c: ConfigFields, mtype: str, notes: list) -> dict:
                 extra={"hf_activation": c.str("activation_function", "relu")})
 
 
+def _read_xglm(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # XGLMModel (transformers 5.25.0 modeling_xglm.py): XGLMScaledWordEmbedding V x d_model,
+    # XGLMSinusoidalPositionalEmbedding (its table a buffer, no parameter), num_layers
+    # XGLMDecoderLayers, a final nn.LayerNorm; the layer: q, k, v, out_proj biased (bias=True),
+    # self_attn_layer_norm and final_layer_norm nn.LayerNorm, fc1 / fc2 (ffn_dim) biased;
+    # lm_head tied to embed_tokens (_tied_weights_keys)
+    if c.bool("add_cross_attention", False):
+        raise c._bad("add_cross_attention true in an XGLM config (an encoder attention and its "
+                     "LayerNorm in every layer) is not modelled")
+    notes.append("sinusoidal positions: XGLMSinusoidalPositionalEmbedding's table is a buffer, "
+                 "not a parameter")
+    return dict(num_layers=c.int(("num_layers", "num_hidden_layers")),
+                hidden_size=c.int(("d_model", "hidden_size")),
+                num_attention_heads=c.int(("attention_heads", "num_attention_heads")),
+                ffn_hidden_size=c.int("ffn_dim"), vocab_size=c.int("vocab_size"),
+                position_embedding_type="none",
+                max_position_embeddings=c.int("max_position_embeddings", 2048),
+                add_bias_linear=True,
+                # XGLMConfig's default gelu (configuration_xglm.py), the layer's activation_fn
+                extra={"hf_activation": c.str("activation_function", "gelu")})
+
+
+def _read_biogpt(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # BioGptModel (transformers 5.25.0 modeling_biogpt.py): BioGptScaledWordEmbedding V x h,
+    # BioGptLearnedPositionalEmbedding(max_position_embeddings + 2, h) (offset 2, as OPT's), a
+    # final nn.LayerNorm; the layer: q, k, v, out_proj biased, self_attn_layer_norm and
+    # final_layer_norm nn.LayerNorm, fc1 / fc2 (intermediate_size) biased; output_projection
+    # tied to embed_tokens (_tied_weights_keys)
+    positions = c.int("max_position_embeddings", 1024)
+    notes.append(f"position table of max_position_embeddings + 2 = {positions + 2} rows "
+                 "(BioGptLearnedPositionalEmbedding's offset of 2), read as "
+                 "max_position_embeddings")
+    return dict(num_layers=c.int("num_hidden_layers"), hidden_size=c.int("hidden_size"),
+                num_attention_heads=c.int("num_attention_heads"),
+                ffn_hidden_size=c.int("intermediate_size"), vocab_size=c.int("vocab_size"),
+                max_position_embeddings=positions + 2, add_bias_linear=True,
+                # BioGptConfig's default gelu (configuration_biogpt.py), the layer's activation_fn
+                extra={"hf_activation": c.str("hidden_act", "gelu")})
+
+
 def _gpt_neo_layers(c: ConfigFields) -> int:
     """GPT-Neo's layer count, which its attention_types must expand to (GPTNeoConfig's
     validate_architecture refuses a file where they differ)."""
@@ -282,5 +322,6 @@ CLASSIC_READERS = {"gpt2": _read_gpt2, "gpt_neox": _read_gpt_neox, "gptj": _read
                    # CodeGenBlock is GPTJBlock: ln_1 feeding attention and MLP in parallel,
                    # qkv_proj h -> 3h and out_proj without bias, fc_in / fc_out (n_inner, None:
                    # 4h) with bias, lm_head with bias (modeling_codegen.py)
-                   "codegen": _read_gptj, "mpt": _read_mpt, "persimmon": _read_persimmon}
+                   "codegen": _read_gptj, "mpt": _read_mpt, "persimmon": _read_persimmon,
+                   "xglm": _read_xglm, "biogpt": _read_biogpt}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""

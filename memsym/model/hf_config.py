@@ -72,6 +72,25 @@ _NOT_MODELLED: dict = {
     # router and experts), beside a shared kv_proj; its MLP is JetMoeMoE with a bias vector
     "jetmoe": "JetMoE's mixture of attention heads (query and output projections routed per "
               "token to experts, JetMoeMoA) is not in memsym's Architecture",
+    # modeling_openai.py Block.forward: n = ln_1(x + attn(x)), h = ln_2(n + mlp(n)) (post-norm)
+    # and OpenAIGPTModel has no final LayerNorm
+    "openai-gpt": "GPT-1's post-norm blocks (LayerNorm after each residual add) and its model "
+                  "without a final LayerNorm are not in memsym's Architecture",
+    # modeling_bitnet.py: BitNetAttention's attn_sub_norm RMSNorm(h) before o_proj (:177) and
+    # BitNetMLP's ffn_sub_norm RMSNorm(intermediate_size) before down_proj (:74)
+    "bitnet": "BitNet's sub-norms inside attention (an RMSNorm of h before o_proj) and the MLP "
+              "(an RMSNorm of intermediate_size before down_proj) are not in memsym's "
+              "Architecture",
+    # modeling_diffllama.py DiffLlamaAttention (:238-242, :301-304): lambda_q1, lambda_k1,
+    # lambda_q2, lambda_k2 of head_dim per layer and two softmax maps per head pair subtracted
+    "diffllama": "DiffLlama's differential attention (two softmax maps per head pair weighted by "
+                 "learned lambda vectors, then a GroupNorm) is not in memsym's Architecture",
+    # modeling_kimi_linear.py KimiLinearDeltaAttention (:631): Kimi Delta Attention with a
+    # per-channel forget gate (KimiLinearForgetGate: A_log, dt_bias, low-rank f_a/f_b), a
+    # low-rank output gate (g_a/g_b) and q/k/v short convolutions, beside MLA layers
+    "kimi_linear": "Kimi Linear's Kimi Delta Attention mixers (a per-channel forget gate and "
+                   "low-rank gate projections, not Gated DeltaNet's per-head ones) are not in "
+                   "memsym's layer_mixers",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -104,6 +123,11 @@ _DROPOUT.update({
     "mpt": {"attn_pdrop": 0},
     "persimmon": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
     # cohere2_moe, afmoe, minicpm3, solar_open: attention_dropout only (the default above)
+    # XGLMDecoderLayer: dropout, activation_dropout, attention's attention_dropout;
+    # BioGptDecoderLayer: hidden_dropout_prob, activation_dropout, attention_probs_dropout_prob
+    "xglm": {"attention_dropout": 0.1, "dropout": 0.1, "activation_dropout": 0.0},
+    "biogpt": {"attention_probs_dropout_prob": 0.1, "hidden_dropout_prob": 0.1,
+               "activation_dropout": 0.0},
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
@@ -173,7 +197,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "AfmoeForCausalLM": "afmoe", "MiniCPM3ForCausalLM": "minicpm3",
              "SolarOpenForCausalLM": "solar_open", "GraniteSWAForCausalLM": "granite_swa",
              "GraniteMoeSWAForCausalLM": "granitemoe_swa", "Jais2ForCausalLM": "jais2",
-             "NanoChatForCausalLM": "nanochat", "YoutuForCausalLM": "youtu"}
+             "NanoChatForCausalLM": "nanochat", "YoutuForCausalLM": "youtu",
+             "XGLMForCausalLM": "xglm", "BioGptForCausalLM": "biogpt"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

@@ -105,6 +105,9 @@ DECODER_DEFAULTS = {
     "jais2": (False, None, None, 8192),
     "nanochat": (False, None, None, 2048),
     "youtu": (True, None, None, 131072),
+    # XGLMConfig, BioGptConfig (transformers 5.25.0): both tie lm_head to the embedding
+    "xglm": (True, None, None, 2048),
+    "biogpt": (True, None, None, 1024),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0

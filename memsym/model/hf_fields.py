@@ -69,6 +69,7 @@ FIELD_LIMITS = {
     "attn_layer_period": "num_layers", "attn_layer_offset": "num_layers",
     # DBRX (top-level and its attn_config / ffn_config) and DeepSeek-V3.2's indexer
     "d_model": "hidden_size", "n_heads": "num_attention_heads", "n_layers": "num_layers",
+    "attention_heads": "num_attention_heads",   # XGLM
     "max_seq_len": "max_position_embeddings", "kv_n_heads": "num_query_groups",
     "moe_top_k": "moe_router_topk",
     "index_n_heads": "dsa_index_heads", "index_head_dim": "dsa_index_head_dim",
