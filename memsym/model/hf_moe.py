@@ -347,6 +347,12 @@ def _read_dbrx(c: ConfigFields, mtype: str, notes: list) -> dict:
             raise c._bad(f"field {key!r} must be an object, got {type(val).__name__}")
         return val
     attn, ffn = nested("attn_config"), nested("ffn_config")
+    if attn.get("rope_theta") is None:
+        # DbrxAttention reads attn_config.rope_theta (modeling_dbrx.py:184, transformers
+        # 5.25.0), a field DbrxAttentionConfig has no default for: DbrxConfig's own defaults
+        # and any attn_config without it build no model
+        raise c._bad("missing field 'attn_config.rope_theta': transformers builds no model "
+                     "without it (DbrxAttention reads it; DbrxAttentionConfig has no default)")
     # the nested fields are read (their dropout too) as top-level ones; the modules read only
     # the nested copies (a top-level kv_n_heads or attn_pdrop is ignored by transformers, so
     # here too), and ffn_config's hidden_size is the model's d_model
