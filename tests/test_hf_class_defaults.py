@@ -85,3 +85,28 @@ def test_deepseek_v2_without_top_k_cannot_run_a_forward():
     model = AutoModelForCausalLM.from_config(conf)
     with pytest.raises(TypeError):
         model(torch.zeros(1, 4, dtype=torch.long))
+
+
+# The Mamba-2 family's time_step_limit defaults to (0.0, inf), which Python's json.dump writes as
+# a bare Infinity (not JSON), and published files carry it: nvidia/Nemotron-H-8B-Base-8K's
+# config.json has "time_step_limit": [0.0, Infinity].  memsym reads no such field.
+INFINITE_DEFAULT = ("nemotron_h", "mamba2", "bamba", "falcon_h1", "granitemoehybrid")
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mtype", INFINITE_DEFAULT)
+def test_an_infinite_field_memsym_does_not_read_is_kept_out(tmp_path, mtype):
+    path = write_config(tmp_path, class_defaults(mtype), mtype)
+    assert "Infinity" in path.read_text()
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN"])
+def test_a_non_finite_field_memsym_reads_is_refused_by_name(tmp_path, value):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": %s, "intermediate_size": 64, '
+                    '"num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, '
+                    '"time_step_limit": [0.0, Infinity]}' % value)
+    with pytest.raises(InvalidValueError, match="hidden_size") as err:
+        from_hf_config(path)
+    assert "\n" not in str(err.value)

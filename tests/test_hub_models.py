@@ -245,7 +245,7 @@ def test_config_over_the_limit_is_refused_before_download(monkeypatch):
 def test_online_download_goes_through_the_bounded_reader(tmp_path, monkeypatch):
     """What hf_hub_download returns is read as a local file: a bad file is named by the id."""
     bad = tmp_path / "config.json"
-    bad.write_text('{"model_type": "llama", "hidden_size": NaN}')
+    bad.write_text('{"model_type": "llama", "hidden_size": }')
 
     class Meta:
         size = 40

@@ -597,7 +597,8 @@ def test_hf_config_matches_presets(tmp_path):
     ("{not json", "not valid JSON"),
     ("[1, 2, 3]", "JSON object"),
     ('"a string"', "JSON object"),
-    ('{"model_type": "llama", "hidden_size": NaN}', "not valid JSON"),
+    ('{"model_type": "llama", "hidden_size": NaN, "num_attention_heads": 4, "vocab_size": 100, '
+     '"num_hidden_layers": 2, "intermediate_size": 64}', "'hidden_size' must be a whole number"),
     ("\xff\xfe", "not valid JSON"),
 ])
 def test_hf_config_malformed(tmp_path, raw, match):

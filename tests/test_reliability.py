@@ -516,7 +516,12 @@ def test_config_missing(tmp_path, capsys):
 
 @pytest.mark.parametrize("text, said", [
     ("{not json", "not valid JSON"), ("", "not valid JSON"), ("[1, 2]", "JSON object"),
-    ('{"hidden_size": NaN}', "not valid JSON"), ('{"a": Infinity}', "not valid JSON"),
+    # Python's JSON dialect (transformers writes it): a non-finite size is refused by name
+    ('{"model_type": "llama", "hidden_size": NaN, "num_attention_heads": 4, "vocab_size": 100, '
+     '"num_hidden_layers": 2, "intermediate_size": 64}', "'hidden_size' must be a whole number"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100, '
+     '"num_hidden_layers": Infinity, "intermediate_size": 64}',
+     "'num_hidden_layers' must be a whole number"),
     # refused on the text before json recurses (memsym.limits.MAX_NESTING)
     ("[" * 100000 + "]" * 100000, "nests deeper than 64 levels"),
 ])

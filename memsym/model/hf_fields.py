@@ -99,6 +99,20 @@ _LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_laye
 _MISSING = object()
 
 
+class NonFinite:
+    """A config.json's ``NaN`` / ``Infinity`` / ``-Infinity`` (Python's JSON dialect): no
+    number, string or list to any accessor of :class:`ConfigFields` (each refuses it naming
+    its key), harmless in a field memsym does not read."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 def _real(value) -> bool:
     """An int or a float, not a boolean (JSON's numbers)."""
     return not isinstance(value, bool) and isinstance(value, (int, float))
@@ -300,8 +314,11 @@ def read_config_json(path) -> dict:
         raise InvalidValueError(f"{shown!r} is {size} bytes; a config.json is refused above "
                                 f"{_MAX_CONFIG_BYTES} bytes")
 
-    def _no_constants(name):  # NaN / Infinity are not JSON and not sizes
-        raise ValueError(f"non-finite number {name}")
+    def _no_constants(name):
+        # NaN / Infinity are not JSON but Python's json.dump writes them, and published files
+        # carry them (nvidia/Nemotron-H-8B-Base-8K's "time_step_limit": [0.0, Infinity]): kept
+        # as a marker no size accessor accepts, so a field memsym reads is refused by name
+        return NonFinite(name)
 
     def _bounded_int(digits):  # check_text bounds every number; this keeps it for the parser
         if len(digits) > MAX_NUMBER_CHARS:

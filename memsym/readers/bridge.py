@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import InvalidValueError
 from ..limits import BRIDGE_MAX_VALUE_CHARS as _MAX_VALUE
 from ..model import resolve_model
 from ._bridge_recipes import SECTION_FIELDS
