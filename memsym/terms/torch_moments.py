@@ -71,7 +71,7 @@ def working_set_absent(working_set: Term) -> Term:
     """
     return Term("working_set_not_rematerialised", -working_set.expr, "no block rematerialised: "
                 "the checkpointed blocks keep their inputs only until their own backward",
-                _CKPT, label="no working set")
+                _CKPT, label="recompute working set not built yet")
 
 
 def gathered_logits(terms, autotp: bool = False) -> tuple:
