@@ -25,6 +25,7 @@ import pytest
 
 from in_process import json_report
 from tiny_llama import F, H, LAYERS, V, tiny_llama
+from tracked_model import Windows, tracker_of
 from memsym.errors import InvalidValueError
 from memsym.terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
 
@@ -101,29 +102,9 @@ def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
     top = _model(torch, transformers, trl, dtype, chunked, hidden, checkpointing, V, peft)
     model = top.get_base_model() if lora else top
     ids = torch.randint(0, V, (batch, S))
-    mt, marks = tracker.MemTracker(), {}
-
-    class _NoHook:
-        def remove(self):
-            pass
-
-    for p in top.parameters():
-        if not p.requires_grad:
-            mt._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
-    mt.track_external(top)
-
-    def live(kind="current") -> int:
-        (snap,) = mt.get_tracker_snapshot(kind).values()
-        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                       tracker._MemRefType.TEMP))
-
-    def start(name):
-        marks[name] = live()
-        mt._peak_mem.clear()      # the tracker's running peak, from here
-        mt._peak_mem_snap.clear()
-
-    def end(name):
-        marks[name] = live("peak") - marks[name]
+    mt = tracker_of(tracker, top)
+    windows = Windows(tracker, mt)
+    marks, start, end = windows.marks, windows.start, windows.end
 
     def norm_out(module, args, out):
         out.register_hook(lambda grad: end("bw_loss"))

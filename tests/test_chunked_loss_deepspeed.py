@@ -29,6 +29,7 @@ import pytest
 
 from in_process import json_report, refused_line
 from tiny_llama import V, tiny_llama
+from tracked_model import Windows, tracker_of
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
 
@@ -185,26 +186,14 @@ def _tracked(hidden: int, batch: int, gather: bool) -> dict:
     if gather:
         trl.maybe_gather_lm_head_ctx = gathered
     ids = torch.randint(0, V, (batch, S))
-    mt, marks = tracker.MemTracker(), {}
-    mt.track_external(model)
+    mt = tracker_of(tracker, model)
+    windows = Windows(tracker, mt)
+    marks, start, end = windows.marks, windows.start, windows.end
 
-    def live(kind="current") -> int:
-        (snap,) = mt.get_tracker_snapshot(kind).values()
-        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                       tracker._MemRefType.TEMP))
-
-    def start(name):
-        marks[name] = live()
-        mt._peak_mem.clear()
-        mt._peak_mem_snap.clear()
-
-    def end(name):
-        marks[name] = live("peak") - marks[name]
-
-    model.model.register_forward_hook(lambda *_: start("fw_loss"))
     def norm_out(module, args, out):     # returns None: the forward's output unchanged
         out.register_hook(lambda grad: end("bw_loss"))
 
+    model.model.register_forward_hook(lambda *_: start("fw_loss"))
     model.model.norm.register_forward_hook(norm_out)
     try:
         with mt:

@@ -32,6 +32,7 @@ import json
 import pytest
 
 from in_process import json_report
+from tracked_model import live as live_bytes, tracker_of
 
 S, H, F, V, LAYERS, RANK = 128, 256, 512, 1000, 2, 16
 CASTS = LAYERS * 2 * 2 * RANK * (H + H)            # q and v: lora_A r x h, lora_B h x r, bf16
@@ -71,21 +72,10 @@ def _tracked(family: str, chunked: bool, lora: bool, batch: int) -> dict:
 
     top = _model(torch, transformers, peft, trl, family, chunked, lora)
     ids = torch.randint(0, V, (batch, S))
-    mt, marks = tracker.MemTracker(), {}
-
-    class _NoHook:
-        def remove(self):
-            pass
-
-    for param in top.parameters():
-        if not param.requires_grad:
-            mt._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
-    mt.track_external(top)
+    mt, marks = tracker_of(tracker, top), {}
 
     def live(kind="current") -> int:
-        (snap,) = mt.get_tracker_snapshot(kind).values()
-        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                       tracker._MemRefType.TEMP))
+        return live_bytes(tracker, mt, kind)
 
     policy = _cuda_policy(torch)
     try:
