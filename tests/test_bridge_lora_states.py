@@ -100,8 +100,9 @@ def test_fp32_lora_job_keeps_an_fp32_base():
     lay = Layout(t=2, d=4)
     grp32 = training_memory("qwen3-8b", lay, _lora(precision="fp32")).grouped()
     grp16 = training_memory("qwen3-8b", lay, _lora()).grouped()
-    for key in ("weights", "weights_unquantized"):
-        assert sp.nsimplify(grp32[key] / grp16[key]) == 2
+    assert sp.nsimplify(grp32["weights"] / grp16["weights"]) == 2
+    # nothing quantized: the embeddings, norms and output layer are in the one frozen row
+    assert "weights_unquantized" not in grp32 and "weights_unquantized" not in grp16
     assert _per_adapter(lay, _lora(precision="fp32")) == (4, 4, 2)   # 8 / 4, no main copy
 
 
@@ -110,7 +111,7 @@ def test_megatron_lora_frozen_base_cites_the_bridge_not_bitsandbytes():
     # requires_grad = False, no cast, no bitsandbytes in src/): the embeddings, norms and output
     # layer stay in params_dtype like the linear layers, so their Term cites the Bridge's PEFT
     terms = {t.key: t for t in state_terms(False, state_training(_lora()))}
-    keep = terms["weights_unquantized"]
+    keep = terms["weights"]
     assert keep.source.key == "megatron-bridge-peft" and "base.py:176-193" in keep.source.locator
     assert "bitsandbytes" not in keep.description and "params_dtype" in keep.description
     # QLoRA (bitsandbytes + PEFT whatever the framework) keeps the QLoRA attribution

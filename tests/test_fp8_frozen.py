@@ -82,7 +82,11 @@ def test_bf16_lora_has_no_copies_and_the_base_is_unchanged():
     fp8 = _grouped("llama3-8b", Layout(t=2, d=4), finetune="lora", lora_rank=16,
                    precision="fp8")
     assert "fp8_weights" not in bf16
-    assert fp8["weights"] == bf16["weights"] == LLAMA3_LINEAR   # the bf16 base: 2 bytes / t
+    # the bf16 base, 2 bytes a weight over t = 2: the linear layers, and in the same row the
+    # embedding and output layer (V h each, split over t) and the 2L + 1 norms (whole)
+    assert fp8["weights"] == bf16["weights"] == \
+        LLAMA3_LINEAR + 2 * (2 * V8 * H8 // 2 + (2 * L8 + 1) * H8)
+    assert "weights_unquantized" not in bf16 and "weights_unquantized" not in fp8
 
 
 def test_frozen_copies_cite_the_usage_rule():

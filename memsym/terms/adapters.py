@@ -19,6 +19,8 @@ format's bits / 8 per weight.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy as sp
 
 from ..errors import UnknownNameError
@@ -298,7 +300,9 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
         ``N_u``; default none.  Under a quantized base (QLoRA, int8) bitsandbytes quantizes
         ``nn.Linear`` layers only: the embedding, the norms and the output layer stay 16-bit
         (cited to QLoRA); under a 16/32-bit base (LoRA) nothing is quantized and they are
-        frozen as built like the linear layers (cited to LoRA, §4.2).
+        frozen as built like the linear layers (cited to LoRA, §4.2): stored in the base's
+        own dtype, they join its one ``weights`` Term; in another dtype they are a Term of
+        their own.
     sharded : bool
         Frozen weights sharded over data parallel (FSDP / ZeRO-3 with QLoRA).
     main_grads : bool
@@ -316,10 +320,10 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     >>> M = lora().subs(b_g=4, b_m=0, b_o=8)
     >>> float(M.evaluate(N=7e9, p=1, t=1, N_a=4e6)) / 1e9
     14.064
-    >>> lora(unquantized=N_a, params_dtype_base=True).terms[1].source.key
+    >>> lora(unquantized=N_a, params_dtype_base=True).terms[0].source.key
     'megatron-bridge-peft'
-    >>> lora(unquantized=N_a).terms[1].source.key, qlora(unquantized=N_a).terms[1].source.key
-    ('lora', 'qlora')
+    >>> lora(unquantized=N_a).terms[0].key, qlora(unquantized=N_a).terms[1].source.key
+    ('weights', 'qlora')
 
     References
     ----------
@@ -327,7 +331,19 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
     base = (frozen_weights(quantization, params, sharded=sharded),)
-    if unquantized is not None:
+    if unquantized is not None and lower_choice("quantization", quantization,
+                                                 QUANTIZATIONS) == unquantized_dtype:
+        # nothing quantized: the embeddings, norms and output layer are stored as the frozen
+        # linear layers are, so the frozen base is one row, not a "weights" and an
+        # "unquantized" row of the same dtype
+        psi = N / (p * t) if params is None else as_expr(params)
+        whole = frozen_weights(quantization, psi + as_expr(unquantized), sharded=sharded)
+        src = _BRIDGE_FROZEN if params_dtype_base else _FROZEN
+        said = " (the model's params_dtype)" if params_dtype_base else ""
+        base = (replace(whole, description=f"{whole.description}{said}: linear layers, "
+                        "embeddings, norms and output layer alike (frozen as built, nothing "
+                        "quantized)", source=src),)
+    elif unquantized is not None:
         keep = frozen_weights(unquantized_dtype, unquantized, sharded=sharded)
         why = (("in the model's params_dtype, as the frozen linear layers (frozen as built, "
                 "not quantized)", _BRIDGE_FROZEN) if params_dtype_base
