@@ -8,10 +8,13 @@ parametrization of the parameter (:2400-2465, 2221-2224), which the experts' ``g
 saves whole.
 
 Oracles: (1) PEFT's own trainable count on meta-device models of each accepted type equals
-memsym's; (2) autograd's saved tensors (saved-tensor hooks, each storage once, parameters
+memsym's, the types with shared experts and dense layers built by transformers from the very
+config.json memsym reads (E adapters per MoE layer, none on a dense layer or a shared expert);
+(2) autograd's saved tensors (saved-tensor hooks, each storage once, parameters
 excluded) of a tiny Qwen3-MoE in bf16 under bf16 autocast on the ``grouped_mm`` path, with
 attention adapters on q and v, grow by exactly what ``memsym estimate trl sft`` adds to the
-same job when the expert parameters are adapted too.  The oracles skip without torch, peft or
+same job when the expert parameters are adapted too, and so do those of tiny models with
+shared experts and dense layers.  The oracles skip without torch, peft or
 transformers 5.
 """
 
@@ -24,7 +27,7 @@ import pytest
 
 from in_process import json_report
 from memsym.errors import InvalidValueError
-from memsym.model import Architecture, lora_parameter_count
+from memsym.model import Architecture, from_hf_config, lora_parameter_count, preset
 from memsym.terms.peft_lora import peft_expert_weights
 
 needs_peft = pytest.mark.skipif(importlib.util.find_spec("peft") is None
@@ -90,10 +93,16 @@ def test_peft_builds_what_memsym_counts(kind, names, params):
 
 
 def test_refusals_in_one_line():
-    with pytest.raises(InvalidValueError, match="model_type 'deepseek_v3'"):
-        lora_parameter_count(_arch("deepseek_v3"), R, ("q",), expert_params=("down",))
+    # DBRX's experts are 2-D w1 / v1 / w2 (modeling_dbrx.py:254-256 at 5.25.0): no gate_up_proj
+    with pytest.raises(InvalidValueError, match="model_type 'dbrx'"):
+        lora_parameter_count(_arch("dbrx"), R, ("q",), expert_params=("down",))
     with pytest.raises(InvalidValueError, match="rank 2r"):
         lora_parameter_count(_arch("qwen3_moe"), R, ("q", "down"), expert_params=("down",))
+    # MLA's attention is no target: the experts' adapters alone are counted, not a job of them
+    with pytest.raises(InvalidValueError, match="target parameters alone is not modelled"):
+        lora_parameter_count(preset("deepseek-v3"), R, ("q", "v"), expert_params=("down",))
+    assert lora_parameter_count(preset("deepseek-v3"), R, (), expert_params=("down",)) \
+        == 58 * 256 * R * (2048 + 7168)       # 61 layers, the first 3 dense
 
 
 @pytest.mark.parametrize("words,message", [
@@ -126,10 +135,10 @@ def _model_dir(tmp_path) -> str:
 SEQ, BATCH = 20, 2
 
 
-def _job(capsys, tmp_path, *extra) -> dict:
+def _job(capsys, tmp_path, *extra, model=None) -> dict:
     return json_report(capsys, [
         "estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path",
-        _model_dir(tmp_path), "--dataset_name", "trl-lib/Capybara",
+        model or _model_dir(tmp_path), "--dataset_name", "trl-lib/Capybara",
         "--per_device_train_batch_size", str(BATCH), "--max_length", str(SEQ),
         "--loss_type", "nll", "--dtype", "bfloat16", "--use_peft", "--lora_r", str(R),
         "--lora_target_modules", "q_proj", "v_proj", "--lora_dropout", "0",
@@ -211,3 +220,138 @@ def test_autograd_keeps_what_memsym_adds(capsys, tmp_path):
     counted = _job(capsys, tmp_path, "--lora_target_parameters", *BOTH)["bytes"]["activations"] \
         - _job(capsys, tmp_path)["bytes"]["activations"]
     assert measured == counted
+
+
+# --- routed experts beside shared experts and dense layers --------------------------------
+_B = {"hidden_size": H, "num_hidden_layers": 3, "num_attention_heads": HEADS,
+      "num_key_value_heads": KV, "intermediate_size": 96, "vocab_size": V,
+      "max_position_embeddings": 64,
+      "tie_word_embeddings": False, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+_DS = {"n_routed_experts": 4, "n_shared_experts": 1, "moe_intermediate_size": 16,
+       "num_experts_per_tok": K, "n_group": 1, "topk_group": 1}
+_MLA = {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+        "v_head_dim": 8, "num_key_value_heads": HEADS}
+_DSA = {"index_n_heads": 4, "index_head_dim": 16}
+
+#: model_type -> (config.json, f_e, MoE layers by transformers' condition of each type (its
+#: modeling file; memsym.model.lora_counts.EXPERT_PARAMETER_TYPES cites the lines), MLA):
+#: E = 4 experts, h 64, head_dim 16 where the attention is GQA.
+SHARED = {
+    # layer 0 in mlp_only_layers: dense; layers 1, 2 MoE with shared_expert and its gate
+    "qwen2_moe": ({**_B, "num_experts": 4, "num_experts_per_tok": K,
+                   "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+                   "mlp_only_layers": [0]}, 32, 2, False),
+    # 4 layers, decoder_sparse_step 2: layers 1 and 3 MoE
+    "qwen2_moe-step-2": ({**_B, "num_hidden_layers": 4, "num_experts": 4,
+                          "num_experts_per_tok": K, "moe_intermediate_size": 32,
+                          "shared_expert_intermediate_size": 48, "decoder_sparse_step": 2},
+                         32, 2, False),
+    # first_k_dense_replace 1: layer 0 dense; MTP layers are not built by transformers
+    "deepseek_v3": ({**_B, **_DS, **_MLA, "first_k_dense_replace": 1,
+                     "num_nextn_predict_layers": 1}, 16, 2, True),
+    "deepseek_v2": ({**_B, **_DS, **_MLA, "q_lora_rank": None, "first_k_dense_replace": 1,
+                     "topk_method": "greedy"}, 16, 2, True),
+    "deepseek_v32": ({**_B, **_DS, **_MLA, **_DSA, "first_k_dense_replace": 1}, 16, 2, True),
+    "glm_moe_dsa": ({**_B, **_DS, **_MLA, **_DSA, "first_k_dense_replace": 1}, 16, 2, True),
+    # mlp_layer_types' default: layer 0 dense
+    "glm4_moe_lite": ({**_B, **_DS, **_MLA}, 16, 2, True),
+    "glm4_moe": ({**_B, **_DS, "first_k_dense_replace": 1, "head_dim": D_H}, 16, 2, False),
+    "dots1": ({**_B, **_DS, "n_shared_experts": 2, "first_k_dense_replace": 1}, 16, 2, False),
+    # 4 layers, MoE from moe_layer_start_index 1 at interval 1: layers 1-3
+    "ernie4_5_moe": ({**_B, "num_hidden_layers": 4, "moe_num_experts": 4, "moe_k": K,
+                      "moe_intermediate_size": 16, "moe_num_shared_experts": 1,
+                      "moe_layer_start_index": 1, "moe_layer_end_index": 3,
+                      "moe_layer_interval": 1}, 16, 3, False),
+    # every layer MoE with a shared_mlp, experts of intermediate_size
+    "hunyuan_v1_moe": ({**_B, "head_dim": D_H, "num_experts": 4, "moe_topk": K,
+                        "intermediate_size": 96}, 96, 3, False),
+    # mlp_layer_types' default: layer 0 dense
+    "exaone_moe": ({**_B, "num_experts": 4, "num_experts_per_tok": K,
+                    "moe_intermediate_size": 16, "head_dim": D_H}, 16, 2, False),
+    "solar_open": ({**_B, "head_dim": D_H, "moe_intermediate_size": 16, "n_routed_experts": 4,
+                    "num_experts_per_tok": K, "n_shared_experts": 1}, 16, 3, False),
+    "cohere2_moe": ({**_B, "head_dim": D_H, "intermediate_size": 32, "num_experts": 4,
+                     "num_experts_per_tok": K, "num_shared_experts": 1,
+                     "first_k_dense_replace": 1, "prefix_dense_intermediate_size": 96},
+                    32, 2, False),
+    "afmoe": ({**_B, "head_dim": D_H, "intermediate_size": 96, "moe_intermediate_size": 16,
+               "num_experts": 4, "num_experts_per_tok": K, "num_shared_experts": 1,
+               "num_dense_layers": 1, "global_attn_every_n_layers": 2, "sliding_window": 8},
+              16, 2, False),
+}
+
+
+def _shared_dir(tmp_path, case: str) -> str:
+    folder = tmp_path / case
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(
+        {"model_type": case.split("-")[0], **SHARED[case][0]}), encoding="utf-8")
+    return str(folder)
+
+
+def _built(folder: str, names, *, meta: bool, rank: int = R, attention=("q_proj", "v_proj")):
+    """transformers' model of the file (meta device, or bf16 on the CPU's grouped_mm path),
+    wrapped by PEFT at ``rank``: target_parameters ``names``, target_modules ``attention``."""
+    torch = pytest.importorskip("torch")
+    import peft
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    _transformers5()
+    config = AutoConfig.from_pretrained(folder)
+    if meta:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    else:
+        config._experts_implementation = "grouped_mm"     # as from_pretrained sets it
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
+    return peft.get_peft_model(model, peft.LoraConfig(
+        r=rank, lora_alpha=8, lora_dropout=0.0, target_modules=list(attention),
+        target_parameters=names))
+
+
+@needs_peft
+@pytest.mark.parametrize("case", sorted(SHARED))
+@pytest.mark.parametrize("rank,params,prefix", [(4, ("gate_up", "down"), "mlp.experts."),
+                                                (8, ("down",), "experts."), (3, ("gate_up",), "")])
+def test_shared_experts_and_dense_layers_get_none(tmp_path, case, rank, params, prefix):
+    """PEFT's trainable parameters of transformers' model of the file equal memsym's count of
+    the file it reads, and by hand: E r (h + 2 f_e) and / or E r (f_e + h) on each MoE layer
+    alone, plus r (h + a d) + r (h + g d) per layer on q and v (none where the attention is
+    MLA, whose projections memsym does not adapt: target_modules empty, which PEFT takes
+    beside target_parameters, peft v0.20.0 tuners/lora/model.py:573-583).  The names as TRL
+    users give them, matched as a suffix (the bare ``down_proj`` too: a shared expert's or a
+    dense MLP's ``down_proj.weight`` does not end so)."""
+    folder = _shared_dir(tmp_path, case)
+    cfg, f_e, moe_layers, mla = SHARED[case]
+    names = [f"{prefix}{p}_proj" for p in params]
+    wrapped = _built(folder, names, meta=True, rank=rank,
+                     attention=() if mla else ("q_proj", "v_proj"))
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    experts = moe_layers * 4 * rank * ((H + 2 * f_e) * ("gate_up" in params)
+                                       + (f_e + H) * ("down" in params))
+    attention = 0 if mla else cfg["num_hidden_layers"] * rank * ((H + HEADS * D_H)
+                                                                 + (H + KV * D_H))
+    assert trainable == experts + attention
+    arch = from_hf_config(folder + "/config.json")
+    assert trainable == lora_parameter_count(arch, rank, () if mla else ("q", "v"),
+                                             expert_params=params)
+
+
+@needs_peft
+@pytest.mark.parametrize("case", sorted(c for c in SHARED if not SHARED[c][3]))
+def test_autograd_keeps_what_memsym_adds_beside_shared_experts(capsys, tmp_path, case):
+    """As :func:`test_autograd_keeps_what_memsym_adds` on the types with shared experts and
+    dense layers (attention GQA): the merged weights, the adapters' casts and the routed
+    experts' inputs are added on the MoE layers alone (a dense layer or a shared expert adds
+    nothing), exactly as measured, for both parameters and for down_proj alone."""
+    torch = pytest.importorskip("torch")
+    folder = _shared_dir(tmp_path, case)
+    ids = torch.randint(0, V, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    base = _saved_bytes(_built(folder, None, meta=False), ids)
+    without = _job(capsys, tmp_path, model=folder)["bytes"]["activations"]
+    for names in (BOTH, ["mlp.experts.down_proj"]):
+        measured = _saved_bytes(_built(folder, names, meta=False), ids) - base
+        counted = _job(capsys, tmp_path, "--lora_target_parameters", *names,
+                       model=folder)["bytes"]["activations"] - without
+        assert measured == counted

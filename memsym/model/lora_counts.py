@@ -69,13 +69,18 @@ def _magnitudes(groups, shapes) -> int:
     return sum(shapes[k][1] for g in groups for k in g)
 
 
-def _check(x, keys) -> None:
+def _check(x, keys, expert_params=()) -> None:
     if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
         raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
                                 "are not modelled (its layers hold different projections)")
     if x.multi_latent_attention and keys & set(_ATTENTION):
+        # beside target_parameters the MLP's target modules are refused too (rank 2r): the
+        # experts' adapters alone are counted (no targets), a job of them alone is not, its
+        # frozen MLA attention's kept inputs under PEFT not being derived
         raise InvalidValueError(f"LoRA on {x.name!r}'s attention: MLA's projections (q/kv down "
-                                "and up) are not modelled as q, k, v, o targets; target the MLP")
+                                "and up) are not modelled as q, k, v, o targets; " + (
+                                    "a job of the experts' target parameters alone is not "
+                                    "modelled" if expert_params else "target the MLP"))
     if x.num_experts and keys - set(_ATTENTION) and x.moe_latent_size:
         raise InvalidValueError("LoRA on latent MoE experts (moe_latent_size) is not modelled")
 
@@ -145,7 +150,7 @@ def lora_layer_adapters(arch, rank: int, targets=("q", "v"), *, fused: bool = Fa
             for name in (LORA_TARGETS if targets == "all" else targets)}
     if not x.swiglu:
         keys.discard("gate")  # an ungated MLP has no gate projection
-    _check(x, keys)
+    _check(x, keys, expert_params)
     hs, q = x.hidden_size, x.num_attention_heads * x.kv_channels
     kv = x.num_query_groups * x.kv_channels
 
@@ -216,10 +221,26 @@ def _peft_experts(x, keys, out: dict, rank: int, shape: dict) -> dict:
 
 
 #: The model types whose routed experts transformers 5.25.0 builds as two fused 3-D parameters
-#: named gate_up_proj and down_proj (models/<type>/modeling_<type>.py: qwen3_moe :219-220,
-#: mixtral :65-66, olmoe :287-288, gpt_oss :74-76) that memsym reads with every layer MoE and
-#: no shared expert: the names ``--lora_target_parameters`` may give.
-EXPERT_PARAMETER_TYPES = frozenset(("qwen3_moe", "mixtral", "olmoe", "gpt_oss"))
+#: named gate_up_proj [E, 2 f_e, h] and down_proj [E, h, f_e] (no bias) under ``mlp.experts``,
+#: the names ``--lora_target_parameters`` may give; models/<type>/modeling_<type>.py, the two
+#: parameters, then the shared expert(s) and the dense layers' condition where the type has
+#: them: qwen3_moe :219-220; mixtral :65-66; olmoe :287-288; gpt_oss :74-76; qwen2_moe
+#: :280-281, ``shared_expert`` :337, ``mlp_only_layers`` / ``decoder_sparse_step`` :358-363;
+#: deepseek_v2 :54-55, :125, ``first_k_dense_replace`` :412; deepseek_v3 :169-170, :210,
+#: :477-480; deepseek_v32 :532-533, :573, ``mlp_layer_types`` :593; glm4_moe :340-341, :381,
+#: :402-405; glm4_moe_lite :430-431, :471, :491; glm_moe_dsa :505-506, :546, :566; dots1
+#: :322-323, :363, :384-387; ernie4_5_moe :305-306, :369-371, ``moe_layer_interval`` /
+#: ``moe_layer_start_index`` :397-404; hunyuan_v1_moe :254-255, ``shared_mlp`` :291;
+#: exaone_moe :278-279, :319, :338-339; solar_open :153-154, :194; cohere2_moe :110-111,
+#: :177, :352-354; afmoe :165-166, :208, ``num_dense_layers`` :412-416.  Their shared experts
+#: and dense MLPs are ``nn.Linear`` modules: ``target_parameters`` matches a parameter's full
+#: name ``<module>.<parameter>`` by suffix (peft v0.20.0 tuners_utils.py:1165-1166), so
+#: ``mlp.experts.down_proj`` (or ``down_proj``) never reaches ``mlp.shared_experts.down_proj.
+#: weight``: every type here gets E adapters per MoE layer and none elsewhere.
+EXPERT_PARAMETER_TYPES = frozenset((
+    "qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen2_moe", "deepseek_v2", "deepseek_v3",
+    "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "dots1", "ernie4_5_moe",
+    "hunyuan_v1_moe", "exaone_moe", "solar_open", "cohere2_moe", "afmoe"))
 
 
 def expert_parameter_adapters(arch, rank: int, expert_params, keys=(), fused=False) -> int:
@@ -229,7 +250,10 @@ def expert_parameter_adapters(arch, rank: int, expert_params, keys=(), fused=Fal
 
     A ``ParamWrapper`` on a 3-D parameter [E, in, out] builds ``lora_A = Linear(in, r E)``
     and ``lora_B = Linear(r E, out)``, no bias: one rank-r adapter per expert, held as two
-    matrices (peft v0.20.0 src/peft/tuners/lora/layer.py:2289-2349).  Refused in one line
+    matrices (peft v0.20.0 src/peft/tuners/lora/layer.py:2289-2349).  Counted for an MoE
+    layer only: a dense layer's MLP and an MoE layer's shared expert(s) are ``nn.Linear``
+    modules, which no ``target_parameters`` name reaches, so they get none (the model's total
+    sums this over its MoE layers alone, :func:`lora_parameter_count`).  Refused in one line
     outside :data:`EXPERT_PARAMETER_TYPES`, under Megatron (``fused``) and beside MLP
     ``target_modules`` (PEFT's v5 conversion would move those to the same parameters at
     rank 2r).
@@ -243,13 +267,22 @@ def expert_parameter_adapters(arch, rank: int, expert_params, keys=(), fused=Fal
     >>> expert_parameter_adapters(preset("qwen3-30b-a3b"), 8, ("gate_up", "down"))
     6553600
 
+    DeepSeek-V3 (h 7168, f_e 2048, E 256; one shared expert, the first three layers dense) at
+    r = 16 on down_proj, one MoE layer's: 256 * 16 * (2048 + 7168):
+
+    >>> expert_parameter_adapters(preset("deepseek-v3"), 16, ("down",))
+    37748736
+
     References
     ----------
-    .. [peft] huggingface/peft v0.20.0, src/peft/tuners/lora/layer.py:2236-2349.
+    .. [peft] huggingface/peft v0.20.0, src/peft/tuners/lora/layer.py:2236-2349,
+       src/peft/tuners/tuners_utils.py:1165-1166 (the suffix match).
+    .. [hf] transformers 5.25.0, the modeling files of :data:`EXPERT_PARAMETER_TYPES`
+       (models/deepseek_v3/modeling_deepseek_v3.py:161-170, 210, 477-480 among them).
     """
     x = lenient(arch)
     mtype = (x.extra or {}).get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name)
-    if fused or mtype not in EXPERT_PARAMETER_TYPES or x.moe_shared_expert_intermediate_size:
+    if fused or mtype not in EXPERT_PARAMETER_TYPES:
         raise InvalidValueError(f"LoRA target parameters on {x.name!r} (model_type {mtype!r}"
                                 f"{', Megatron' if fused else ''}): read for PEFT on the fused "
                                 f"experts of {', '.join(sorted(EXPERT_PARAMETER_TYPES))}")

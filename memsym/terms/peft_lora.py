@@ -457,8 +457,12 @@ def peft_expert_weights(names, *, param_width: int = 2, cast: bool = True,
     (the delta itself is freed when the forward leaves the context; ``W + delta`` saves
     nothing).  Under autocast PEFT's fp32 adapters enter the einsum's ``bmm`` as 16-bit
     copies, which it saves: :math:`w\,E\,r\,(d_{in} + d_{out})` each (none when the
-    adapters are already the compute dtype, DeepSpeed's cast).  Measured with saved-tensor
-    hooks on transformers 5.25.0's Qwen3-MoE (``tests/test_peft_expert_params.py``).
+    adapters are already the compute dtype, DeepSpeed's cast).  An MoE layer's term only: a
+    dense layer's MLP and the shared expert(s) beside the routed ones are frozen
+    ``nn.Linear`` modules no ``target_parameters`` name reaches, so they keep what they kept
+    without it.  Measured with saved-tensor hooks on transformers 5.25.0's Qwen3-MoE and on
+    types with shared experts and dense layers (Qwen2-MoE, GLM-4-MoE, Ernie-4.5-MoE,
+    Hunyuan-MoE among them; ``tests/test_peft_expert_params.py``).
     Not counted (no phase of memsym's is inside a layer): the delta weights themselves,
     :math:`\sum_p w_p E d^p_{in} d^p_{out}` alive through the experts' forward beside the
     merged ones, and in the backward the merged weight's gradient and its scaled copy

@@ -329,7 +329,8 @@ def _peft_adapters(x, part: Total, training: Training, common: dict, moe) -> sp.
 def _expert_weights(x, training: Training) -> sp.Expr:
     """PEFT's merged expert weights of the adapted expert parameters (``lora_expert_params``:
     :func:`memsym.terms.peft_lora.peft_expert_weights`), at the loaded parameters' width (4
-    over fp32 weights, else 2) [bytes]."""
+    over fp32 weights, else 2), of an MoE layer (the caller's ``moe``: a dense layer and a
+    shared expert have no 3-D parameter to wrap) [bytes]."""
     ad = training.adapters
     if not ad.lora_expert_params:
         return sp.Integer(0)
