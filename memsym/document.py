@@ -18,8 +18,10 @@ import sympy as sp
 from .errors import InvalidValueError
 # package data: works from an installed wheel
 from .bibliography import clean_locator, entry_text, references
-from .printing import (FILL, GROUPS, align_lines, escape, gb, latex, linear_form,
-                       solution_lines, tex_entry)
+from .printing import gb, linear_form, solution_lines, tex_entry
+from .tex_grouped import GROUPS, align_lines
+from .tex_printer import escape, latex
+from .tex_width import FILL
 from .tex_width import break_sum, tex_width
 from .document_time import cluster_sentences, comm_rows, step_lines, step_rows
 from .values import exact

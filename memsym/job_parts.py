@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from .errors import InvalidValueError
-from .printing import BUDGET, NamedPrinter, latex, shown_terms
+from .tex_grouped import NamedPrinter, shown_terms
+from .tex_printer import latex
+from .tex_width import BUDGET
 from .values import exact
 from .symbols import M_alloc, N, N_a, N_ae, N_exp, N_lin, N_q, N_rep, N_tp, N_u, registry
 from .training import Layout, STATE_KEYS, Training, job_memory, job_stage_parameters
