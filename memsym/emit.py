@@ -179,7 +179,7 @@ def check_emittable(framework: str, space, model=None, held: bool = True) -> Non
     if space.framework != framework:
         raise NotExpressible(f"--emit {framework} needs the layouts priced under {framework}'s "
                              f"rules, not --framework {space.framework}")
-    if space.finetune != "full":
+    if space.finetune != "full" and held:   # a recipe's relaunch: the recipe carries it
         raise NotExpressible(f"--emit: {space.finetune} fine-tuning has no {framework} "
                              "pre-training arguments (memsym reads back full training)")
     fw = FRAMEWORK[framework]

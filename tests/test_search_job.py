@@ -11,6 +11,7 @@ d98e8a64dd, held verbatim in tests/test_readers_megatron.py), never from memsym'
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -421,6 +422,14 @@ def test_a_bridge_layout_is_emitted_as_run_recipe_overrides(capsys, tmp_path):
      ["--tp", 8]),
     # an MoE recipe (expert parallelism, the precision-aware optimizer held)
     (["--bridge-recipe", "qwen3_30b_a3b_pretrain_config", "--gpus", 32], []),
+    # fine-tuning recipes, relaunched in the mode they were read in (run_recipe.py refuses
+    # --mode pretrain for them, _validate_recipe_mode :300-304 at 067f987df0): a perf SFT
+    # recipe (perf_recipes/llama/h100/llama3.py), a perf LoRA one (its name's _peft_: lora,
+    # recipe_metadata.py:223-224), and a library LoRA recipe with its mode given
+    (["--bridge-recipe", "llama3_8b_sft_8gpu_h100_bf16_config"], ["--tp", 1, 2]),
+    (["--bridge-recipe", "llama3_70b_peft_8gpu_h100_fp8cs_config"], []),
+    (["--bridge-recipe", "llama3_8b_peft_1gpu_h100_bf16_config", "--mode", "lora",
+      "--world-size", 8], ["--tp", 1, 2]),
 ])
 def test_a_bridge_layout_reads_back_the_same(capsys, tmp_path, job, pins):
     for where in (None, tmp_path / str(len(pins))):
@@ -429,6 +438,14 @@ def test_a_bridge_layout_reads_back_the_same(capsys, tmp_path, job, pins):
         for row in rows:
             words = shlex.split(row["emit"]["read_back"])
             assert "--bridge-recipe" not in words
+            # one mode, the job's: given, or run_recipe.py's inference from the name
+            # (infer_recipe_mode, recipe_metadata.py:214-225: _pretrain_, _sft_, _peft_ lora)
+            task = re.search(r"_(pretrain|sft|peft)_", job[1]).group(1)
+            mode = job[job.index("--mode") + 1] if "--mode" in job else \
+                {"pretrain": "pretrain", "sft": "sft", "peft": "lora"}[task]
+            arguments = row["emit"]["arguments"]
+            assert arguments[2:4] == ["--mode", mode]
+            assert not any(w.startswith("--mode") for w in arguments[4:])
             if where is None:
                 assert "--recipe" in words
             else:       # the file is run_recipe.py's argument list, read back as one

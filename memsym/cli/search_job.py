@@ -509,12 +509,13 @@ def bridge_overrides(got, recompute: bool, placed: bool = False) -> list:
 
 def bridge_relaunch(sj: SearchJob, got):
     """An emitted layout of a Megatron-Bridge recipe as run_recipe.py's arguments: ``--recipe
-    NAME --mode pretrain``, the job's own overrides but those the layout sets, then the
-    layout's (:func:`bridge_overrides`; a trailing override wins, run_recipe.py :27-28).  The
+    NAME --mode MODE`` (the job's mode, :func:`memsym.readers.bridge_peft.recipe_mode`), the
+    job's own overrides but those the layout sets, then the layout's (:func:`bridge_overrides`; a trailing override wins, run_recipe.py :27-28).  The
     world size is the launcher's (torchrun's, Bridge reads no argument for it): the read-back
     gives it as memsym's ``--world-size``; memsym's options a recipe refuses beside it
     (``--sharding``, ``--precision``: the recipe's own) are dropped from the read-back."""
     from ..readers.bridge import read_bridge_recipe
+    from ..readers.bridge_peft import recipe_mode
 
     est = sj.reading
     placed = recipe_placement(est)
@@ -530,8 +531,12 @@ def bridge_relaunch(sj: SearchJob, got):
     # the layout's fields, and the pipeline layout Bridge rebuilds for a new PP / VP
     # (recipe_runner.py sync_model_pipeline_layout) unless it is given
     owned = {w.partition("=")[0] for w in layout} | {"model.pipeline_model_parallel_layout"}
-    kept = [w for w in est.job_words.bridge if w.partition("=")[0].lstrip("+~") not in owned]
-    arguments = ("--recipe", est.bridge_recipe, "--mode", "pretrain", *kept, *layout)
+    kept = [w for w in est.job_words.bridge if w.partition("=")[0].lstrip("+~") not in owned
+            and not w.startswith("--mode=")]
+    # the mode the job was read in: a fine-tuning recipe run_recipe.py refuses under another
+    # (_validate_recipe_mode, run_recipe.py:300-304; a benchmark's, recipe_metadata.py:238-244)
+    mode = recipe_mode(est.bridge_recipe, est.job_words.bridge)
+    arguments = ("--recipe", est.bridge_recipe, "--mode", mode, *kept, *layout)
     lines = [shlex.join(arguments[:2]), shlex.join(arguments[2:4])]
     lines += [shlex.quote(w) for w in arguments[4:]]
     host, pairs = [], list(got.host)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 
-__all__ = ["PEFT_FIELDS", "LORA_MODULES", "recipe_peft", "lora_targets", "apply_mode", "check_peft",
-           "fp8_base_note"]
+__all__ = ["PEFT_FIELDS", "LORA_MODULES", "recipe_peft", "lora_targets", "apply_mode", "recipe_mode",
+           "check_peft", "fp8_base_note"]
 
 #: The PEFT fields memsym reads (LoRA's dataclass fields, ``peft/lora.py:143-157``, and
 #: ModuleMatcher's ``exclude_modules``), and the fine-tuning dataset's packing switch
@@ -125,13 +125,38 @@ def recipe_peft(values: dict, model, opts: dict, notes: list, computed=()) -> No
                      "default path")
 
 
+#: The name's word -> the mode run_recipe.py infers from it, in its order
+#: (``infer_recipe_mode``, scripts/training/recipe_metadata.py:214-225 at 067f987df0).
+_NAMED_MODES = (("_pretrain_", "pretrain"), ("_sft_", "sft"), ("_finetune_", "sft"),
+                ("_dora_", "dora"), ("_peft_", "lora"), ("_lora_", "lora"))
+
+
+def recipe_mode(recipe: str, words=()) -> str | None:
+    """The training mode run_recipe.py runs ``recipe`` in: the last ``--mode=X`` of the job's
+    ``words`` (argparse keeps the last), else the one it infers from the recipe's name
+    (``_infer_mode``, scripts/training/run_recipe.py:292-297; ``infer_recipe_mode``,
+    recipe_metadata.py:214-225: a ``_peft_`` name is LoRA); None: neither (run_recipe.py
+    refuses it).
+
+    >>> recipe_mode("llama3_70b_peft_8gpu_h100_fp8cs_config"), recipe_mode("llama3_8b_sft_config")
+    ('lora', 'sft')
+    >>> recipe_mode("gemma2_2b_peft_config", ["--mode=dora"]), recipe_mode("x_config")
+    ('dora', None)
+    """
+    given = [w[len("--mode="):] for w in words if w.startswith("--mode=")]
+    if given:
+        return given[-1]
+    named = f"_{recipe.rsplit('.', 1)[-1].lower().strip('_')}_"
+    return next((mode for word, mode in _NAMED_MODES if word in named), None)
+
+
 def apply_mode(recipe: str, mode: str, values: dict) -> None:
     """run_recipe.py's ``--mode``: refused when it contradicts the recipe's name
-    (``_validate_recipe_mode``, scripts/training/recipe_metadata.py:209-225: pretrain, sft,
-    and lora/dora for a ``_peft_`` name); lora and dora are the recipe's ``peft_scheme``
-    (run_recipe.py:425), dora building DoRA."""
-    named = ("pretrain" if "_pretrain_" in f"_{recipe}_" else "sft" if "_sft_" in f"_{recipe}_"
-             else "peft" if "_peft_" in f"_{recipe}_" else None)
+    (``_validate_recipe_mode``, scripts/training/run_recipe.py:300-304, and ``recipe_task``,
+    recipe_metadata.py:209-211: pretrain, sft, and lora/dora for a ``_peft_`` name); lora
+    and dora are the recipe's ``peft_scheme`` (run_recipe.py:425), dora building DoRA."""
+    inferred = recipe_mode(recipe)
+    named = "peft" if inferred in ("lora", "dora") else inferred
     task = "peft" if mode in ("lora", "dora") else mode
     if named is not None and task != named:
         raise InvalidValueError(f"--mode {mode[:20]} is incompatible with recipe {recipe} "
