@@ -94,7 +94,7 @@ def test_a_grid_the_world_does_not_hold_and_a_fractional_batch_are_refused():
         read_bridge_recipe("nemotronh_56b_pretrain_256gpu_b200_bf16_config", [], world_size=2)
     assert read_bridge_recipe("nemotronh_56b_pretrain_256gpu_b200_bf16_config", [],
                               world_size=4)["values"]["train.global_batch_size"] == 192 * 2 // 128
-    with pytest.raises(InvalidValueError, match="ETP \\* EP \\* PP \\(512\\)"):
+    with pytest.raises(InvalidValueError, match="ETP \\* EP \\* PP \\(1 \\* 64 \\* 8 = 512\\)"):
         read_bridge_recipe("deepseek_v3_pretrain_64gpu_h100_bf16_config", [], world_size=1024)
 
 

@@ -344,6 +344,28 @@ def test_perf_recipe_deepseek_layout_and_its_rebuild():
     assert stages[0] == "E" + "t" * 4 and len(stages) == 16 and stages[-1] == "tmL"
 
 
+@pytest.mark.parametrize("name", ["qwen3_235b_a22b_pretrain_64gpu_gb200_fp8cs_config",
+                                  "qwen3_235b_a22b_pretrain_64gpu_gb200_fp8mx_config"])
+def test_a_perf_recipe_whose_expert_grid_exceeds_its_gpus_is_refused_saying_why(capsys, name):
+    """perf_recipes/qwen/gb200/qwen3_moe.py at 067f987df0, read by hand: the fp8cs recipe
+    (:88) sets TP 1 (:101), PP 8 (:102), CP 1 (:103), EP 32 (:105), the fp8mx one (:142) the
+    same (:155-159; its docstrings say "PP=8 EP=8", the bf16 recipe's EP, :51); both keep the
+    base recipe's ETP 1 (qwen3_235b_a22b_pretrain_config, recipes/qwen/h100/qwen3_moe.py:255).
+    The expert grid ETP * EP * PP = 1 * 32 * 8 = 256 GPUs does not divide the 64 of the name,
+    and run_recipe.py checks the recipe's own topology (taken before the overrides,
+    run_recipe.py:481-484) at the name's GPUs (:354, scripts/common/benchmark_parallelism.py:
+    104-121), so Bridge runs it under no override: refused in one line naming the product."""
+    assert 64 % (1 * 32 * 8) != 0
+    for extra in ([], ["model.expert_model_parallel_size=8", "--world-size", "64"]):
+        code, out, err = cli(capsys, "estimate", "--bridge-recipe", name, *extra,
+                             "--gpu", "gb200")
+        assert (code, out) == (2, "")
+        line = err.strip()
+        assert len(line.splitlines()) == 1 and "Traceback" not in err
+        assert "64 GPUs" in line and "ETP * EP * PP (1 * 32 * 8 = 256)" in line
+        assert "cannot run under run_recipe.py" in line
+
+
 def test_perf_recipe_fp4_is_memsyms_fp4(capsys):
     """perf_recipes/llama/gb200/llama3.py:140 _perf_precision("nvfp4") (bf16_with_nvfp4_mixed):
     memsym's fp4 (Transformer Engine NVFP4) with its fp4_param_gather (mixed_precision.py:416):

@@ -107,14 +107,17 @@ def _data_parallel(world: int, values: dict, whose: str) -> int:
            if isinstance(v, bool) or not isinstance(v, int) or v <= 0}
     if bad:
         raise InvalidValueError(f"parallel sizes must be positive integers, got {bad}")
+    # the factors spelled as data_parallel_size's own message spells them (:90-102, :108-120)
     if world % (t * p * c):
         raise InvalidValueError(f"{whose}: {world} GPUs is not divisible by TP * PP * CP "
-                                f"({t * p * c}), which run_recipe.py refuses for a benchmark "
-                                "recipe (benchmark_parallelism.py:86-104)")
+                                f"({t} * {p} * {c} = {t * p * c}), which run_recipe.py refuses "
+                                "for a benchmark recipe (scripts/common/benchmark_parallelism.py:"
+                                "86-104)")
     if world % (t_e * e * p):
         raise InvalidValueError(f"{whose}: {world} GPUs is not divisible by ETP * EP * PP "
-                                f"({t_e * e * p}), which run_recipe.py refuses for a benchmark "
-                                "recipe (benchmark_parallelism.py:106-121)")
+                                f"({t_e} * {e} * {p} = {t_e * e * p}), which run_recipe.py refuses "
+                                "for a benchmark recipe (scripts/common/benchmark_parallelism.py:"
+                                "104-121)")
     return world // (t * p * c)
 
 
@@ -193,9 +196,12 @@ def benchmark_defaults(full: str, recipe_values: dict, values: dict, given, worl
         notes.append("run_recipe.py turns on the precision-aware optimizer for bf16 benchmark "
                      "recipes with Adam (run_recipe.py:377-394; optimizer."
                      "use_precision_aware_optimizer=false keeps it off)")
-    # run_recipe.py:343-374: both grids are checked before the explicit-batch test
+    # run_recipe.py:343-374: both grids are checked before the explicit-batch test; the
+    # recipe's own topology is taken before the overrides (run_recipe.py:481-484, 354), so
+    # a recipe whose layout does not fit its name's GPUs runs under no override or world size
     dp0 = _data_parallel(int(meta.group("num_gpus")), recipe_values,
-                         f"{full}'s own layout at the GPUs its name gives")
+                         f"{full} cannot run under run_recipe.py: its own layout (taken before "
+                         "any override, run_recipe.py:481-484, 354) at the GPUs its name gives")
     dp = _data_parallel(world, values, "the layout with the overrides")
     if _explicit(given, "train.global_batch_size") or dp == dp0:
         return notes
