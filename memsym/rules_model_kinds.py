@@ -198,18 +198,22 @@ HYBRID_RULES = (
 )
 
 
-#: The rules on an attention kind: sinks (gpt-oss's, Megatron's --softmax-type learnable) under
-#: Transformer Engine's context parallelism, which runs them only with the a2a method: TE turns
-#: FlashAttention off for a sink, fused attention under another CP method, and its unfused
+#: The rules on an attention kind: sinks (gpt-oss's, softmax_type learnable, and off-by-one's
+#: zero sink, :attr:`memsym.model.Architecture.off_by_one_softmax`, however the job was given:
+#: a pasted --context-parallel-size, memsym's --cp, a search's c) under Transformer Engine's
+#: context parallelism, which runs them only with the a2a method: TE turns FlashAttention off
+#: for any softmax_type but vanilla, fused attention under another CP method, and its unfused
 #: attention runs no CP, so no backend is left ("te_cp_without_a2a": a TE-attention framework
 #: whose CP method is not a2a, memsym.rules.knobs).
 ATTENTION_RULES = (
-    Rule("sinks-cp", "attention sinks under Transformer Engine's context parallelism need "
-         "cp_comm_type a2a",
-         lambda x, k: (k.get("c", 1) > 1) & bool(x.attention_sinks
+    Rule("sinks-cp", "attention sinks (softmax_type learnable or off-by-one) under Transformer "
+         "Engine's context parallelism need cp_comm_type a2a",
+         lambda x, k: (k.get("c", 1) > 1) & bool((x.attention_sinks or x.off_by_one_softmax)
                                                   and k.get("te_cp_without_a2a", False)),
-         lambda x, k: ("attention sinks under context parallelism need cp_comm_type a2a: "
-                       "Transformer Engine runs a sink in no other CP attention"),
+         lambda x, k: ("context parallelism with "
+                       f"{'attention sinks' if x.attention_sinks else 'an off-by-one softmax'} "
+                       "needs cp_comm_type a2a (Megatron-LM's --cp-comm-type a2a): Transformer "
+                       "Engine runs a sink in no other CP attention"),
          Source("transformer-engine", "attention/dot_product_attention/utils.py:1122-1124, "
                 "1148-1155, 1169-1173 at d0067d0da6 (get_attention_backend)"),
          InvalidValueError),

@@ -162,11 +162,13 @@ def test_off_by_one_adds_no_parameter_and_keeps_the_fused_attention():
     # fused attention runs it (utils.py:1122-1124 turns only FlashAttention off)
     mj = read_megatron_args(WORDS + ["--softmax-type", "off-by-one"])
     assert "attention_sinks" not in mj.architecture and mj.training["flash_attention"]
+    # ... but it is a sink to TE's backend choice (utils.py:1122, softmax_type != "vanilla"):
+    # the model carries it, so the rule sinks-cp sees it
+    assert mj.architecture["off_by_one_softmax"]
 
 
 @pytest.mark.parametrize("extra, reason", [
     (["--attention-backend", "flash"], "fused or unfused attention"),
-    (["--context-parallel-size", "2", "--world-size", "2"], "needs --cp-comm-type a2a"),
     (["--deterministic-mode", "--attention-backend", "fused"], "deterministic mode"),
 ])
 @pytest.mark.parametrize("kind", ["off-by-one", "learnable"])
@@ -206,14 +208,40 @@ def test_fp32_residual_doubles_the_pipeline_p2p_bytes():
     assert sent == {False: 16 * 2 * 2 * S * H, True: 16 * 2 * 4 * S * H}
 
 
-def test_sinks_under_p2p_context_parallelism_are_refused_beside_a_model(capsys):
-    # memsym's own --cp beside the MODEL: the job's check (memsym.job_checks), one line, exit 2;
-    # cp_comm_type a2a runs it (TE's fused attention takes a sink under a2a CP)
-    argv = ["estimate", "llama3-8b", "--seq-length", S, "--micro-batch-size", 1, "--cp", 2,
-            "--softmax-type", "learnable"]
+@pytest.mark.parametrize("kind", ["learnable", "off-by-one"])
+@pytest.mark.parametrize("cp", [["--cp", 2], ["--context-parallel-size", 2]])
+def test_sinks_under_p2p_context_parallelism_are_refused_beside_a_model(capsys, kind, cp):
+    # memsym's own --cp or the pasted --context-parallel-size beside the MODEL, a learnable or
+    # an off-by-one sink: the one rule sinks-cp over the job, one line, exit 2 (TE: FlashAttention
+    # off for softmax_type != vanilla, utils.py:1122-1124; fused off under CP but a2a,
+    # :1148-1155; unfused runs no CP, :1169-1173); cp_comm_type a2a runs it
+    argv = ["estimate", "llama3-8b", "--seq-length", S, "--micro-batch-size", 1, *cp,
+            "--softmax-type", kind]
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, "") and err.count("\n") == 1 and "cp_comm_type a2a" in err
+    assert ("off-by-one" in err) == (kind == "off-by-one")
     code, out, err = run(capsys, *argv, "--cp-comm-type", "a2a")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("kind", ["learnable", "off-by-one"])
+def test_a_pasted_command_with_a_sink_under_p2p_context_parallelism_is_refused(capsys, kind):
+    pasted = ["estimate", "--world-size", 2, "--", "pretrain_gpt.py", *WORDS,
+              "--softmax-type", kind, "--context-parallel-size", 2]
+    code, out, err = run(capsys, *pasted)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "cp_comm_type a2a" in err
+    code, out, err = run(capsys, *pasted, "--cp-comm-type", "a2a")
+    assert code == 0, err
+
+
+def test_a_bridge_off_by_one_override_under_p2p_context_parallelism_is_refused(capsys):
+    # llama3_8b_pretrain_config's own c = 2 (recipes/llama/h100/llama3.py:235-263 at
+    # 067f987df0) with model.softmax_type=off-by-one: the same rule; at c = 1 it runs
+    recipe = ["estimate", "--bridge-recipe", "llama3_8b_pretrain_config",
+              "model.softmax_type=off-by-one"]
+    code, out, err = run(capsys, *recipe)
+    assert (code, out) == (2, "") and "off-by-one softmax needs cp_comm_type a2a" in err
+    code, out, err = run(capsys, *recipe, "model.context_parallel_size=1")
     assert code == 0, err
 
 
@@ -227,11 +255,20 @@ def test_the_search_excludes_sinks_under_te_context_parallelism():
     from memsym.job import job
     from memsym.model import preset
 
+    import dataclasses
+
+    from memsym.model import resolve
+
     x = preset("gpt-oss-120b")
     grid = {"c": np.array([1, 2, 4]), "t": np.array([1, 1, 1])}
     for framework, broken in (("megatron", [False, True, True]), ("torchtitan", [False] * 3)):
         k = dict(grid, te_cp_without_a2a=rules.te_cp_without_a2a(FRAMEWORK[framework], None))
         assert rules.masks(x, k, ["sinks-cp"])["sinks-cp"].tolist() == broken
+        # an off-by-one softmax (no sink parameter) is masked alike; vanilla is not
+        plain = preset("llama3-8b")
+        off = dataclasses.replace(plain, off_by_one_softmax=True)
+        assert rules.masks(resolve(off), k, ["sinks-cp"])["sinks-cp"].tolist() == broken
+        assert rules.masks(resolve(plain), k, ["sinks-cp"])["sinks-cp"].tolist() == [False] * 3
     assert not rules.te_cp_without_a2a(FRAMEWORK["megatron"], ("a2a", "a2a"))
     with pytest.raises(InvalidValueError, match="cp_comm_type a2a"):
         job("gpt-oss-120b", cp=2, ep=2, seq_length=S, micro_batch_size=1)

@@ -94,12 +94,13 @@ class SearchJob:
     batch_auto: bool = False
 
 
-def read_job(words, gpus=None):
+def read_job(words, gpus=None, gpu=None):
     """``(Job, estimate's namespace, global batch or None)`` of the job's words, read exactly
     as ``memsym estimate`` reads them (its parser and :func:`memsym.cli.reading.prepare_argv`,
     done by the caller: ``words.reading``; its job builders here).  A DeepSpeed config whose
     micro-batch is ``"auto"`` is read with its batch searched
-    (:func:`_searched_deepspeed`): the global batch it holds is the third item."""
+    (:func:`_searched_deepspeed`): the global batch it holds is the third item.  ``gpu``: the
+    search's GPU, the job's where it names none (what a job checks on the GPU's arch)."""
     from .training_options import (framework_job_from_args, framework_read_as, job_from_args,
                                    wants_training)
 
@@ -108,6 +109,8 @@ def read_job(words, gpus=None):
         from ..errors import InvalidValueError
 
         raise InvalidValueError("search needs a model: a MODEL, or a job that names one")
+    if gpu is not None and getattr(est, "gpu", None) is None:
+        est.gpu = gpu
     if gpus is not None and getattr(est, "world_size", None) is None \
             and getattr(est, "deepspeed_config", None) is None:
         # --gpus is the world size of a job that gives none (command_rows: "the job's world
@@ -202,7 +205,7 @@ def search_job(args, opts: dict):
     words = getattr(args, "job_words", None)
     if getattr(words, "reading", None) is None:
         return None
-    job, est, batch = read_job(words, args.gpus)
+    job, est, batch = read_job(words, args.gpus, getattr(args, "gpu", None))
     args.framework = job.training.framework       # --emit must agree with the job's
     args.model = est.model                         # the MODEL the job names, if any
     tr = job.training

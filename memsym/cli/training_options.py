@@ -150,6 +150,7 @@ def _bridge_job(args):
     from ..errors import InvalidValueError
     from ..job import job
     from ..readers.bridge import bridge_job_options, launcher_world_size, read_bridge_recipe
+    from ..readers.te_attention import recipe_attention_notes
 
     words = args.job_words
     host = set(_host_options(args)) | {"world_size"}
@@ -167,6 +168,8 @@ def _bridge_job(args):
     if opts.get("world_size") is None:
         raise InvalidValueError(f"{reading['recipe']}: its name gives no GPU count: give --world-size")
     extra = _host_options(args)
+    # the attention TE runs under the recipe's FP8 attention (a sink: on the GPU's arch)
+    notes += recipe_attention_notes(reading["values"], preset, extra.get("gpu"))
     j = job(preset, **opts, **extra, _notes=tuple(notes))
     args.reading = {"read_as": f"the Megatron-Bridge recipe {reading['recipe']} ({reading['source']} "
                     "at 067f987df0) with its overrides", "ignored": list(reading["ignored"])}

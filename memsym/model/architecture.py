@@ -18,11 +18,10 @@ from ..text import printable
 from .sizes import inert_name, padded_vocab_size, pos_int
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "moe_layer_pattern", "LIMITS",
-           "MIXERS", "mixer_counts", "mixer_layer_count", "is_hybrid",
-           "check_limit", "printable"]
+           "MIXERS", "mixer_counts", "mixer_layer_count", "is_hybrid", "check_limit", "printable"]
 
-# Every size an architecture carries is bounded (memsym.limits, the one table of limits), so a
-# hostile or mistyped value is refused at once instead of building a 10^8-entry layer pattern.
+# Every size an architecture carries is bounded (memsym.limits, the one table of limits): a
+# hostile or mistyped value is refused at once, not built into a 10^8-entry layer pattern.
 #: Architecture field -> its largest accepted value, a view of :data:`memsym.limits.LIMITS`
 #: through :data:`memsym.limits.FIELD_LIMITS`.
 LIMITS = MappingProxyType({field_: _limits.limit_of(kind).maximum
@@ -54,7 +53,7 @@ class Architecture:
     Qwen3), ``moe_router_bias`` (E router biases per MoE layer: gpt-oss's router bias,
     DeepSeek-V3's ``e_score_correction_bias``; None follows ``add_bias_linear``),
     ``moe_shared_expert_gate`` (Qwen2-MoE's h→1 gate), ``attention_sinks`` (one learned logit per
-    head, gpt-oss), ``mtp_repeated`` (``mtp_use_repeated_layer``: one MTP block, n passes).
+    head, gpt-oss), ``off_by_one_softmax`` (softmax_type off-by-one: a zero sink, no parameter).
 
     Fields added for the Hugging Face families (each default keeps Megatron's layer):
 
@@ -163,6 +162,7 @@ class Architecture:
     moe_router_bias: Optional[bool] = None         # E biases per MoE router; None = add_bias_linear
     moe_shared_expert_gate: bool = False           # sigmoid gate h->1 on the shared expert (Qwen2-MoE)
     attention_sinks: bool = False                  # one learned sink logit per head (gpt-oss)
+    off_by_one_softmax: bool = False               # a zero sink logit (TE's off-by-one softmax)
     # --- added for the Hugging Face families (issue 13) ---
     norms_per_layer: int = 2                       # 1: parallel block (GPT-J, Cohere); 4: Gemma 2/3
     norm_affine: bool = True                       # False: non-parametric LayerNorm (OLMo)
@@ -236,8 +236,8 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "gdn_conv_kernel", "short_conv_kernel", "lightning_block_size", "shared_blocks",
                "shared_adapter_rank", "shared_adapter_sets", "moe_latent_size")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
-                "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate",
-                "attention_sinks", "norm_affine", "output_layer_bias", "embedding_norm",
+                "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate", "attention_sinks",
+                "off_by_one_softmax", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
                 "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms", "mtp_repeated",
                 "attention_output_gate", "short_conv_bias", "shared_attention_adapters")

@@ -133,6 +133,7 @@ FIELDS = {
     "mixed_precision.fp8_param_gather": ("bridge", "precision"),
     "mixed_precision.fp4_param_gather": ("bridge", "precision"),
     "mixed_precision.fp8_recipe": ("bridge", "precision"),
+    "mixed_precision.fp8_dot_product_attention": ("bridge", "precision"),
     "mixed_precision.fp4": ("bridge", "precision"),
     "mixed_precision.bf16": ("bridge", "precision"),
     "mixed_precision.fp16": ("bridge", "precision"),

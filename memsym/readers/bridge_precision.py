@@ -15,7 +15,7 @@ from ._values import recipe_flag
 from .bridge_optimizer import synced_flag
 from ..vocabulary import FP8_RECIPE_COUNTED_AS, MEGATRON_FSDP_SCHEMES, fp8_recipe_note
 
-__all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding"]
+__all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding", "recipe_fp8_attention"]
 
 #: MixedPrecisionConfig's own defaults of the fields memsym reads (training/mixed_precision.py
 #: at 067f987df0): grad_reduce_in_fp32 True (:47), fp8 None (:49), fp8_recipe "tensorwise"
@@ -74,20 +74,9 @@ PRECISION_RECIPES = {
            bool(f.get("fp4_param_gather") if f.get("fp4") else f.get("fp8_param_gather")))
     for name, (base, f) in _NAMED_CONFIGS.items()}
 
-def recipe_precision(values, notes) -> dict:
-    """The job's precision options from a recipe's ``mixed_precision`` values.
-
-    The named config's fields (or MixedPrecisionConfig's defaults for a recipe's own config),
-    then the recipe's field overrides; FP8's recipe is the config's ``fp8_recipe`` (the model
-    config takes it, update_config_with_precision_overrides, mixed_precision.py:138-157).
-
-    Examples
-    --------
-    >>> recipe_precision({"mixed_precision": "bf16_with_mxfp8_mixed"}, [])
-    {'precision': 'fp8', 'fp8_param_gather': True, 'fp8_recipe': 'mxfp8'}
-    >>> recipe_precision({"mixed_precision": "bf16_with_fp8_current_scaling_mixed"}, [])["fp8_recipe"]
-    'tensorwise'
-    """
+def _config_fields(values) -> tuple:
+    """``(config name, base dtype, fields)`` of a recipe's ``mixed_precision``: the named
+    config's fields (or MixedPrecisionConfig's defaults), then the recipe's field overrides."""
     recipe = values.get("mixed_precision", "bf16_mixed")
     if isinstance(recipe, str):   # get_mixed_precision_config reads bf16-mixed as bf16_mixed (:443)
         recipe = recipe.replace("-", "_")
@@ -107,6 +96,51 @@ def recipe_precision(values, notes) -> dict:
                 "grad_reduce_in_fp32", "first_last_layers_bf16", *_BF16_COUNTS):
         if "mixed_precision." + key in values:   # the recipe's overrides of the config's fields
             fields[key] = values["mixed_precision." + key]
+    return recipe, base, fields
+
+
+def recipe_fp8_attention(values) -> str | None:
+    """The Transformer Engine recipe under which a recipe's dot-product attention runs in FP8
+    (``delayed``, ``tensorwise``, ``mxfp8`` or ``nvfp4``), None where it does not.
+
+    ``mixed_precision.fp8_dot_product_attention`` (MixedPrecisionConfig, training/
+    mixed_precision.py:58, False) reaches the model config (update_config_with_precision_
+    overrides, :138-157) and Megatron-core hands it to TE's recipe as ``fp8_dpa``: delayed
+    (core/extensions/transformer_engine.py:3350), tensorwise and mxfp8 (core/fp8_utils.py:777-
+    788), NVFP4 (core/fp4_utils.py:224-226); blockwise's Float8BlockScaling gets none
+    (fp8_utils.py:781-784), and without FP8 or FP4 no recipe runs (Megatron-LM d98e8a64dd).
+
+    >>> recipe_fp8_attention({"mixed_precision": "bf16_with_mxfp8_mixed",
+    ...                       "mixed_precision.fp8_dot_product_attention": True})
+    'mxfp8'
+    >>> recipe_fp8_attention({"mixed_precision": "bf16_mixed",
+    ...                       "mixed_precision.fp8_dot_product_attention": True}) is None
+    True
+    """
+    if not recipe_flag(values, "mixed_precision.fp8_dot_product_attention", False):
+        return None
+    _, _, fields = _config_fields(values)
+    if fields["fp8"] not in (None, False):
+        recipe = fields["fp8_recipe"]
+        return recipe if recipe in ("delayed", "tensorwise", "mxfp8") else None
+    return "nvfp4" if fields["fp4"] not in (None, False) else None
+
+
+def recipe_precision(values, notes) -> dict:
+    """The job's precision options from a recipe's ``mixed_precision`` values.
+
+    The named config's fields (or MixedPrecisionConfig's defaults for a recipe's own config),
+    then the recipe's field overrides; FP8's recipe is the config's ``fp8_recipe`` (the model
+    config takes it, update_config_with_precision_overrides, mixed_precision.py:138-157).
+
+    Examples
+    --------
+    >>> recipe_precision({"mixed_precision": "bf16_with_mxfp8_mixed"}, [])
+    {'precision': 'fp8', 'fp8_param_gather': True, 'fp8_recipe': 'mxfp8'}
+    >>> recipe_precision({"mixed_precision": "bf16_with_fp8_current_scaling_mixed"}, [])["fp8_recipe"]
+    'tensorwise'
+    """
+    recipe, base, fields = _config_fields(values)
     fp8, fp4 = (fields[k] not in (None, False) for k in ("fp8", "fp4"))
     if fp8 and fp4:
         raise InvalidValueError(f"mixed_precision {str(recipe)[:60]} with fp8 and fp4: Bridge "

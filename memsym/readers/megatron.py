@@ -447,8 +447,7 @@ def _override_attention(r: MegatronArguments, opts: dict):
     if r.given("attention_backend") or r.given("transformer_impl"):
         opts["flash_attention"] = keeps_no_scores(*attention_kernels(r))
     if r.given("softmax_type"):   # the sink's parameter and attention backend
-        opts.update(megatron_softmax(r, c=r.int("context_parallel_size", 1),
-                                     backend=attention_kernels(r)[0]))
+        opts.update(megatron_softmax(r, backend=attention_kernels(r)[0]))
 
 
 def _override_recompute(r: MegatronArguments, opts: dict):

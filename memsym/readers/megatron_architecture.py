@@ -124,9 +124,12 @@ def megatron_architecture(r: MegatronArguments) -> dict:
         # attention.py:1689-1691 at d98e8a64dd: linear_qkv's output grows by a*d_h, a sigmoid
         # gate on the attention's output (MLA refuses it, transformer_config.py:3348)
         a["attention_output_gate"] = True
-    if r.choice("softmax_type", SOFTMAX_TYPES, "vanilla") == "learnable":
+    softmax = r.choice("softmax_type", SOFTMAX_TYPES, "vanilla")
+    if softmax == "learnable":
         # a softmax_offset parameter of a/t per layer (memsym.readers.megatron_numerics)
         a["attention_sinks"] = True
+    elif softmax == "off-by-one":   # no parameter; its attention backends are a sink's
+        a["off_by_one_softmax"] = True
     a["position_embedding_type"] = _positions(r)
     _max_positions(r, a)
     _vocab(r, a)

@@ -197,6 +197,10 @@ CONFIG_ONLY = {
     "--activation-func-fp8-input-store": "TransformerConfig.activation_func_fp8_input_store "
     "has no Megatron-LM argument (arguments.py:2329 at d98e8a64dd); memsym takes it as the job "
     "option activation_func_fp8_input_store or Bridge's model.activation_func_fp8_input_store",
+    **{f"--fp8-{name.replace('_', '-')}": f"TransformerConfig.fp8_{name} has no Megatron-LM "
+       f"argument (arguments.py:2333-2334 at d98e8a64dd); Megatron-Bridge sets it "
+       f"(--bridge-recipe ... mixed_precision.fp8_{name}=true)"
+       for name in ("dot_product_attention", "multi_head_attention")},
 }
 
 

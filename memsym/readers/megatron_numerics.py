@@ -10,13 +10,18 @@ and Transformer Engine act on them.
   ``attention/dot_product_attention/dot_product_attention.py:779-784`` at d0067d0da6;
   Megatron-core's own, ``transformer/dot_product_attention.py:126-138``): the architecture's
   ``attention_sinks`` (a per layer, split with the heads).  ``off-by-one`` keeps a zero
-  tensor of the same size, not a parameter (a/t fp32 elements a layer, not counted).
+  tensor of the same size, not a parameter (a/t fp32 elements a layer, not counted): the
+  architecture's ``off_by_one_softmax``.
   Either sink makes Transformer Engine turn FlashAttention off and run cuDNN's fused
   attention (``attention/dot_product_attention/utils.py:1113-1124``), which saves what flash
   attention does; it is off under context parallelism other than a2a (``:1148-1155``;
-  unfused attention runs no context parallelism, ``:1169-1173``: no backend) and under
+  unfused attention runs no context parallelism, ``:1169-1173``: no backend; the rule
+  ``sinks-cp``, :mod:`memsym.rules_model_kinds`, refuses it however c is given) and under
   deterministic mode (``:1535-1545``: TE's unfused attention then, which keeps the s x s
   softmax).
+* ``--fp8-dot-product-attention`` is no Megatron-LM argument (TransformerConfig's
+  ``fp8_dot_product_attention`` has none, arguments.py:2307-2334): a sink under FP8 attention
+  comes from a Megatron-Bridge recipe (:mod:`memsym.readers.te_attention`).
 
 Megatron-LM ``megatron/`` at d98e8a64dd; Transformer Engine ``transformer_engine/pytorch/`` at
 d0067d0da6.
@@ -57,18 +62,17 @@ def megatron_fp32_residual(r: MegatronArguments) -> bool:
     return True
 
 
-def megatron_softmax(r: MegatronArguments, *, c: int, backend: str) -> dict:
+def megatron_softmax(r: MegatronArguments, *, backend: str) -> dict:
     """What ``--softmax-type`` changes: ``{"attention_sinks": True}`` for ``learnable`` (one
-    parameter per head and layer), ``{"flash_attention": False}`` where Transformer Engine
-    falls back to its unfused attention (deterministic mode); refused where no attention
-    backend runs the sink.
+    parameter per head and layer), ``{"off_by_one_softmax": True}`` for ``off-by-one``,
+    ``{"flash_attention": False}`` where Transformer Engine falls back to its unfused attention
+    (deterministic mode); refused where no attention backend runs the sink (context
+    parallelism: the rule ``sinks-cp`` over the job, whose c may be memsym's ``--cp``).
 
     Parameters
     ----------
     r : MegatronArguments
         The arguments read.
-    c : int
-        Context-parallel size [GPUs].
     backend : str
         The ``--attention-backend`` read (flash, fused, unfused, local or auto).
 
@@ -76,13 +80,13 @@ def megatron_softmax(r: MegatronArguments, *, c: int, backend: str) -> dict:
     --------
     >>> from memsym.readers.megatron_arguments import parse_megatron_argv
     >>> r = MegatronArguments(*parse_megatron_argv(["--softmax-type", "learnable"])[::2])
-    >>> megatron_softmax(r, c=1, backend="auto")
+    >>> megatron_softmax(r, backend="auto")
     {'attention_sinks': True}
     """
     kind = r.choice("softmax_type", SOFTMAX_TYPES, "vanilla")
     if kind == "vanilla":
         return {}
-    out = {"attention_sinks": True} if kind == "learnable" else {}
+    out = {"attention_sinks": True} if kind == "learnable" else {"off_by_one_softmax": True}
     if r.raw.get("transformer_impl") == "local" or backend == "local":
         return out      # Megatron-core's DotProductAttention: the s x s scores, already counted
     if backend == "flash":
@@ -90,13 +94,6 @@ def megatron_softmax(r: MegatronArguments, *, c: int, backend: str) -> dict:
                                 "Transformer Engine runs a softmax sink only in its fused or "
                                 "unfused attention (dot_product_attention/utils.py:1122-1124 "
                                 "at d0067d0da6), which flash turns off")
-    types = r.raw.get("cp_comm_type") or ["p2p"]
-    if c > 1 and any(x != "a2a" for x in types):
-        raise InvalidValueError(f"--softmax-type {kind} with context parallelism needs "
-                                "--cp-comm-type a2a: Transformer Engine disables fused "
-                                "attention for a sink under another method and its unfused "
-                                "attention runs no context parallelism (dot_product_attention/"
-                                "utils.py:1148-1155, 1169-1173 at d0067d0da6)")
     if r.flag("deterministic_mode"):
         if backend == "fused":
             raise InvalidValueError(f"--softmax-type {kind} with --deterministic-mode and "

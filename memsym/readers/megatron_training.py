@@ -236,7 +236,7 @@ def megatron_training(r: MegatronArguments, arch: dict, lay: dict) -> dict:
     _batch(r, tr, lay)
     tr["recompute"] = _recompute(r, arch, lay)
     _attention_backend(r, tr)
-    if megatron_softmax(r, c=lay.get("c", 1), backend=tr["attention_backend"]).get(
+    if megatron_softmax(r, backend=tr["attention_backend"]).get(
             "flash_attention") is False:
         tr["flash_attention"] = False    # TE's unfused attention runs the sink
     tr["fp32_residual_connection"] = megatron_fp32_residual(r)

@@ -93,9 +93,11 @@ def _numerics(values: dict) -> dict:
     """``model.fp32_residual_connection`` and ``model.softmax_type`` as Megatron-LM's
     ``--fp32-residual-connection`` and ``--softmax-type`` are read
     (:mod:`memsym.readers.megatron_numerics`): the fp32 residual stream, and a learnable sink
-    as one parameter per head and layer.  A model bridge's own setting (GPT-OSS's
-    ``provider.softmax_type = "learnable"``, models/gpt_oss/gpt_oss_bridge.py:86) is its
-    preset's; a recipe or override that sets the field replaces it."""
+    as one parameter per head and layer, off-by-one as the architecture's
+    ``off_by_one_softmax`` (no parameter; the attention backends of a sink).  A model bridge's
+    own setting (GPT-OSS's ``provider.softmax_type = "learnable"``,
+    models/gpt_oss/gpt_oss_bridge.py:86) is its preset's; a recipe or override that sets the
+    field replaces it."""
     out = {}
     if recipe_flag(values, "model.fp32_residual_connection", False):
         out["fp32_residual_connection"] = True
@@ -105,6 +107,7 @@ def _numerics(values: dict) -> dict:
             raise InvalidValueError(f"model.softmax_type must be one of "
                                     f"{', '.join(SOFTMAX_TYPES)}, got {kind!r:.40}")
         out["attention_sinks"] = kind == "learnable"
+        out["off_by_one_softmax"] = kind == "off-by-one"
     return out
 
 
