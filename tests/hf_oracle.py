@@ -73,11 +73,18 @@ def language_model_count(path) -> int:
     conf = AutoConfig.from_pretrained(str(path.parent))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(conf)
-    vision = ("vision_tower", "multi_modal_projector")
+    vision = ("vision_tower", "multi_modal_projector", "embed_vision", "audio_tower",
+              "embed_audio")
     left_out = {n.split(".")[1] for n, _ in model.named_parameters() if any(v in n for v in vision)}
-    # only Gemma 3's vision-language model has parts left out, and only those two
-    assert left_out == ({"vision_tower", "multi_modal_projector"}
-                        if conf.model_type == "gemma3" else set())
+    # only Gemma 3's and Gemma 4's vision-language models have parts left out, and only these:
+    # Gemma 4's towers and embedders where the file has their configs (Gemma4Model.__init__)
+    expected = set()
+    if conf.model_type == "gemma3":
+        expected = {"vision_tower", "multi_modal_projector"}
+    elif conf.model_type == "gemma4":
+        expected = ({"vision_tower", "embed_vision"} if conf.vision_config else set()) | (
+            {"audio_tower", "embed_audio"} if conf.audio_config else set())
+    assert left_out == expected
     return sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in vision))
 
 

@@ -300,10 +300,12 @@ def test_every_accepted_type_has_a_small_config():
     from test_hf_hybrid import SMALL as HYBRID
     from test_hf_more_types import SMALL as MORE
     from test_hf_newer_types import SMALL as NEWER
+    from test_hf_gemma4 import SMALL as GEMMA4
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
                                            **DBRX_DSA, **ZAMBA, **CLASSIC_MORE,
-                                           **MOE_MORE, **SWA, **DENSE_MORE}.values()}
+                                           **MOE_MORE, **SWA, **DENSE_MORE,
+                                           **GEMMA4}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -589,7 +591,7 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
     # EXAONE 3.x and InternLM3 configs build transformers' LlamaForCausalLM
     pkg = {"gemma3_text": "gemma3", "llama4_text": "llama4", "exaone": "llama",
            "internlm3": "llama", "iquestcoder": "llama", "qwen3_5_text": "qwen3_5",
-           "qwen3_5_moe_text": "qwen3_5_moe"}.get(mtype, mtype)
+           "qwen3_5_moe_text": "qwen3_5_moe", "gemma4_text": "gemma4"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
     # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to

@@ -493,9 +493,7 @@ def test_gpt_oss_config_json_keeps_swiglu_limit_as_the_preset(tmp_path):
     ({**_MINIMAX, "layer_types": ["lightning"] * 4}, "'layer_types' must list 4"),
     ({**_Q3N, "model_type": "qwen3_5", "text_config": []}, "'text_config' must be an object"),
     # types transformers builds with layers memsym has no field for: no near type offered
-    # (gemma3, deepseek_v3 would be another model)
-    (small_config("gemma4_text"), "key/value sharing across layers"),
-    ({"model_type": "gemma4", "text_config": small_config("gemma4_text")}, "per-layer input"),
+    # (deepseek_v3 would be another model; Gemma 4's layers: tests/test_hf_gemma4.py)
     (small_config("deepseek_v4"), "hyper-connection residual streams"),
     ({**_LFM2, "model_type": "lfm2_moe", "intermediate_size": 96}, "missing field 'layer_types'"),
     (small_config("glm_moe_dsa", **_MLA, index_n_heads=2, index_head_dim=8, index_topk_freq=2),

@@ -22,19 +22,21 @@ from hf_oracle import (assert_attention_dropout_only, assert_read_by_class_name,
                        one_case_per_type, write_config)
 import test_hf_classic_types as classic
 import test_hf_dense_types as dense
+import test_hf_gemma4 as gemma4
 import test_hf_layer_kinds as layer_kinds
 import test_hf_moe_types as moe
 import test_hf_swa_types as swa
 
-FILES = (classic, dense, moe, swa, layer_kinds)
+FILES = (classic, dense, moe, swa, gemma4, layer_kinds)
 TYPES = {t for f in FILES for t in f.TYPES}
 SMALL = {case: cfg for f in FILES for case, cfg in f.SMALL.items()}
 REAL = {case: cfg for f in FILES for case, cfg in f.REAL.items()}
 # the types whose config class's own defaults are counted here; left out: DbrxConfig's (its
 # DbrxAttentionConfig has no rope_theta, so transformers 5.25.0 builds no model of them:
 # refused, tests/test_hf_class_defaults.py) and Lfm2MoeConfig's (no default layer_types:
-# refused, tests/test_hf_layer_kinds.py)
-_DEFAULTS = sorted(TYPES - {"dbrx", "lfm2_moe"})
+# refused, tests/test_hf_layer_kinds.py) and Gemma4TextConfig's (full-attention layers of
+# another head size: refused, tests/test_hf_gemma4.py)
+_DEFAULTS = sorted(TYPES - {"dbrx", "lfm2_moe", "gemma4_text", "gemma4"})
 # the files whose types' modules read attention_dropout alone (the classic types read more:
 # tests/test_hf_classic_types.py checks theirs)
 _ATTENTION_DROPOUT_ONLY = one_case_per_type({**dense.SMALL, **moe.SMALL, **swa.SMALL})

@@ -17,6 +17,7 @@ from .architecture import Architecture, printable, resolve
 from .hf_classic import CLASSIC_READERS
 from .hf_decoders import DECODER_DEFAULTS, read_llama4, read_llama_like
 from .hf_fields import ConfigFields, read_config_json, yarn_fields
+from .hf_gemma4 import read_gemma4
 from .hf_hybrid import HYBRID_READERS, HYBRID_TYPES
 from .hf_moe import MOE_READERS
 from .hf_ssm import SSM_READERS, SSM_TYPES
@@ -39,28 +40,25 @@ _TEXT_CONFIG = {
                                  "vocab_size": 248320}),
     "qwen3_5_moe": ("qwen3_5_moe_text", {"hidden_size": 2048, "num_hidden_layers": 40,
                                          "num_attention_heads": 16, "vocab_size": 248320}),
+    # Gemma4TextConfig (transformers 5.25.0)
+    "gemma4": ("gemma4_text", {"hidden_size": 2304, "intermediate_size": 9216,
+                               "num_hidden_layers": 30, "num_attention_heads": 8,
+                               "vocab_size": 262144}),
 }
 # which tie_word_embeddings a vision-language type's causal LM reads: the top-level one
 # (AutoModelForCausalLM builds Gemma3ForConditionalGeneration, whose tie_weights reads its own
 # config) or the text_config's (it builds Llama4ForCausalLM, Qwen3_5ForCausalLM,
 # Qwen3_5MoeForCausalLM of the text config alone); the text config class named in the notes
 _TEXT_TIE = {"gemma3": ("top", True, "Gemma3TextConfig"),
+             # Gemma4ForConditionalGeneration: lm_head tied to the language model's
+             # embed_tokens by Gemma4Config.tie_word_embeddings (default True)
+             "gemma4": ("top", True, "Gemma4TextConfig"),
              "llama4": ("text", None, "Llama4TextConfig"),
              "qwen3_5": ("text", None, "Qwen3_5TextConfig"),
              "qwen3_5_moe": ("text", None, "Qwen3_5MoeTextConfig")}
 # model types transformers builds with layers memsym does not model: refused in one line that
 # says so, with no near name suggested (a near name is another model, with another count)
 _NOT_MODELLED: dict = {
-    # transformers 5.25.0 modeling_gemma4.py: Gemma4TextAttention's per-layer head sizes and KV
-    # heads (per_layer_config), layers that reuse an earlier layer's keys and values and build
-    # no k/v projection (kv_sharing_modes), global layers without v_proj (attention_k_eq_v),
-    # a double-wide MLP on the sharing layers, per-layer input embeddings
-    # (hidden_size_per_layer_input) and a dense MLP beside the experts (enable_moe_block)
-    "gemma4_text": "Gemma 4's per-layer head sizes, key/value sharing across layers, per-layer "
-                   "input embeddings and dense MLP beside the experts are not in memsym's "
-                   "Architecture",
-    "gemma4": "Gemma 4's per-layer head sizes, key/value sharing across layers, per-layer input "
-              "embeddings and dense MLP beside the experts are not in memsym's Architecture",
     # modeling_deepseek_v4.py: hyper-connections (hc_mult residual streams mixed by Sinkhorn
     # iterations), compressed attention per layer (compress_rates), grouped low-rank output
     # projection (o_groups, o_lora_rank)
@@ -198,13 +196,16 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "SolarOpenForCausalLM": "solar_open", "GraniteSWAForCausalLM": "granite_swa",
              "GraniteMoeSWAForCausalLM": "granitemoe_swa", "Jais2ForCausalLM": "jais2",
              "NanoChatForCausalLM": "nanochat", "YoutuForCausalLM": "youtu",
-             "XGLMForCausalLM": "xglm", "BioGptForCausalLM": "biogpt"}
+             "XGLMForCausalLM": "xglm", "BioGptForCausalLM": "biogpt",
+             "Gemma4ForCausalLM": "gemma4_text",
+             "Gemma4ForConditionalGeneration": "gemma4"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
 
 # model_type -> its reader (c, mtype, notes); every other DECODER_DEFAULTS type is Llama-like
-_READERS = {**CLASSIC_READERS, **MOE_READERS, "llama4_text": read_llama4}
+_READERS = {**CLASSIC_READERS, **MOE_READERS, "llama4_text": read_llama4,
+            "gemma4_text": read_gemma4}
 
 
 def from_hf_config(path) -> Architecture:
@@ -369,8 +370,11 @@ def _text_config(c: ConfigFields, mtype: str, notes: list) -> tuple:
     if tie_from == "text":
         tied = c.bool("tie_word_embeddings", _LAYERED_READERS[text_type][1]
                       if text_type in _LAYERED_READERS else DECODER_DEFAULTS[text_type][0])
-    notes.append(f"model_type {mtype!r}: the language model (text_config) only; the vision "
-                 "encoder and the multimodal projector are not counted")
+    # Gemma4Model also builds an audio tower and an embedder per modality (modeling_gemma4.py)
+    left_out = ("the vision and audio encoders and their multimodal embedders"
+                if mtype == "gemma4" else "the vision encoder and the multimodal projector")
+    notes.append(f"model_type {mtype!r}: the language model (text_config) only; {left_out} "
+                 "are not counted")
     if defaulted:
         notes.append("text_config without " + ", ".join(defaulted) + f": transformers' "
                      f"{text_class} defaults ("

@@ -108,6 +108,8 @@ DECODER_DEFAULTS = {
     # XGLMConfig, BioGptConfig (transformers 5.25.0): both tie lm_head to the embedding
     "xglm": (True, None, None, 2048),
     "biogpt": (True, None, None, 1024),
+    # Gemma4TextConfig (transformers 5.25.0): read by memsym.model.hf_gemma4
+    "gemma4_text": (True, 4, 256, 131072),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0

@@ -90,6 +90,10 @@ FIELD_LIMITS = {
     "ffn_dim": "ffn_hidden_size", "word_embed_proj_dim": "hidden_size",
     # Command A MoE's dense layers
     "prefix_dense_intermediate_size": "ffn_hidden_size",
+    # Gemma 4 (memsym.model.hf_gemma4)
+    "global_head_dim": "kv_channels", "num_global_key_value_heads": "num_query_groups",
+    "num_kv_shared_layers": "num_layers", "hidden_size_per_layer_input": "hidden_size",
+    "top_k_experts": "moe_router_topk",
 }
 
 # the fields that are a config.json's decoder-layer count: bounded by memsym.limits'

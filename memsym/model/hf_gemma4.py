@@ -1,0 +1,180 @@
+"""Gemma 4's text model (``gemma4_text``, and the language model of a ``gemma4`` file), read as
+transformers 5.25.0 builds it (``models/gemma4/modeling_gemma4.py``), where memsym's
+:class:`~memsym.model.architecture.Architecture` can hold it.
+
+A Gemma 4 decoder layer (``Gemma4TextDecoderLayer``) is a Gemma 3 layer (input,
+post-attention, pre- and post-feedforward RMSNorms; a gated MLP; q_norm and k_norm of the head
+width) with a weightless v_norm and a ``layer_scalar`` buffer, neither a parameter.  What the
+Architecture holds one value of for every layer, Gemma 4 may vary per layer; a file whose
+layers differ in one of these is refused in one line naming it:
+
+* the head width and KV heads of the full-attention layers (``global_head_dim``,
+  ``num_global_key_value_heads`` or an explicit ``per_layer_config``) other than the sliding
+  layers';
+* ``attention_k_eq_v`` with full-attention layers (those build no v_proj);
+* ``num_kv_shared_layers`` (the last layers reuse an earlier layer's keys and values and build
+  no k_proj, v_proj, k_norm; with ``use_double_wide_mlp`` their MLP is twice as wide);
+* per-layer input embeddings (``hidden_size_per_layer_input``: a packed
+  ``vocab_size_per_layer_input`` x L p table, a model projection and per-layer gates).
+
+``enable_moe_block`` is every layer alike: the dense MLP beside the experts is held as a
+shared expert of ``intermediate_size`` (no gate), ``Gemma4TextRouter``'s weightless norm times
+its learned ``scale`` of h is an RMSNorm of h (a norm), its ``per_expert_scale`` E values per
+router (counted where a router bias is), and the three more norms
+(``post_feedforward_layernorm_1``/``_2``, ``pre_feedforward_layernorm_2``) are norms.
+"""
+
+from __future__ import annotations
+
+from .hf_decoders import decoder_fields
+from .hf_fields import ConfigFields
+
+__all__ = ["read_gemma4"]
+
+_TYPES = ("sliding_attention", "full_attention")
+# Gemma4TextConfig.__post_init__: global_head_dim = kwargs.pop("global_head_dim", 512)
+_GLOBAL_HEAD_DIM = 512
+# the per_layer_config overrides Gemma4TextAttention reads (layer_config.head_dim,
+# layer_config.num_key_value_heads); Gemma4TextMLP and the decoder layer read the global config
+_LAYER_KEYS = ("head_dim", "num_key_value_heads")
+
+
+def _layer_types(c: ConfigFields, n_layers: int) -> list:
+    """``layer_types``, or Gemma4TextConfig's default (every 6th layer full attention); the
+    last layer forced to full attention as ``__post_init__`` forces it."""
+    val = c.data.get("layer_types")
+    if val is None:
+        kinds = [_TYPES[int((i + 1) % 6 == 0)] for i in range(n_layers)]
+    elif (not isinstance(val, list) or len(val) != n_layers
+          or any(not isinstance(v, str) or v not in _TYPES for v in val)):
+        raise c._bad(f"field 'layer_types' must list {n_layers} layer types, each one of "
+                     f"{', '.join(_TYPES)}")
+    else:
+        kinds = list(val)
+    kinds[-1] = "full_attention"
+    return kinds
+
+
+def _layer_sizes(c: ConfigFields, kinds: list, head_dim: int, kv_heads: int,
+                 k_eq_v: bool) -> list:
+    """Each layer's (head width, KV heads) as Gemma4TextAttention reads them from
+    ``config.per_layer_config[layer_idx]``."""
+    sizes = [(head_dim, kv_heads)] * len(kinds)
+    plc = c.data.get("per_layer_config")
+    if plc is None:
+        # __post_init__: the full-attention layers get global_head_dim and, with
+        # attention_k_eq_v, num_global_key_value_heads (when given)
+        glob_hd = c.int("global_head_dim", _GLOBAL_HEAD_DIM)
+        glob_kv = c.int("num_global_key_value_heads", None) if k_eq_v else None
+        full = (glob_hd, kv_heads if glob_kv is None else glob_kv)
+        return [full if k == "full_attention" else s for k, s in zip(kinds, sizes)]
+    if not isinstance(plc, dict):
+        raise c._bad(f"field 'per_layer_config' must be an object, got {type(plc).__name__}")
+    for key, over in plc.items():
+        # _apply_heterogeneous_config: int(layer_idx) of each key, in [0, L)
+        if not (isinstance(key, str) and key.isdigit() and len(key) <= 6
+                and int(key) < len(kinds)):
+            raise c._bad(f"field 'per_layer_config' keys must be layer indices below "
+                         f"{len(kinds)}, got {key[:20]!r}")
+        if not isinstance(over, dict) or any(k not in _LAYER_KEYS for k in over):
+            raise c._bad(f"per_layer_config[{key}] overrides other than {', '.join(_LAYER_KEYS)} "
+                         "are not modelled")
+        fields = ConfigFields(over, f"{c.where} per_layer_config[{key}]")
+        i = int(key)
+        sizes[i] = (fields.int("head_dim", head_dim), fields.int("num_key_value_heads", kv_heads))
+    return sizes
+
+
+def _refuse_per_layer(c: ConfigFields, kinds: list, sizes: list, k_eq_v: bool) -> None:
+    """Refuse, in one line naming it, what makes Gemma 4's layers differ where memsym's
+    Architecture holds one value for every layer."""
+    if len(set(sizes)) > 1:
+        shown = ", ".join(f"head_dim {hd} with {kv} KV heads" for hd, kv in sorted(set(sizes)))
+        raise c._bad(f"Gemma 4's per-layer head sizes ({shown}; global_head_dim, "
+                     "num_global_key_value_heads or per_layer_config) are not modelled: memsym's "
+                     "Architecture holds one head size and one KV head count for every layer")
+    if k_eq_v and "full_attention" in kinds:
+        raise c._bad("Gemma 4's attention_k_eq_v (full-attention layers without v_proj, their "
+                     "keys used as values) is not modelled")
+    if c.int("num_kv_shared_layers", 0, allow_zero=True):
+        raise c._bad("Gemma 4's num_kv_shared_layers (layers reusing an earlier layer's keys "
+                     "and values, without k_proj, v_proj and k_norm"
+                     + (", and their double-wide MLP" if c.bool("use_double_wide_mlp", False)
+                        else "") + ") is not modelled")
+    ple = c.int("hidden_size_per_layer_input", 256, allow_zero=True, null=0)
+    if ple:
+        raise c._bad(f"Gemma 4's per-layer input embeddings (hidden_size_per_layer_input {ple}: "
+                     "a packed per-layer embedding table, its model projection and each layer's "
+                     "gate and projection) are not modelled; hidden_size_per_layer_input 0 "
+                     "builds none")
+
+
+def read_gemma4(fields: ConfigFields, mtype: str, notes: list) -> dict:
+    """Gemma 4's text model as transformers 5.25.0 builds it: Architecture keyword arguments.
+
+    Parameters and result as :func:`~memsym.model.hf_decoders.read_llama_like`'s (``mtype`` is
+    ``"gemma4_text"``).  Refused in one line naming the feature: per-layer head sizes,
+    ``attention_k_eq_v`` with full-attention layers, KV sharing, per-layer input embeddings.
+
+    References
+    ----------
+    transformers 5.25.0 ``models/gemma4/configuration_gemma4.py`` (Gemma4TextConfig's defaults
+    and ``__post_init__``) and ``modeling_gemma4.py`` (Gemma4TextAttention, Gemma4TextMLP,
+    Gemma4TextRouter, Gemma4TextExperts, Gemma4TextDecoderLayer, Gemma4TextModel)
+    (hf-transformers-5-25).
+
+    Examples
+    --------
+    >>> c = ConfigFields({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    ...                   "intermediate_size": 96, "vocab_size": 128, "head_dim": 16,
+    ...                   "global_head_dim": 16, "hidden_size_per_layer_input": 0},
+    ...                  "config.json")
+    >>> kw = read_gemma4(c, "gemma4_text", [])
+    >>> kw["kv_channels"], kw["num_query_groups"], kw["norms_per_layer"]
+    (16, 4, 4)
+    """
+    c = fields
+    kw = decoder_fields(c, mtype)
+    if kw["kv_channels"] is None:
+        # Gemma4TextConfig's head_dim is a strict int: transformers refuses a null one
+        raise c._bad("field 'head_dim' is null: Gemma4TextConfig takes a whole number (its "
+                     "default 256)")
+    n_layers = kw["num_layers"]
+    kinds = _layer_types(c, n_layers)
+    k_eq_v = c.bool("attention_k_eq_v", False)
+    sizes = _layer_sizes(c, kinds, kw["kv_channels"], kw["num_query_groups"], k_eq_v)
+    _refuse_per_layer(c, kinds, sizes, k_eq_v)
+    kw["kv_channels"], kw["num_query_groups"] = sizes[0]
+    # Gemma4TextAttention: q, k, v, o bias=config.attention_bias; q_norm, k_norm
+    # Gemma4RMSNorm(head_dim), v_norm with_scale=False (no weight); Gemma4RMSNorm: the fp32
+    # normalised tensor times weight.float().  Gemma4TextMLP: gate, up, down, bias=False.
+    kw.update(attention_bias=c.bool("attention_bias", False), norms_per_layer=4,
+              norm_fp32_scale=True, qk_layernorm=True, qk_norm_fp32_scale=True)
+    if c.bool("enable_moe_block", False):
+        _moe_block(c, kw, notes)
+    return kw
+
+
+def _moe_block(c: ConfigFields, kw: dict, notes: list) -> None:
+    """``enable_moe_block``: Gemma4TextRouter and Gemma4TextExperts beside the dense MLP in
+    every layer, three more norms."""
+    # Gemma4TextExperts: gate_up_proj E x 2 f_e x h, down_proj E x h x f_e (no bias);
+    # its sizes default to None, on which transformers builds no model
+    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+        if c.data.get(key) is None:
+            raise c._bad(f"enable_moe_block without {key!r}: Gemma4TextConfig's default None "
+                         "builds no experts")
+    kw.update(num_experts=c.int("num_experts"), moe_router_topk=c.int("top_k_experts"),
+              moe_ffn_hidden_size=c.int("moe_intermediate_size"),
+              # the dense Gemma4TextMLP beside the experts, of intermediate_size, no gate
+              moe_shared_expert_intermediate_size=kw["ffn_hidden_size"],
+              # Gemma4TextRouter.per_expert_scale: E learned values per router, where a
+              # router's E biases are counted (its proj h x E has no bias)
+              moe_router_bias=True,
+              # 4 + post_feedforward_layernorm_1, post_feedforward_layernorm_2,
+              # pre_feedforward_layernorm_2, and the router's norm (with_scale=False) times
+              # its learned scale of h: an RMSNorm of h
+              norms_per_layer=8)
+    notes.append("enable_moe_block: the dense MLP beside the experts is held as a shared expert "
+                 "of intermediate_size, the router's scale as an RMSNorm of h and its "
+                 "per_expert_scale where a router bias is")

@@ -1,0 +1,164 @@
+"""Gemma 4 (``gemma4_text``, and the language model of a ``gemma4`` file) from config.json.
+
+Oracle (``tests/hf_oracle.py``): transformers 5.25.0 builds ``AutoModelForCausalLM.from_config``
+of the very file memsym reads, on the meta device, and ``sum(p.numel())`` of its parameters
+(the vision and audio towers and their embedders left out) must equal memsym's count; the
+shared checks of ``tests/test_hf_type_tables.py`` take this file's ``SMALL``.  The layers memsym
+reads are those whose head size, KV heads and projections are one for every layer; what makes
+Gemma 4's layers differ (per-layer head sizes, ``attention_k_eq_v``, KV sharing, per-layer
+input embeddings) is refused in one line naming it, which every published Gemma 4 file is.
+No network: every config is written here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memsym.errors import InvalidValueError
+from memsym.model import from_hf_config, parameter_count, parameter_counts
+
+from hf_oracle import TOKENS, class_defaults, language_model_count, write_config
+from in_process import estimate
+
+TYPES = {"gemma4_text", "gemma4"}
+
+# one head size on every layer (global_head_dim = head_dim) and no per-layer input embeddings:
+# what memsym reads
+_TEXT = {"model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 6,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+         "global_head_dim": 16, "intermediate_size": 96, "vocab_size": 128,
+         "max_position_embeddings": 64, "hidden_size_per_layer_input": 0, **TOKENS}
+_MOE = {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2,
+        "moe_intermediate_size": 24}
+# Gemma4VisionConfig with small sizes (its tower is not counted)
+_VISION = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16}
+
+SMALL = {
+    "gemma4-text": _TEXT,
+    "gemma4-text-bias-untied": {**_TEXT, "attention_bias": True, "tie_word_embeddings": False},
+    "gemma4-text-moe": {**_TEXT, **_MOE},
+    "gemma4-text-moe-untied": {**_TEXT, **_MOE, "tie_word_embeddings": False},
+    # to_dict()'s spelling: per_layer_config by zero-padded layer index, no global_head_dim
+    "gemma4-text-per-layer-config": {
+        **{k: v for k, v in _TEXT.items() if k != "global_head_dim"},
+        "per_layer_config": {"02": {"head_dim": 16}, "05": {"head_dim": 16,
+                                                            "num_key_value_heads": 2}}},
+    # every layer sliding but the last, which Gemma4TextConfig forces to full attention
+    "gemma4-text-layer-types": {**_TEXT, "layer_types": ["sliding_attention"] * 6},
+    # num_global_key_value_heads is read only with attention_k_eq_v
+    "gemma4-text-global-kv-ignored": {**_TEXT, "num_global_key_value_heads": 1},
+    # the shared layers' double-wide MLP needs shared layers: none here
+    "gemma4-text-double-wide-unused": {**_TEXT, "use_double_wide_mlp": True},
+    "gemma4": {"model_type": "gemma4", "vision_config": _VISION, "text_config": _TEXT},
+    "gemma4-untied": {"model_type": "gemma4", "tie_word_embeddings": False,
+                      "text_config": _TEXT},
+    "gemma4-moe": {"model_type": "gemma4", "text_config": {**_TEXT, **_MOE}},
+}
+# every published Gemma 4 config.json has full-attention layers of another head size (refused
+# below): no published file to count
+REAL: dict = {}
+
+
+def test_the_small_configs_cover_the_types():
+    assert {cfg["model_type"] for cfg in SMALL.values()} == TYPES
+
+
+def test_a_dense_layer_counted_by_hand(tmp_path):
+    # Gemma4TextAttention: q 64 x 4*16, k and v 64 x 2*16, o 4*16 x 64, q_norm and k_norm of
+    # 16, v_norm without weight; Gemma4TextMLP: 3 x 64 x 96; four RMSNorms of 64; the layer's
+    # layer_scalar is a buffer.  Embedding 128 x 64 (tied), final norm 64.
+    layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 16 + 3 * 64 * 96 + 4 * 64
+    arch = from_hf_config(write_config(tmp_path, _TEXT))
+    assert parameter_count(arch) == 128 * 64 + 6 * layer + 64 == 194304
+
+
+def test_the_moe_block_counted_by_hand(tmp_path):
+    # beside the dense MLP: Gemma4TextExperts 4 x (2*24 x 64 + 64 x 24), Gemma4TextRouter
+    # proj 64 x 4, scale 64, per_expert_scale 4 (its norm without weight), and three RMSNorms
+    # of 64 (post_feedforward_layernorm_1/_2, pre_feedforward_layernorm_2)
+    extra = 4 * (2 * 24 * 64 + 64 * 24) + 64 * 4 + 64 + 4 + 3 * 64
+    arch = from_hf_config(write_config(tmp_path, {**_TEXT, **_MOE}))
+    assert parameter_count(arch) == 194304 + 6 * extra == 307992
+    counts = parameter_counts(arch)
+    assert counts["experts"] == 6 * 4 * (3 * 24 * 64)
+    assert counts["shared_experts"] == 6 * 3 * 64 * 96      # the dense MLP beside the experts
+    assert arch.moe_router_topk == 2
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_small_configs_match_transformers(tmp_path, case):
+    path = write_config(tmp_path, SMALL[case])
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)
+
+
+def test_a_vision_language_file_says_what_it_counts(tmp_path):
+    arch = from_hf_config(write_config(tmp_path, {"model_type": "gemma4", "text_config": {
+        k: v for k, v in _TEXT.items() if k not in ("hidden_size", "vocab_size")}}))
+    notes = " ".join(arch.extra["notes"])
+    assert "(text_config) only; the vision and audio encoders" in notes
+    assert "Gemma4TextConfig defaults (hidden_size=2304, vocab_size=262144)" in notes
+    assert arch.hidden_size == 2304 and arch.vocab_size == 262144
+
+
+def test_an_estimate_runs(tmp_path, capsys):
+    # the memory terms follow from the shapes: the MoE layers' estimate runs end to end
+    for cfg in (_TEXT, {**_TEXT, **_MOE}):
+        path = write_config(tmp_path, cfg, f"e{len(cfg)}")
+        code, out, err = estimate(capsys, str(path), "--gpu", "h100-80gb", "--seq-length",
+                                  "64", "--micro-batch-size", "1")
+        assert code == 0 and "GPU memory" in out, err
+
+
+# (config, the words the one-line refusal holds)
+_E2B_SHAPED = {"model_type": "gemma4", "text_config": {
+    "model_type": "gemma4_text", "hidden_size": 1536, "num_hidden_layers": 35,
+    "intermediate_size": 6144, "num_attention_heads": 8, "num_key_value_heads": 1,
+    "head_dim": 256, "global_head_dim": 512, "vocab_size": 262144,
+    "num_kv_shared_layers": 20, "hidden_size_per_layer_input": 256,
+    "vocab_size_per_layer_input": 262144, "use_double_wide_mlp": True,
+    "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7}}
+
+
+@pytest.mark.parametrize("cfg,match", [
+    # Gemma4TextConfig's own defaults: head_dim 256, global_head_dim 512, PLE of 256
+    ("defaults", "per-layer head sizes .head_dim 256 with 4 KV heads, head_dim 512 with 4"),
+    (_E2B_SHAPED, "per-layer head sizes .head_dim 256 with 1 KV heads, head_dim 512"),
+    ({**_TEXT, "global_head_dim": 32}, "per-layer head sizes"),
+    ({**_TEXT, "per_layer_config": {"5": {"num_key_value_heads": 1}}},
+     "head_dim 16 with 1 KV heads, head_dim 16 with 2"),
+    ({**_TEXT, "attention_k_eq_v": True}, "attention_k_eq_v .full-attention layers without "
+                                          "v_proj"),
+    ({**_TEXT, "attention_k_eq_v": True, "num_global_key_value_heads": 1}, "per-layer head"),
+    ({**_TEXT, "num_kv_shared_layers": 2}, "num_kv_shared_layers .* is not modelled"),
+    ({**_TEXT, "num_kv_shared_layers": 2, "use_double_wide_mlp": True}, "double-wide MLP"),
+    ({**_TEXT, "hidden_size_per_layer_input": 8}, "per-layer input embeddings "
+                                                  ".hidden_size_per_layer_input 8"),
+    ({k: v for k, v in _TEXT.items() if k != "hidden_size_per_layer_input"},
+     "per-layer input embeddings .hidden_size_per_layer_input 256"),
+    ({**_TEXT, "per_layer_config": {"5": {"intermediate_size": 8}}}, "overrides other than"),
+    ({**_TEXT, "per_layer_config": {"6": {"head_dim": 16}}}, "keys must be layer indices"),
+    ({**_TEXT, "per_layer_config": [1]}, "'per_layer_config' must be an object"),
+    ({**_TEXT, "layer_types": ["full_attention"] * 5}, "'layer_types' must list 6"),
+    ({**_TEXT, "layer_types": ["chunked_attention"] * 6}, "'layer_types' must list 6"),
+    ({**_TEXT, "enable_moe_block": True}, "enable_moe_block without 'num_experts'"),
+    ({**_TEXT, "head_dim": None}, "'head_dim' is null"),
+    ({**_TEXT, **_MOE, "top_k_experts": None}, "without 'top_k_experts'"),
+])
+def test_what_memsym_does_not_model_is_refused_in_one_line(tmp_path, cfg, match):
+    if cfg == "defaults":
+        cfg = class_defaults("gemma4_text")
+    with pytest.raises(InvalidValueError, match=match) as err:
+        from_hf_config(write_config(tmp_path, cfg))
+    assert "\n" not in str(err.value) and "did you mean" not in str(err.value)
+
+
+@pytest.mark.torch
+def test_the_refused_defaults_are_a_model_transformers_builds(tmp_path):
+    # the refusal is memsym's (its Architecture holds one head size), not transformers': the
+    # default config builds, with its full-attention layers' wider heads
+    path = write_config(tmp_path, class_defaults("gemma4_text"))
+    assert language_model_count(path) > 0
+    with pytest.raises(InvalidValueError, match="per-layer head sizes"):
+        from_hf_config(path)
