@@ -9,10 +9,12 @@ from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .job_record import Layout, Training
 from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
+from .terms.gemma4_norms import GEMMA4_NORM_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable
 
-__all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast", "check_chunked_loss"]
+__all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast", "check_chunked_loss",
+           "check_gemma4_moe"]
 
 
 def check_peft_variants(training: Training) -> None:
@@ -152,3 +154,18 @@ def check_chunked_loss(x, layout: Layout, training: Training) -> None:
                                 "lm_head untied under ZeRO-3), bf16/fp16 weights (full or LoRA) "
                                 "or fp32 under autocast (full), one GPU per replica; not "
                                 f"{said} (a TRL launch: give --loss_type nll)")
+
+
+def check_gemma4_moe(x, training: Training) -> None:
+    """Gemma 4's ``enable_moe_block`` under transformers' own code: its dense MLP and experts
+    read two norms of the residual, the router a third, and three more norms follow
+    (``Gemma4TextDecoderLayer.forward``, transformers 5.25.0 ``modeling_gemma4.py`` lines
+    1391-1405), which memsym's MoE layer with a shared expert does not keep: refused in one
+    line (Megatron's own layer of the same shapes is counted)."""
+    if x.num_experts and framework_record(training.framework).hf_model_code \
+            and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES:
+        raise InvalidValueError("the activations of Gemma 4's MoE block (enable_moe_block) "
+                                "under transformers' own code are not modelled (its experts, "
+                                "router and dense MLP each read their own norm): framework "
+                                f"{training.framework} runs that code; a Megatron framework's "
+                                "layer of the same shapes is counted")

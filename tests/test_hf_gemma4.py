@@ -13,9 +13,13 @@ No network: every config is written here.
 from __future__ import annotations
 
 import pytest
+import sympy as sp
 
 from memsym.errors import InvalidValueError
 from memsym.model import from_hf_config, parameter_count, parameter_counts
+from memsym.symbols import L, a, b, c, d_h, f, g, h, s, t
+from memsym.terms.activations import layer_activations
+from memsym.terms.gemma4_norms import gemma4_norm_excess
 
 from hf_oracle import TOKENS, class_defaults, language_model_count, write_config
 from in_process import estimate
@@ -162,3 +166,94 @@ def test_the_refused_defaults_are_a_model_transformers_builds(tmp_path):
     assert language_model_count(path) > 0
     with pytest.raises(InvalidValueError, match="per-layer head sizes"):
         from_hf_config(path)
+
+
+# --- the activations under transformers' own code ---------------------------------------------
+# Gemma4TextDecoderLayer measured as tests/test_hf_norms.py measures Gemma 3's: memsym's layer
+# under the model's code (four fp32 1 x weight norms, two of them post-norms, fp32 Q and K
+# norms) plus Gemma 4's own norms (memsym.terms.gemma4_norms) plus the two differences that
+# test names for Gemma 3: the activation's output the product with up_proj keeps, 2 tau f, and
+# RoPE's bf16 cos and sin tables, computed once per model (a full-attention layer's
+# "proportional" RoPE builds them d_h wide, zeros past its rotated quarter)
+_TAU = s * b / c
+_SHAPES = [(5, 2, 4, 2, 8, 12), (3, 1, 2, 1, 8, 4), (4, 3, 6, 3, 16, 8), (7, 1, 4, 4, 8, 6)]
+_FLAGS = dict(gated=True, flash=True, norm="rmsnorm", dropout=False, qk_norm=True,
+              qk_norm_fp32=True, norm_fp32=True, post_norms=True, hf_norms=True)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", _SHAPES)
+@pytest.mark.parametrize("layer_type", ["full_attention", "sliding_attention"])
+def test_the_decoder_layer_is_memsym_plus_named_differences(shape, layer_type):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gemma4 import modeling_gemma4 as g4
+
+    from memsym.measure import saved_bytes
+
+    s_, b_, a_, g_, d_, f_ = shape
+    conf = transformers.Gemma4TextConfig(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        global_head_dim=d_, intermediate_size=f_, num_hidden_layers=2, vocab_size=16,
+        max_position_embeddings=64, layer_types=[layer_type, "full_attention"],
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=16)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = g4.Gemma4TextDecoderLayer(conf, 0).to(torch.bfloat16)
+    rope = g4.Gemma4TextRotaryEmbedding(conf)
+    x = torch.randn(b_, s_, a_ * d_, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(s_)[None].expand(b_, s_)
+
+    class Called(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            with torch.no_grad():
+                tables = rope(x, pos, layer_type=layer_type)
+            return self.layer(x, position_embeddings=tables, position_ids=pos,
+                              shared_kv_states={}, attention_mask=None)
+
+    got = saved_bytes(Called(), (x,), depth=2)
+    # one norm of h by hand: Gemma 3's 8 tau h + 4 tau + 4 h and torch.pow's mean square
+    tau, h_ = s_ * b_, a_ * d_
+    assert got.groups["layer.input_layernorm"] == 8 * tau * h_ + 8 * tau + 4 * h_
+    ours = layer_activations(**_FLAGS).expr + gemma4_norm_excess(_TAU, 1).expr
+    named = 2 * _TAU * f + 2 * 2 * _TAU * d_h
+    at = {s: s_, b: b_, a: a_, g: g_, d_h: d_, f: f_, h: h_, c: 1, t: 1}
+    assert got.total == (ours + named).xreplace(at)
+
+
+def _layers(arch, framework):
+    from memsym.training import Training, stage_activations
+
+    return stage_activations(arch, training=Training(framework=framework))[
+        "layer_activations"].expr
+
+
+def test_a_job_of_transformers_code_keeps_gemma4s_norms(tmp_path):
+    import dataclasses
+
+    arch = from_hf_config(write_config(tmp_path, _TEXT))
+    # the same shapes read as another Gemma's layer: Gemma 3's norms, not Gemma 4's
+    gemma3 = dataclasses.replace(arch, extra={**arch.extra, "hf_model_type": "gemma3_text"})
+    extra = _layers(arch, "deepspeed") - _layers(gemma3, "deepspeed")
+    # six layers, each 16 tau + 4 tau (a + g) + 4 tau g d_h + 8 tau g (t = 1, no SP)
+    per_layer = 16 * _TAU + 4 * _TAU * (a + g) + 4 * _TAU * g * d_h + 8 * _TAU * g
+    assert sp.simplify((extra - 6 * per_layer).subs({t: 1, L: 6})) == 0
+    # Megatron-LM runs its own layer: no Gemma 4 norm
+    assert sp.simplify(_layers(arch, "megatron") - _layers(gemma3, "megatron")) == 0
+
+
+def test_the_moe_block_under_transformers_code_is_refused(tmp_path):
+    from memsym.job import job
+
+    arch = from_hf_config(write_config(tmp_path, {**_TEXT, **_MOE}))
+    with pytest.raises(InvalidValueError, match="Gemma 4's MoE block") as err:
+        job(arch, framework="deepspeed", sharding="zero1", d=1, seq_length=8,
+            micro_batch_size=1, global_batch_size=1)
+    assert "\n" not in str(err.value)
+    # a Megatron job's layer of the same shapes is counted
+    assert job(arch, framework="megatron", d=1, seq_length=8, micro_batch_size=1,
+               global_batch_size=1) is not None

@@ -28,12 +28,14 @@ from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bi
 from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.fp32_residual import fp32_checkpoint_input
+from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.hf_moe_routing import HF_ROUTERS, hf_routing_indices
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.peft_lora import peft_expert_weights, peft_frozen_base, peft_lora_activations
 from ..terms.qkv_storage import checkpointed_qkv_storage
+from ..terms.transformer_layer import token_split
 from .traits import DEEPSPEED_ZERO, activation_width
 
 __all__ = ["layer_model_of", "mla_sizes"]
@@ -160,12 +162,16 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
         return (attention_side(layer, mode) if mixer == "attention" else 0) \
             + (ffn_side(layer, bool(ffn), mode) if ffn is not None else 0)
 
+    own_norms = _own_norms(x, sp_on, training)
+
     @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         # autocast's excess is the whole layer's (norms, residual): AUTOCAST_LAYERS holds no
-        # hybrid model type, which job_checks_hf.check_autocast refuses, so addons has none
+        # hybrid model type, which job_checks_hf.check_autocast refuses, so addons has none;
+        # Gemma 4's norms likewise (a transformer: no hybrid kinds), none kept under full
+        # recompute, which keeps the layer's input alone
         return layer_of(moe, mode).expr + addons(("attention", moe), mode) \
-            + autocast.get(mode, 0)
+            + autocast.get(mode, 0) + (own_norms if mode != "full" else 0)
 
     return per_layer, MappingProxyType(common), mods, shared, addons
 
@@ -278,6 +284,15 @@ def _glu_addons(x, training: Training, recompute: str, mods, shared: bool) -> tu
                      and extra.get("hf_activation") == "gelu_new")
     glu_kept[False] = glu_kept[False] + eager_tanh_gelu(tanh_gelu, width=w).expr
     return glu_kept, shared_fp8
+
+
+def _own_norms(x, sp_on: bool, training: Training) -> sp.Expr:
+    """What a model type's own norm class keeps beyond the norms memsym's layer counts, under
+    a framework running transformers' code: Gemma 4's (memsym.terms.gemma4_norms); 0 else."""
+    if not (framework_record(training.framework).hf_model_code
+            and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES):
+        return sp.Integer(0)
+    return gemma4_norm_excess(*token_split(sp_on), n_norms=x.norms_per_layer).expr
 
 
 def _autocast_excess(x, training: Training) -> dict:
