@@ -125,10 +125,28 @@ _E2B_SHAPED = {"model_type": "gemma4", "text_config": {
     "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7}}
 
 
+# shaped as google/gemma-4-26B-A4B's text_config: the MoE block beside a dense MLP, full-attention
+# layers of 512-wide heads and 2 KV heads, their keys used as values
+_26B_SHAPED = {"model_type": "gemma4", "text_config": {
+    "model_type": "gemma4_text", "hidden_size": 2816, "num_hidden_layers": 30,
+    "intermediate_size": 2112, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "num_global_key_value_heads": 2, "head_dim": 256, "global_head_dim": 512,
+    "vocab_size": 262144, "max_position_embeddings": 262144, "num_kv_shared_layers": 0,
+    "hidden_size_per_layer_input": 0, "attention_k_eq_v": True, "enable_moe_block": True,
+    "num_experts": 128, "top_k_experts": 8, "moe_intermediate_size": 704,
+    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5}}
+
+
 @pytest.mark.parametrize("cfg,match", [
     # Gemma4TextConfig's own defaults: head_dim 256, global_head_dim 512, PLE of 256
     ("defaults", "per-layer head sizes .head_dim 256 with 4 KV heads, head_dim 512 with 4"),
     (_E2B_SHAPED, "per-layer head sizes .head_dim 256 with 1 KV heads, head_dim 512"),
+    (_26B_SHAPED, "per-layer head sizes .head_dim 256 with 8 KV heads, head_dim 512 with 2"),
+    # the same with one head size: the keys used as values on the full-attention layers
+    ({"model_type": "gemma4", "text_config": {**_26B_SHAPED["text_config"],
+                                              "global_head_dim": 256,
+                                              "num_global_key_value_heads": 8}},
+     "attention_k_eq_v"),
     ({**_TEXT, "global_head_dim": 32}, "per-layer head sizes"),
     ({**_TEXT, "per_layer_config": {"5": {"num_key_value_heads": 1}}},
      "head_dim 16 with 1 KV heads, head_dim 16 with 2"),
