@@ -58,6 +58,9 @@ SMALL = {
     "gemma4-untied": {"model_type": "gemma4", "tie_word_embeddings": False,
                       "text_config": _TEXT},
     "gemma4-moe": {"model_type": "gemma4", "text_config": {**_TEXT, **_MOE}},
+    # Gemma4ForConditionalGeneration ties lm_head by the top-level field (default True)
+    "gemma4-text-config-tie-ignored": {"model_type": "gemma4", "text_config": {
+        **_TEXT, "tie_word_embeddings": False}},
 }
 # every published Gemma 4 config.json has full-attention layers of another head size (refused
 # below): no published file to count
