@@ -16,7 +16,8 @@ import pytest
 import sympy as sp
 
 from memsym.errors import InvalidValueError
-from memsym.model import from_hf_config, parameter_count, parameter_counts
+from memsym.model import (active_parameter_count, from_hf_config, parameter_count,
+                          parameter_counts)
 from memsym.symbols import L, a, b, c, d_h, f, g, h, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.gemma4_norms import gemma4_norm_excess
@@ -100,6 +101,20 @@ def test_small_configs_match_transformers(tmp_path, case):
     assert parameter_count(from_hf_config(path)) == language_model_count(path)
 
 
+@pytest.mark.torch
+def test_the_26b_a4b_shapes_with_one_head_size_match_transformers(tmp_path):
+    # google/gemma-4-26B-A4B's sizes with its full-attention layers' heads made the sliding
+    # layers' (256 wide, 8 KV heads, a v_proj): what memsym reads, at full scale, exactly
+    text = {**_26B_SHAPED["text_config"], "global_head_dim": 256,
+            "num_global_key_value_heads": 8, "attention_k_eq_v": False}
+    path = write_config(tmp_path, {"model_type": "gemma4", "text_config": text})
+    arch = from_hf_config(path)
+    assert parameter_count(arch) == language_model_count(path)
+    # 30 layers of 128 experts of 3 x 2816 x 704, top 8 of them active
+    experts = 30 * 128 * 3 * 2816 * 704
+    assert parameter_count(arch) - active_parameter_count(arch) == experts * 120 // 128
+
+
 def test_a_vision_language_file_says_what_it_counts(tmp_path):
     arch = from_hf_config(write_config(tmp_path, {"model_type": "gemma4", "text_config": {
         k: v for k, v in _TEXT.items() if k not in ("hidden_size", "vocab_size")}}))
@@ -128,7 +143,9 @@ _E2B_SHAPED = {"model_type": "gemma4", "text_config": {
     "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7}}
 
 
-# shaped as google/gemma-4-26B-A4B's text_config: the MoE block beside a dense MLP, full-attention
+# shaped as google/gemma-4-26B-A4B's text_config (its sizes as public readers of that file
+# transcribe them: transformers' model of this very dict, not a published total, is what any
+# count here is checked against): the MoE block beside a dense MLP, full-attention
 # layers of 512-wide heads and 2 KV heads, their keys used as values
 _26B_SHAPED = {"model_type": "gemma4", "text_config": {
     "model_type": "gemma4_text", "hidden_size": 2816, "num_hidden_layers": 30,
