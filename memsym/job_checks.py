@@ -372,17 +372,9 @@ def validate(x, layout: Layout, training: Training):
         if not isinstance(getattr(training.adapters, name), bool):
             raise InvalidValueError(f"{name} must be True or False, got "
                                     f"{getattr(training.adapters, name)!r}")
-    check_peft_variants(training)
+    check_peft_variants(training, x)
     if training.adapters.finetune != "full":
-        whole(training.adapters.lora_rank, "lora_rank")
-        if training.adapters.quantization is not None:
-            choose("quantization", training.adapters.quantization, QUANTIZATIONS)
-        if training.adapters.lora_targets != "all":
-            if isinstance(training.adapters.lora_targets, str) or not training.adapters.lora_targets:
-                raise InvalidValueError("lora_targets must be \"all\" or a list of "
-                                        + ", ".join(LORA_TARGETS))
-            for name in training.adapters.lora_targets:
-                choose("LoRA target", name, LORA_TARGETS)
+        _check_lora(training.adapters)
     k = rules.knobs(layout, training)
     # rules that need m read it; the batch rule comes first, as microbatches() would raise it
     rules.check(x, k, [n for n in rules.LAUNCH if n not in rules.NEED_M])
@@ -392,6 +384,24 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("GPipe keeps all m micro-batches: give num_microbatches or "
                                 "global_batch_size")
     return m_
+
+
+def _check_lora(ad) -> None:
+    """A LoRA job's rank, base format and targets (none only beside the expert parameters:
+    PEFT raises on a LoraConfig matching nothing, peft v0.20.0 tuners_utils.py:996-1001)."""
+    whole(ad.lora_rank, "lora_rank")
+    if ad.quantization is not None:
+        choose("quantization", ad.quantization, QUANTIZATIONS)
+    if ad.lora_targets == "all":
+        return
+    if isinstance(ad.lora_targets, str):
+        raise InvalidValueError("lora_targets must be \"all\" or a list of "
+                                + ", ".join(LORA_TARGETS))
+    if not ad.lora_targets and not ad.lora_expert_params:
+        raise InvalidValueError("lora_targets none adapts nothing: give targets (q,k,v,o,gate,"
+                                "up,down) or lora_expert_params")
+    for name in ad.lora_targets:
+        choose("LoRA target", name, LORA_TARGETS)
 
 
 def _check_expert_tp(layout: Layout, framework: str) -> None:

@@ -13,16 +13,19 @@ from .terms.gemma4_norms import GEMMA4_NORM_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable
 
-__all__ = ["check_peft_variants", "check_torch_ddp", "check_autocast", "check_chunked_loss",
-           "check_gemma4_moe"]
+__all__ = ["check_peft_variants", "check_expert_params_alone", "check_torch_ddp",
+           "check_autocast", "check_chunked_loss", "check_gemma4_moe"]
 
 
-def check_peft_variants(training: Training) -> None:
+def check_peft_variants(training: Training, x=None) -> None:
     """PEFT's ``lora_dropout`` and DoRA are read where PEFT runs (a framework running
     transformers' model code); a Megatron-Bridge LoRA, a torchtitan job or QLoRA's 4-bit base
-    (DoRA dequantizes it each forward) refuse them in one line."""
+    (DoRA dequantizes it each forward) refuse them in one line; so are the expert parameters'
+    conditions, on the architecture ``x`` where given (:func:`check_expert_params_alone`)."""
     ad = training.adapters
     _check_expert_params(training)
+    if x is not None:
+        check_expert_params_alone(x, training)
     asked = [n for n in ("lora_dropout", "dora") if getattr(ad, n)]
     if not asked:
         return
@@ -57,6 +60,24 @@ def _check_expert_params(training: Training) -> None:
         raise InvalidValueError("lora_expert_params with lora_dropout > 0 or DoRA: PEFT's "
                                 "ParamWrapper raises on both (lora/layer.py:2265-2275); give "
                                 "--lora_dropout 0")
+
+
+def check_expert_params_alone(x, training: Training) -> None:
+    """PEFT's ``target_parameters`` without target modules (``lora_targets`` none): the whole
+    attention frozen, no adapter on it.  Refused on an MLA model: transformers' frozen
+    DeepseekV3Attention (measured with saved-tensor hooks on a tiny deepseek_v3,
+    tests/test_peft_expert_params_only.py) keeps the latent norms' fp32 inputs and statistics
+    but neither normalised latent nor up-projection input (memsym's ``mla_latents``), and its
+    value, a view of ``kv_b_proj``'s output, keeps that whole output (the no-RoPE keys too),
+    which memsym's ``v`` does not count; the attention kernel of DeepSeek's unequal query and
+    value head widths (SDPA's math path on the CPU) was not measured on a GPU."""
+    ad = training.adapters
+    if ad.finetune != "full" and ad.lora_expert_params and not ad.lora_targets \
+            and x.multi_latent_attention:
+        raise InvalidValueError("lora_expert_params alone on an MLA model: its frozen MLA "
+                                "attention under PEFT keeps what memsym's MLA terms do not "
+                                "count (fp32 latent-norm inputs only, v viewing kv_b_proj's "
+                                "whole output), not modelled")
 
 
 def check_torch_ddp(training: Training) -> None:

@@ -155,9 +155,17 @@ def _lora_words(r):
                    "(transformers 5.25.0 integrations/deepspeed.py:671): ZeRO shards the "
                    "adapters' states as a trained model's; the frozen base is whole on each GPU "
                    "under ZeRO-1/2, partitioned under ZeRO-3")
+    if not r.recompute:
+        # measured on tiny Qwen3-MoE models (tests/test_peft_expert_params_only.py)
+        r.notes.append("--use_peft without gradient checkpointing: no enable_input_require_"
+                       "grads (trl f2cd57710a sft_trainer.py:1119-1121), so the frozen part "
+                       "before the first adapter keeps nothing (with the experts alone: the "
+                       "leading dense layers, the first MoE layer's attention); memsym counts "
+                       "those layers as every other, an over-count")
     targets = lora["targets"]
     if targets is None:
-        targets = peft_default_targets(_checkpoint(r.model).get("model_type"), r)
+        targets = peft_default_targets(_checkpoint(r.model).get("model_type"), r,
+                                       lora.get("expert_params", ()))
     if r.autocast is None and r.weights != "fp32":
         raise InvalidValueError(
             f"--use_peft over {_NAMES[r.weights]} weights without --bf16 / --fp16: PEFT's fp32 "
@@ -169,7 +177,7 @@ def _lora_words(r):
     if lora.get("expert_params"):
         words += ["--lora-expert-params", ",".join(lora["expert_params"])]
     if targets != "all":
-        words += ["--lora-targets", ",".join(targets)]
+        words += ["--lora-targets", ",".join(targets) or "none"]
     base = lora["quantization"] or r.weights
     return words + (["--lora-quantization", base] if base else [])
 

@@ -396,7 +396,8 @@ def _finetune_rows():
            help="the adapters' rank"),
         option("--lora-targets", group="finetune", type=T.lora_targets, metavar="LIST",
            field="lora_targets", source="every linear layer",
-           help="adapted matrices, comma-separated from q,k,v,o,gate,up,down"),
+           help="adapted matrices, comma-separated from q,k,v,o,gate,up,down; none beside "
+           "--lora-expert-params (PEFT's target_parameters alone)"),
         option("--lora-expert-params", group="finetune", type=T.lora_targets, metavar="LIST",
            field="lora_expert_params", help="PEFT's target_parameters on the fused MoE experts, "
            "from gate_up,down: rank-r adapters per expert, the merged weights (HF frameworks)"),

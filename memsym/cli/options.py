@@ -193,11 +193,14 @@ def layer_count(text: str) -> int:
 
 
 def lora_targets(text: str) -> tuple:
-    """``--lora-targets q,k,v``: the names, checked when the job is built.
+    """``--lora-targets q,k,v``: the names, checked when the job is built; ``none`` no
+    target module (PEFT's ``target_parameters`` alone, ``--lora-expert-params``).
 
-    >>> lora_targets("q, v")
-    ('q', 'v')
+    >>> lora_targets("q, v"), lora_targets("none")
+    (('q', 'v'), ())
     """
+    if str(text).strip().lower() == "none":
+        return ()
     names = tuple(n.strip() for n in str(text).split(",") if n.strip())
     if not names or len(names) > 16 or any(len(n) > 16 for n in names):
         raise argparse.ArgumentTypeError(f"expected names such as q,k,v,o,gate,up,down, got "

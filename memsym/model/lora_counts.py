@@ -75,8 +75,8 @@ def _check(x, keys, expert_params=()) -> None:
                                 "are not modelled (its layers hold different projections)")
     if x.multi_latent_attention and keys & set(_ATTENTION):
         # beside target_parameters the MLP's target modules are refused too (rank 2r): the
-        # experts' adapters alone are counted (no targets), a job of them alone is not, its
-        # frozen MLA attention's kept inputs under PEFT not being derived
+        # experts' adapters alone are counted (no targets); a job of them alone is refused by
+        # memsym.job_checks_hf.check_expert_params_alone (the frozen MLA attention measured)
         raise InvalidValueError(f"LoRA on {x.name!r}'s attention: MLA's projections (q/kv down "
                                 "and up) are not modelled as q, k, v, o targets; " + (
                                     "a job of the experts' target parameters alone is not "

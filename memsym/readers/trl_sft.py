@@ -26,7 +26,9 @@ here); ``all-linear`` (constants.py:404) every linear layer but the output layer
 experts' ``mlp.experts.gate_up_proj`` / ``down_proj`` of the MoE types whose experts
 transformers 5 builds so (memsym's ``--lora-expert-params``: a ``ParamWrapper`` of rank
 ``lora_r`` each, :func:`memsym.model.lora_counts.expert_parameter_adapters`, and the merged
-weight each forward keeps, :func:`memsym.terms.peft_lora.peft_expert_weights`); PEFT's
+weight each forward keeps, :func:`memsym.terms.peft_lora.peft_expert_weights`); without
+``--lora_target_modules`` the experts alone (``--lora-targets none``: PEFT applies no default
+beside them on these types, :func:`peft_default_targets`; refused on MLA models); PEFT's
 ``ParamWrapper`` raises on ``lora_dropout`` > 0 (TRL's default 0.05) and on DoRA, refused here.
 ``--load_in_4bit`` (``get_quantization_config``, utils.py:235-252: ``bnb_4bit_quant_type``
 default nf4, ``use_bnb_nested_quant`` default False) is QLoRA's NF4 base.
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ..limits import check_limit
+from ..model.lora_counts import EXPERT_PARAMETER_TYPES, PEFT_MOE_TYPES
 from ..text import short
 from ._values import MAX_SEQ, whole
 from .hf_trainer_args import flag_value
@@ -109,8 +112,9 @@ _REFUSED_LISTS = {
 _MODULES = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate",
             "up_proj": "up", "down_proj": "down"}
 #: The model types whose PEFT default is ["q_proj", "v_proj"] that memsym reads
-#: (constants.py:85, 95, 96, 99, 100, 101, 103, 104).
-PEFT_TARGETS = {t: ("q", "v") for t in ("llama", "mistral", "mixtral", "gemma", "gemma2",
+#: (constants.py:85, 95, 99, 100, 101, 103, 104); Mixtral's (:96) is never applied under
+#: transformers 5 (:func:`peft_default_targets`).
+PEFT_TARGETS = {t: ("q", "v") for t in ("llama", "mistral", "gemma", "gemma2",
                                           "gemma3_text", "qwen2", "qwen3")}
 
 
@@ -320,20 +324,45 @@ def _dropout(v, out) -> bool:
     return p > 0
 
 
-def peft_default_targets(model_type, out) -> tuple:
+def peft_default_targets(model_type, out, expert_params=()) -> tuple:
     """PEFT's default LoRA targets (``lora_target_modules`` None) for the checkpoint's
     ``model_type``, said as a default; refused in one line for a type not read here.
+
+    PEFT applies its per-type default only while ``target_modules`` is still None
+    (``_prepare_adapter_config``, peft v0.20.0 tuners/lora/model.py:573-583).  Under
+    transformers 5 the MoE types with a v4 -> v5 checkpoint conversion (Mixtral's, Qwen2-MoE's
+    pattern: memsym.model.lora_counts.PEFT_MOE_TYPES) first pass through
+    ``_convert_peft_config_moe``, which sets ``target_modules = set(target_modules or [])``
+    (utils/transformers_weight_conversion.py:438, called from tuners_utils.py:786-803 before
+    :819), so no default is applied: Mixtral's ``["q_proj", "v_proj"]`` never is, and
+    without ``target_parameters`` PEFT raises (tuners_utils.py:996-1001).  With
+    ``lora_target_parameters`` on an :data:`~memsym.model.lora_counts.EXPERT_PARAMETER_TYPES`
+    type (none of which has an entry in PEFT's default map but Mixtral) the job adapts the
+    experts' parameters alone: ``()``.
 
     Examples
     --------
     >>> from types import SimpleNamespace
     >>> peft_default_targets("qwen3", SimpleNamespace(defaults=[]))
     ('q', 'v')
+    >>> peft_default_targets("qwen3_moe", SimpleNamespace(defaults=[]), ("down",))
+    ()
     """
+    if expert_params and model_type in EXPERT_PARAMETER_TYPES:
+        out.defaults.append(("lora_target_modules", "none", "huggingface/peft v0.20.0 "
+                             "src/peft/tuners/lora/model.py:573-583 (target_parameters given: "
+                             f"no default for model type {model_type}; "
+                             "utils/transformers_weight_conversion.py:438)"))
+        return ()
+    if model_type in PEFT_MOE_TYPES:
+        raise InvalidValueError(f"--lora_target_modules not given on model type {model_type}: "
+                                "PEFT's v5 MoE conversion leaves target_modules empty and PEFT "
+                                "raises (tuners_utils.py:996-1001); give them or "
+                                "--lora_target_parameters")
     if model_type not in PEFT_TARGETS:
-            raise InvalidValueError(f"--lora_target_modules not given: PEFT's default targets "
-                                    f"for model type {str(model_type)[:30]} are not read here; "
-                                    "give them (q_proj v_proj ..., or all-linear)")
+        raise InvalidValueError(f"--lora_target_modules not given: PEFT's default targets "
+                                f"for model type {str(model_type)[:30]} are not read here; "
+                                "give them (q_proj v_proj ..., or all-linear)")
     out.defaults.append(("lora_target_modules", "q_proj,v_proj",
                          f"{_PEFT_MAP}, model type {model_type}"))
     return PEFT_TARGETS[model_type]

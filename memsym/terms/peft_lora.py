@@ -393,7 +393,11 @@ def peft_cached_casts(layers, targets, *, width: int = 2) -> Term:
        (``clear_autocast_cache`` when the nesting reaches 0); torch/utils/checkpoint.py (the
        recomputation under the forward's autocast state).
     """
-    casts = peft_lora_activations(targets, cast=True, width=width)["lora_weight_casts"].expr
+    # no adapted matrix (the experts' target parameters alone): nothing cached, as the expert
+    # adapters reach the einsum reshaped (ParamWrapper, peft v0.20.0 lora/layer.py:2423-2431),
+    # not as the leaves cached_cast caches (each call casts anew: checked on the CPU)
+    casts = peft_lora_activations(targets, cast=True, width=width)["lora_weight_casts"].expr \
+        if set(targets) & set(LORA_TARGETS) else sp.Integer(0)
     return Term("lora_cached_casts", layers * casts, "autocast's cache of the adapters' 16-bit "
                 "weight casts, held until the model's forward returns (gradient checkpointing: "
                 "kept by no graph)", Source("pytorch-autocast", "torch 2.13.0 aten/src/ATen/"
