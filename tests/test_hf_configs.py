@@ -301,11 +301,12 @@ def test_every_accepted_type_has_a_small_config():
     from test_hf_more_types import SMALL as MORE
     from test_hf_newer_types import SMALL as NEWER
     from test_hf_gemma4 import SMALL as GEMMA4
+    from test_hf_recent_types import SMALL as RECENT
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
                                            **DBRX_DSA, **ZAMBA, **CLASSIC_MORE,
                                            **MOE_MORE, **SWA, **DENSE_MORE,
-                                           **GEMMA4}.values()}
+                                           **GEMMA4, **RECENT}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -591,7 +592,10 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
     # EXAONE 3.x and InternLM3 configs build transformers' LlamaForCausalLM
     pkg = {"gemma3_text": "gemma3", "llama4_text": "llama4", "exaone": "llama",
            "internlm3": "llama", "iquestcoder": "llama", "qwen3_5_text": "qwen3_5",
-           "qwen3_5_moe_text": "qwen3_5_moe", "gemma4_text": "gemma4"}.get(mtype, mtype)
+           "qwen3_5_moe_text": "qwen3_5_moe",
+           # Param2 and Sarvam configs build GLM-4.5's and DeepSeek-V3's models
+           "param2moe": "glm4_moe", "sarvam_moe": "glm4_moe", "sarvam_mla": "deepseek_v3",
+           "apertus1p5_text": "apertus1p5", "gemma4_text": "gemma4"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
     # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to
@@ -600,6 +604,8 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
     read = {k for k in read if not k.startswith(("classifier", "summary", "projector"))}
     if mtype in ("gpt2", "gpt_bigcode", "mpt"):  # their token-classification heads alike
         read.discard("hidden_dropout")
+    if mtype == "apertus1p5_text":  # Apertus1p5VisionTokenizerResnetBlock's (:98, :114)
+        read.discard("dropout")
     assert set(_DROPOUT[mtype]) == read
     defaults = AutoConfig.for_model(mtype).to_dict()
     if mtype in ("dbrx", "mpt"):

@@ -25,9 +25,10 @@ import test_hf_dense_types as dense
 import test_hf_gemma4 as gemma4
 import test_hf_layer_kinds as layer_kinds
 import test_hf_moe_types as moe
+import test_hf_recent_types as recent
 import test_hf_swa_types as swa
 
-FILES = (classic, dense, moe, swa, gemma4, layer_kinds)
+FILES = (classic, dense, moe, swa, gemma4, recent, layer_kinds)
 TYPES = {t for f in FILES for t in f.TYPES}
 SMALL = {case: cfg for f in FILES for case, cfg in f.SMALL.items()}
 REAL = {case: cfg for f in FILES for case, cfg in f.REAL.items()}
@@ -39,10 +40,14 @@ REAL = {case: cfg for f in FILES for case, cfg in f.REAL.items()}
 _DEFAULTS = sorted(TYPES - {"dbrx", "lfm2_moe", "gemma4_text", "gemma4"})
 # the files whose types' modules read attention_dropout alone (the classic types read more:
 # tests/test_hf_classic_types.py checks theirs)
-_ATTENTION_DROPOUT_ONLY = one_case_per_type({**dense.SMALL, **moe.SMALL, **swa.SMALL})
-# IQuestCoderConfig names LlamaForCausalLM: a file naming only that class is a llama file;
-# the Qwen3.5 vision-language files hold their sizes in text_config, read by their model_type
-_OWN_CLASS = sorted(TYPES - {"iquestcoder", "qwen3_5", "qwen3_5_moe"})
+_ATTENTION_DROPOUT_ONLY = one_case_per_type({**dense.SMALL, **moe.SMALL, **swa.SMALL,
+                                             **recent.SMALL})
+# IQuestCoderConfig names LlamaForCausalLM: a file naming only that class is a llama file (and
+# Param2MoeConfig / SarvamMoEConfig name Glm4MoeForCausalLM, SarvamMLAConfig
+# DeepseekV3ForCausalLM); the Qwen3.5 vision-language files hold their sizes in text_config,
+# read by their model_type
+_OWN_CLASS = sorted(TYPES - {"iquestcoder", "qwen3_5", "qwen3_5_moe", "param2moe",
+                             "sarvam_moe", "sarvam_mla"})
 
 
 def test_the_tables_are_disjoint_and_cover_their_types():

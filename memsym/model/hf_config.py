@@ -20,6 +20,7 @@ from .hf_fields import ConfigFields, read_config_json, yarn_fields
 from .hf_gemma4 import read_gemma4
 from .hf_hybrid import HYBRID_READERS, HYBRID_TYPES
 from .hf_moe import MOE_READERS
+from .hf_moe_more import MORE_MOE_READERS
 from .hf_ssm import SSM_READERS, SSM_TYPES
 from .hf_zamba import ZAMBA_READERS, ZAMBA_TYPES
 
@@ -89,6 +90,66 @@ _NOT_MODELLED: dict = {
     "kimi_linear": "Kimi Linear's Kimi Delta Attention mixers (a per-channel forget gate and "
                    "low-rank gate projections, not Gated DeltaNet's per-head ones) are not in "
                    "memsym's layer_mixers",
+    # transformers 5.25.0 decoder types triaged against memsym's Architecture (issue 32):
+    # modeling_longcat_flash.py LongcatFlashDecoderLayer (:450-451): two MLA attentions and two
+    # dense MLPs per layer beside one MoE, whose router also picks zero_expert_num identity
+    # experts (:135, :214)
+    "longcat_flash": "LongCat-Flash's two attentions and two MLPs per layer beside a MoE with "
+                     "zero (identity) experts are not in memsym's Architecture",
+    # modeling_mimo_v2_flash.py MiMoV2FlashAttention (:339-360): v_head_dim other than
+    # head_dim, sliding-window layers with twice the KV heads and sinks on those layers only
+    "mimo_v2_flash": "MiMo-V2-Flash's value head size other than its query/key head size, and "
+                     "sliding-window layers with twice the KV heads and their own sinks, are "
+                     "not in memsym's Architecture",
+    # modeling_hy_v4.py: HYV4HyperConnection residual streams (:594, :670) and the sparse
+    # attention indexer (:362) beside MLA with sinks
+    "hy_v4": "Hy4's hyper-connection residual streams and sparse-attention indexer beside MLA "
+             "are not in memsym's Architecture",
+    # modeling_laguna.py LagunaDecoderLayer: num_attention_heads_per_layer (:417) and a
+    # per-head sigmoid gate g_proj h -> a (:353-355, config.gating "per-head")
+    "laguna": "Laguna's per-layer head counts (num_attention_heads_per_layer) and per-head "
+              "attention gate are not in memsym's Architecture",
+    # modeling_lfm3.py Lfm3Attention.g_proj h -> a, a per-head sigmoid gate on the output
+    # (:237-241, :280-281; use_attention_gate)
+    "lfm3": "LFM3's per-head attention output gate (g_proj of one logit per head) is not in "
+            "memsym's Architecture",
+    # modeling_qwen4_exp.py: Qwen4ExpTextGatedResidual hyper-connections (hc_count streams,
+    # :1112), per-layer n-gram embeddings (Qwen4ExpTextNGramEmbedding, Qwen4ExpTextPLELayer,
+    # :1189, :1299) and the QSA sparse-attention indexer (:769, :952)
+    "qwen4_exp_text": "Qwen4-Exp's hyper-connection residual streams, per-layer n-gram "
+                      "embeddings and sparse-attention indexer are not in memsym's Architecture",
+    "qwen4_exp": "Qwen4-Exp's hyper-connection residual streams, per-layer n-gram embeddings "
+                 "and sparse-attention indexer are not in memsym's Architecture",
+    # modeling_gemma3n.py: AltUp (altup_num_inputs parallel streams, :992-994), LAuReL low-rank
+    # residuals (:927-929), per-layer input embeddings and key/value sharing across layers
+    # (kv_sharing_modes, :1165)
+    "gemma3n_text": "Gemma 3n's AltUp streams, LAuReL residuals, per-layer input embeddings and "
+                    "key/value sharing across layers are not in memsym's Architecture",
+    "gemma3n": "Gemma 3n's AltUp streams, LAuReL residuals, per-layer input embeddings and "
+               "key/value sharing across layers are not in memsym's Architecture",
+    # modeling_dots3_note.py Dots3NoteAttention: MLA with a per-head gate g_proj h -> a (:506),
+    # a norm on the rope keys alone (:503) and a sparse-attention indexer (:508)
+    "dots3_note_text": "dots3's per-head attention gate, rope-key norm and sparse-attention "
+                       "indexer beside MLA are not in memsym's Architecture",
+    "dots3_note": "dots3's per-head attention gate, rope-key norm and sparse-attention indexer "
+                  "beside MLA are not in memsym's Architecture",
+    # modeling_bailing_hybrid.py BailingHybridDeltaAttention (:733-761): a delta-rule mixer with
+    # BailingHybridForgetGate (per-channel f_proj h -> h_v, :425), beside MLA layers (:330)
+    "bailing_hybrid": "Bailing hybrid's delta-rule mixers with a per-channel forget gate (not "
+                      "Gated DeltaNet's per-head one) beside MLA are not in memsym's "
+                      "layer_mixers",
+    # modeling_doge.py DogeAttention's dynamic-mask A and dt_proj (:262-263) and
+    # DogeDecoderLayer's learned residual weights input_residual / post_attention_residual (:447)
+    "doge": "Doge's dynamic-mask attention (A, dt_proj) and learned residual weights are not in "
+            "memsym's Architecture",
+    # modeling_zaya.py: ZayaCCAProjection (convolved q/k, a delayed value projection, :143-177),
+    # ZayaResidualScaling (:479-484) and the ZayaRouterMLP router (:494)
+    "zaya": "ZAYA's convolved-query/key attention with delayed values, learned residual "
+            "scaling and MLP router are not in memsym's Architecture",
+    # modeling_kolibri1_1.py: layers that reuse an earlier layer's keys and values
+    # (kv_sharing_modes, :274-304) and the index_topk sparse attention (Kolibri1Indexer, :79)
+    "kolibri1_1": "Kolibri 1.1's key/value sharing across layers and its top-k sparse "
+                  "attention are not in memsym's Architecture",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -198,13 +259,17 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "NanoChatForCausalLM": "nanochat", "YoutuForCausalLM": "youtu",
              "XGLMForCausalLM": "xglm", "BioGptForCausalLM": "biogpt",
              "Gemma4ForCausalLM": "gemma4_text",
-             "Gemma4ForConditionalGeneration": "gemma4"}
+             "Gemma4ForConditionalGeneration": "gemma4",
+             "HYV3ForCausalLM": "hy_v3", "MiniCPM5MoeForCausalLM": "minicpm5_moe",
+             "MellumForCausalLM": "mellum", "Kolibri1ForCausalLM": "kolibri1",
+             "HyperCLOVAXForCausalLM": "hyperclovax",
+             "Apertus1p5TextForCausalLM": "apertus1p5_text"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
 
 # model_type -> its reader (c, mtype, notes); every other DECODER_DEFAULTS type is Llama-like
-_READERS = {**CLASSIC_READERS, **MOE_READERS, "llama4_text": read_llama4,
+_READERS = {**CLASSIC_READERS, **MOE_READERS, **MORE_MOE_READERS, "llama4_text": read_llama4,
             "gemma4_text": read_gemma4}
 
 

@@ -110,6 +110,23 @@ DECODER_DEFAULTS = {
     "biogpt": (True, None, None, 1024),
     # Gemma4TextConfig (transformers 5.25.0): read by memsym.model.hf_gemma4
     "gemma4_text": (True, 4, 256, 131072),
+    # Param2MoeConfig, SarvamMoEConfig (Glm4MoeForCausalLM of them) and SarvamMLAConfig
+    # (DeepseekV3ForCausalLM of it), transformers 5.25.0
+    "param2moe": (True, 8, 64, 32768),
+    "sarvam_moe": (False, 4, 64, 131072),
+    "sarvam_mla": (False, None, None, 4096),
+    # HYV3Config (Hy3)
+    "hy_v3": (False, 8, 128, 131072),
+    # MiniCPM5MoeConfig (head_dim null: h // a; num_key_value_heads null: a)
+    "minicpm5_moe": (False, 2, 128, 524288),
+    # MellumConfig (Mellum2)
+    "mellum": (False, 4, 128, 131072),
+    # Kolibri1Config (Kolibri 1)
+    "kolibri1": (False, 4, 128, 262144),
+    # HyperCLOVAXConfig (head_dim null: h // a; num_key_value_heads null: a)
+    "hyperclovax": (False, None, None, 2048),
+    # Apertus1p5TextConfig (Apertus 1.5's language model; num_key_value_heads null: a)
+    "apertus1p5_text": (False, None, None, 65536),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -198,12 +215,13 @@ _BIASES = {
     # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config
     # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
     **dict.fromkeys(("llama", "granite", "smollm3", "arcee", "exaone", "granite_swa",
-                     "iquestcoder"), _LLAMA_BIASES),
+                     "iquestcoder", "hyperclovax"), _LLAMA_BIASES),
     "internlm3": {"attention_bias": (("attention_bias", "qkv_bias"), False),
                   "add_bias_linear": (("mlp_bias", "bias"), False)},
     # q, k, v, o bias=config.attention_bias; the MLP / experts never biased
     **dict.fromkeys(("qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2",
                      "cohere", "phimoe", "granitemoe", "olmoe", "hunyuan_v1_dense", "apertus",
+                     "apertus1p5_text",
                      "olmo3", "cohere2", "vaultgemma", "hunyuan_v1_moe", "flex_olmo",
                      "granitemoeshared", "granitemoe_swa"),
                     {"attention_bias": ("attention_bias", False)}),
@@ -245,10 +263,11 @@ def _biases(c: ConfigFields, mtype: str, kw: dict) -> None:
 _NORM_FLAGS = (
     # Qwen3 / Exaone4 / Apertus q_norm, k_norm and HunYuan's query_layernorm, key_layernorm:
     # an RMSNorm(head_dim) each on q and on k
-    (("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus", "hunyuan_v1_moe"),
+    (("qwen3", "qwen3_moe", "exaone4", "hunyuan_v1_dense", "apertus", "hunyuan_v1_moe",
+      "apertus1p5_text"),
      {"qk_layernorm": True}),
     # ArceeMLP / ApertusMLP: up_proj, act, down_proj (no gate)
-    (("arcee", "apertus"), {"swiglu": False}),
+    (("arcee", "apertus", "apertus1p5_text"), {"swiglu": False}),
     # input, post_attention, pre_feedforward and post_feedforward norms (Glm4DecoderLayer:
     # input, post_self_attn, post_attention and post_mlp)
     (("gemma2", "gemma3_text", "glm4"), {"norms_per_layer": 4}),
@@ -298,8 +317,16 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
             mtype, "Ministral")
         raise c._bad(f"missing field 'head_dim': transformers builds no model without it "
                      f"({cls}Config's default None fails in {cls}Attention); give head_dim")
-    if mtype == "apertus":
-        # ApertusMLP replaces the activation by XIELU (learned alpha_p, alpha_n) iff
+    if mtype == "apertus1p5_text":
+        # Apertus1p5TextForCausalLM's lm_head is h x (output_vocab_size or vocab_size), a prefix
+        # of the vocabulary when set (modeling_apertus1p5.py:737, transformers 5.25.0)
+        out_v = c.int("output_vocab_size", None, null=None)
+        if out_v not in (None, kw["vocab_size"]):
+            raise c._bad(f"output_vocab_size {out_v} below vocab_size {kw['vocab_size']} (an LM "
+                         "head pruned to a prefix of the vocabulary, narrower than the "
+                         "embedding) is not in memsym's Architecture")
+    if mtype in ("apertus", "apertus1p5_text"):
+        # ApertusMLP / Apertus1p5TextMLP replace the activation by XIELU (learned alpha_p, alpha_n) iff
         # hidden_act == "xielu"; every other ACT2FN activation has no parameter
         kw["xielu_activation"] = c.str("hidden_act", "xielu") == "xielu"
     if mtype == "olmoe":
@@ -322,6 +349,11 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
     if mtype == "cohere" and c.bool("use_qk_norm", False):
         # use_qk_norm (Cohere only): CohereLayerNorm((a, d_h)) on q and ((g, d_h)) on k
         kw.update(qk_layernorm=True, qk_norm_width="full")
+    if mtype == "hyperclovax":
+        # HyperCLOVAXDecoderLayer: post_norm1 after attention and post_norm2 after the MLP, two
+        # RMSNorms more beside input_layernorm and post_attention_layernorm iff use_post_norm
+        # (else nn.Identity) (modeling_hyperclovax.py:272-281, transformers 5.25.0)
+        kw["norms_per_layer"] = 4 if c.bool("use_post_norm", True) else 2
     if mtype == "phimoe":
         # lm_head bias=config.lm_head_bias
         kw["output_layer_bias"] = c.bool("lm_head_bias", False)

@@ -15,13 +15,26 @@ from .architecture import printable
 from .hf_decoders import decoder_fields
 from .hf_fields import ConfigFields
 
-__all__ = ["MOE_READERS"]
+# (first_dense_pattern, mlp_layer_types, uncounted_notes: shared with memsym.model.hf_moe_more)
+__all__ = ["MOE_READERS", "first_dense_pattern", "mlp_layer_types", "uncounted_notes"]
 
 
-def _first_dense_pattern(c: ConfigFields, n_layers: int, default: int) -> tuple:
+def first_dense_pattern(fields: ConfigFields, n_layers: int, default: int) -> tuple:
+    """The MoE pattern of a DeepSeek-style ``first_k_dense_replace`` (dense layers first)."""
+    c = fields
     # DeepSeek-style decoder layer: MoE iff layer_idx >= config.first_k_dense_replace
     first_dense = c.int("first_k_dense_replace", default, allow_zero=True, null=default)
     return tuple(int(i >= first_dense) for i in range(n_layers))
+
+
+# the types AutoModelForCausalLM builds as Glm4MoeForCausalLM -> their config class's defaults
+# (n_routed_experts, n_shared_experts, num_experts_per_tok, moe_intermediate_size, use_qk_norm)
+# and its attribute_map's aliases.  REF: transformers 5.25.0 configuration_glm4_moe.py,
+# configuration_param2moe.py, configuration_sarvam_moe.py (modeling_auto.py maps param2moe and
+# sarvam_moe to Glm4MoeForCausalLM; first_k_dense_replace 1 in all three)
+_GLM4_MOE_LIKE = {"glm4_moe": ((128, 1, 8, 1408, False), ()),
+                  "param2moe": ((64, 2, 6, 2048, True), ("num_experts", "num_local_experts")),
+                  "sarvam_moe": ((128, 1, 6, 1024, True), ("num_experts", "num_local_experts"))}
 
 
 def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
@@ -29,17 +42,22 @@ def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # first_k_dense_replace layers, then MoE: a router weight E x h (its
     # e_score_correction_bias is an nn.Buffer, not a parameter), E gated experts of
     # moe_intermediate_size and one gated shared MLP of n_shared_experts * moe_intermediate_size.
-    glm = mtype == "glm4_moe"
+    glm = mtype in _GLM4_MOE_LIKE
     kw = decoder_fields(c, mtype)
     if glm:
-        _glm4_moe_head_dim(c, kw)
+        (experts, shared, k, moe_ffn, qk_norm), aliases = _GLM4_MOE_LIKE[mtype]
+        if mtype == "glm4_moe":
+            _glm4_moe_head_dim(c, kw)
         # Glm4MoeAttention: q, k, v bias=config.attention_bias, o_proj bias=False; q_norm,
-        # k_norm = RMSNorm(head_dim) iff use_qk_norm
-        kw.update(add_qkv_bias=c.bool("attention_bias", False),
-                  qk_layernorm=c.bool("use_qk_norm", False))
-        n_exp, n_shared = c.int("n_routed_experts", 128), c.int("n_shared_experts", 1,
-                                                                 allow_zero=True)
-        topk, moe_f = c.int("num_experts_per_tok", 8), c.int("moe_intermediate_size", 1408)
+        # k_norm = RMSNorm(head_dim) iff use_qk_norm (Param2Moe / SarvamMoE spell
+        # attention_bias use_qkv_bias too, and the shared experts num_shared_experts)
+        bias_keys = ("attention_bias", "use_qkv_bias") if aliases else "attention_bias"
+        shared_keys = ("n_shared_experts", "num_shared_experts") if aliases else "n_shared_experts"
+        kw.update(add_qkv_bias=c.bool(bias_keys, False),
+                  qk_layernorm=c.bool("use_qk_norm", qk_norm))
+        n_exp = c.int(("n_routed_experts", *aliases), experts)
+        n_shared = c.int(shared_keys, shared, allow_zero=True)
+        topk, moe_f = c.int("num_experts_per_tok", k), c.int("moe_intermediate_size", moe_ffn)
     else:
         # Dots1Attention: q, k, v, o bias=config.attention_bias; RMSNorm(head_dim) on q and k.
         # n_routed_experts, n_shared_experts and num_experts_per_tok default to None in
@@ -52,11 +70,11 @@ def _read_shared_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
         kw.update(attention_bias=c.bool("attention_bias", False), qk_layernorm=True)
         n_exp, n_shared = c.int("n_routed_experts"), c.int("n_shared_experts", allow_zero=True)
         topk, moe_f = c.int("num_experts_per_tok"), c.int("moe_intermediate_size", 1408)
-    pattern = _first_dense_pattern(c, kw["num_layers"], 1 if glm else 0)
+    pattern = first_dense_pattern(c, kw["num_layers"], 1 if glm else 0)
     kw.update(num_experts=n_exp, moe_router_topk=topk, moe_ffn_hidden_size=moe_f,
               moe_shared_expert_intermediate_size=n_shared * moe_f or None,
               moe_layer_freq=pattern, moe_router_bias=False)
-    _uncounted_notes(c, notes, pattern, n_exp, "Glm4Moe" if glm else "Dots1", mtp=glm)
+    uncounted_notes(c, notes, pattern, n_exp, "Glm4Moe" if glm else "Dots1", mtp=glm)
     return kw
 
 
@@ -82,21 +100,23 @@ def _read_exaone_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # wide, one shared, first layer dense; MTP weights are not loaded (mtp.* ignored)
     kw = decoder_fields(c, mtype)
     n_layers = kw["num_layers"]
-    pattern = (_mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
-               else _first_dense_pattern(c, n_layers, 1))
+    pattern = (mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
+               else first_dense_pattern(c, n_layers, 1))
     n_exp, moe_f = c.int("num_experts", 64), c.int("moe_intermediate_size", 1024)
     n_shared = c.int("num_shared_experts", 1, allow_zero=True)
     kw.update(qk_layernorm=True, num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 8),
               moe_ffn_hidden_size=moe_f, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
               moe_layer_freq=pattern, moe_router_bias=False)
-    _uncounted_notes(c, notes, pattern, n_exp, "ExaoneMoe", mtp=False)
+    uncounted_notes(c, notes, pattern, n_exp, "ExaoneMoe", mtp=False)
     return kw
 
 
-def _uncounted_notes(c: ConfigFields, notes: list, pattern, n_exp: int, cls: str, *, mtp: bool) -> None:
+def uncounted_notes(fields: ConfigFields, notes: list, pattern, n_exp: int, cls: str, *,
+                    mtp: bool) -> None:
     """Say what a DeepSeek-V3-style config holds that transformers' ``cls`` model does not
     build as parameters: the routers' e_score_correction_bias (an nn.Buffer) and, where the
     config has them, the MTP layers (num_nextn_predict_layers)."""
+    c = fields
     if any(pattern):
         notes.append(f"e_score_correction_bias ({sum(pattern)} x {n_exp}) not counted: a buffer, "
                      f"not a parameter, in transformers' {cls}TopkRouter")
@@ -136,22 +156,33 @@ def _read_ernie_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+# the types AutoModelForCausalLM builds as DeepseekV2/V3ForCausalLM -> their config class's
+# defaults (first_k_dense_replace, n_shared_experts, moe_intermediate_size, n_routed_experts,
+# q_lora_rank), the model class and the aliases of n_routed_experts / n_shared_experts.  REF:
+# transformers 5.25.0 configuration_deepseek_v2.py, configuration_deepseek_v3.py,
+# configuration_sarvam_mla.py (modeling_auto.py maps sarvam_mla to DeepseekV3ForCausalLM)
+_DEEPSEEK = {"deepseek_v2": ((0, 2, 1407, 64, 1536), "DeepseekV2", (), ()),
+             "deepseek_v3": ((3, 1, 2048, 256, 1536), "DeepseekV3", (), ()),
+             "sarvam_mla": ((1, 1, 2048, 128, None), "DeepseekV3",
+                            ("num_experts", "num_local_experts"), ("num_shared_experts",))}
+
+
 def _read_deepseek(c: ConfigFields, mtype: str, notes: list) -> dict:
-    v3 = mtype == "deepseek_v3"
+    (dense_k, shared, moe_ffn, experts, q_rank), cls, exp_alias, shared_alias = _DEEPSEEK[mtype]
+    v3 = cls == "DeepseekV3"
     kw = decoder_fields(c, mtype)
     heads = kw["num_attention_heads"]
     if c.bool("attention_bias", False) or c.bool("mlp_bias", False):
         raise c._bad("attention_bias / mlp_bias true in a DeepSeek MLA config is not modelled "
                      "(no released DeepSeek model uses them)")
     n_layers = kw["num_layers"]
-    first_dense = c.int("first_k_dense_replace", 3 if v3 else 0, allow_zero=True,
-                        null=3 if v3 else 0)
+    first_dense = c.int("first_k_dense_replace", dense_k, allow_zero=True, null=dense_k)
     freq = c.int("moe_layer_freq", 1)
     if freq != 1:
         notes.append(f"moe_layer_freq={freq} ignored: transformers' DeepSeek decoder layer is MoE "
                      "from layer first_k_dense_replace on")
-    n_shared = c.int("n_shared_experts", 1 if v3 else 2, allow_zero=True)
-    moe_f = c.int("moe_intermediate_size", 2048 if v3 else 1407)
+    n_shared = c.int(("n_shared_experts", *shared_alias), shared, allow_zero=True)
+    moe_f = c.int("moe_intermediate_size", moe_ffn)
     # DeepseekV{2,3}DecoderLayer: MoE iff layer_idx >= config.first_k_dense_replace
     pattern = tuple(int(i >= first_dense) for i in range(n_layers))
     if not v3 and c.data.get("num_experts_per_tok") is None:
@@ -164,17 +195,16 @@ def _read_deepseek(c: ConfigFields, mtype: str, notes: list) -> dict:
     topk = c.int("num_experts_per_tok", 8)
     v_head = c.int("v_head_dim", 128, null=128)
     kw.update(num_query_groups=heads, kv_channels=v_head,
-              num_experts=c.int("n_routed_experts", 256 if v3 else 64), moe_router_topk=topk,
+              num_experts=c.int(("n_routed_experts", *exp_alias), experts), moe_router_topk=topk,
               moe_ffn_hidden_size=moe_f, moe_layer_freq=pattern,
               moe_shared_expert_intermediate_size=n_shared * moe_f or None,
-              multi_latent_attention=True, q_lora_rank=c.int("q_lora_rank", 1536, null=None),
+              multi_latent_attention=True, q_lora_rank=c.int("q_lora_rank", q_rank, null=None),
               kv_lora_rank=c.int("kv_lora_rank", 512), qk_head_dim=c.int("qk_nope_head_dim", 128),
               qk_pos_emb_head_dim=c.int("qk_rope_head_dim", 64), v_head_dim=v_head,
               # DeepseekV3TopkRouter keeps e_score_correction_bias as an nn.Buffer (not a
               # parameter) in transformers 5; DeepSeek-V2's router has no bias
               moe_router_bias=False, mtp_num_layers=0)
-    _uncounted_notes(c, notes, pattern if v3 else (), kw["num_experts"],
-                     "DeepseekV3" if v3 else "DeepseekV2", mtp=True)
+    uncounted_notes(c, notes, pattern if v3 else (), kw["num_experts"], cls, mtp=True)
     return kw
 
 
@@ -222,7 +252,7 @@ def _read_glm4_moe_lite(c: ConfigFields, mtype: str, notes: list) -> dict:
     kw.update(_mla_moe_fields(c, heads, pattern, c.int("q_lora_rank", 768, null=None),
                               ("n_routed_experts", "num_local_experts"), experts=64,
                               moe_ffn=1536, topk=4, qk_nope=192, v_head=256))
-    _uncounted_notes(c, notes, pattern, kw["num_experts"], "Glm4MoeLite", mtp=True)
+    uncounted_notes(c, notes, pattern, kw["num_experts"], "Glm4MoeLite", mtp=True)
     return kw
 
 
@@ -238,11 +268,12 @@ def _latent_moe_decoder(c: ConfigFields, mtype: str, family: str, default) -> tu
     n_layers = kw["num_layers"]
     if c.data.get("mlp_layer_types") is None:
         return kw, kw["num_attention_heads"], default(n_layers)
-    return kw, kw["num_attention_heads"], _mlp_layer_types(c, n_layers)
+    return kw, kw["num_attention_heads"], mlp_layer_types(c, n_layers)
 
 
-def _mlp_layer_types(c: ConfigFields, n_layers: int) -> tuple:
+def mlp_layer_types(fields: ConfigFields, n_layers: int) -> tuple:
     """The MoE pattern a file's ``mlp_layer_types`` lists ("sparse": MoE, "dense": MLP)."""
+    c = fields
     raw = c.data["mlp_layer_types"]
     if (not isinstance(raw, list) or len(raw) != n_layers
             or any(v not in ("dense", "sparse") for v in raw)):
@@ -273,7 +304,7 @@ def _dsa_model(c: ConfigFields, mtype: str, notes: list, *, family: str, cls: st
     with its config class's defaults (``q_rank``, ``qk_nope``, ``v_head``, ``index_heads``);
     ``layers_ok(kw)`` refuses what the family's layers add (GLM-5's shared indexers)."""
     kw, heads, pattern = _latent_moe_decoder(c, mtype, family,
-                                             lambda n_layers: _first_dense_pattern(c, n_layers, 3))
+                                             lambda n_layers: first_dense_pattern(c, n_layers, 3))
     if layers_ok is not None:
         layers_ok(kw)
     q_rank = c.int("q_lora_rank", q_rank, null=None)
@@ -288,7 +319,7 @@ def _dsa_model(c: ConfigFields, mtype: str, notes: list, *, family: str, cls: st
     notes.append("DeepSeek Sparse Attention: the indexer's weights counted as any weight; its "
                  f"forward keeps no activation (torch.no_grad in transformers' {cls}Indexer); "
                  "attention estimated as dense")
-    _uncounted_notes(c, notes, pattern, kw["num_experts"], cls, mtp=True)
+    uncounted_notes(c, notes, pattern, kw["num_experts"], cls, mtp=True)
     return kw
 
 
@@ -390,8 +421,8 @@ def _read_cohere2_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # iff num_shared_experts > 0, a gated shared MLP of num_shared_experts * intermediate_size
     kw = decoder_fields(c, mtype)
     n_layers, f_e = kw["num_layers"], kw["ffn_hidden_size"]
-    pattern = (_mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
-               else _first_dense_pattern(c, n_layers, 0))
+    pattern = (mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
+               else first_dense_pattern(c, n_layers, 0))
     # a dense layer needs prefix_dense_intermediate_size (Cohere2MoeConfig's default None
     # builds no MLP)
     f_dense = f_e if all(pattern) else c.int("prefix_dense_intermediate_size")
@@ -475,11 +506,13 @@ def _read_solar_open(c: ConfigFields, mtype: str, notes: list) -> dict:
               moe_router_topk=c.int("num_experts_per_tok", 8), moe_ffn_hidden_size=moe_f,
               moe_shared_expert_intermediate_size=n_shared * moe_f or None,
               moe_layer_freq=pattern, moe_router_bias=False)
-    _uncounted_notes(c, notes, pattern, n_exp, "SolarOpen", mtp=False)
+    uncounted_notes(c, notes, pattern, n_exp, "SolarOpen", mtp=False)
     return kw
 
 
 MOE_READERS = {"deepseek_v2": _read_deepseek, "deepseek_v3": _read_deepseek,
+               "sarvam_mla": _read_deepseek, "param2moe": _read_shared_moe,
+               "sarvam_moe": _read_shared_moe,
                "deepseek_v32": _read_deepseek_v32, "dbrx": _read_dbrx,
                "glm4_moe": _read_shared_moe, "dots1": _read_shared_moe,
                "ernie4_5_moe": _read_ernie_moe, "glm4_moe_lite": _read_glm4_moe_lite,
