@@ -2,8 +2,9 @@
 item 4): Param2 MoE (``param2moe``) and Sarvam (``sarvam_moe``, ``sarvam_mla``), which
 transformers builds as GLM-4.5 and DeepSeek-V3 models of their own config classes; Hy3
 (``hy_v3``), MiniCPM5 MoE (``minicpm5_moe``: gated attention), Mellum2 (``mellum``), Kolibri 1
-(``kolibri1``: four norms a layer), HyperCLOVA X (``hyperclovax``: post-norms) and Apertus 1.5's
-language model (``apertus1p5_text``); and the decoder types whose layers memsym does not
+(``kolibri1``: four norms a layer), HyperCLOVA X (``hyperclovax``: post-norms), Apertus 1.5's
+language model (``apertus1p5_text``) and OLMo Hybrid (``olmo_hybrid``: Gated DeltaNet mixers
+beside OLMo 3's attention); and the decoder types whose layers memsym does not
 model, refused in one line naming what is missing.
 
 Oracle (``tests/hf_oracle.py``, run over these tables by ``tests/test_hf_type_tables.py``):
@@ -27,7 +28,7 @@ from in_process import estimate
 
 # the model types this file covers
 TYPES = {"param2moe", "sarvam_moe", "sarvam_mla", "hy_v3", "minicpm5_moe", "mellum",
-         "kolibri1", "hyperclovax", "apertus1p5_text"}
+         "kolibri1", "hyperclovax", "apertus1p5_text", "olmo_hybrid"}
 
 _BASE = {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 64, **TOKENS}
@@ -50,6 +51,8 @@ _KOLIBRI = {"model_type": "kolibri1", **{k: v for k, v in _MOE.items()
             "num_experts": 4, "shared_expert_intermediate_size": 24}
 _CLOVA = {"model_type": "hyperclovax", **_BASE, "intermediate_size": 96}
 _APERTUS = {"model_type": "apertus1p5_text", **_BASE, "intermediate_size": 96}
+_OLMO_HYBRID = {"model_type": "olmo_hybrid", **_BASE, "intermediate_size": 96,
+                "num_hidden_layers": 4}
 
 SMALL = {
     # Param2: GLM-4.5's model with q/k norms, a dense first layer, two shared experts, tied; or
@@ -112,6 +115,18 @@ SMALL = {
 # the docstrings name as the checkpoints' (Param2-17B-A2.4B, sarvam-30b, sarvam-105b,
 # Hy3-preview, MiniCPM5-15B-A2.5B, Mellum2-12B-A2.5B, Kolibri-1), are counted by hand below
 REAL: dict = {}
+SMALL.update({
+    # OLMo Hybrid: Gated DeltaNet layers (heads a, key head int(0.75 h / a), value head twice
+    # that) with every fourth layer OLMo 3's attention; or the layers listed, linear heads and
+    # sizes of their own (two value heads per key head), biased attention, tied
+    "olmo_hybrid": _OLMO_HYBRID,
+    "olmo_hybrid-listed-linear-sizes-bias-tied": {
+        **_OLMO_HYBRID, "layer_types": ["full_attention", "linear_attention",
+                                        "linear_attention", "full_attention"],
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+        "linear_value_head_dim": 12, "linear_conv_kernel_dim": 3, "attention_bias": True,
+        "tie_word_embeddings": True},
+})
 
 
 def _count(tmp_path, mtype, **over):
@@ -200,6 +215,26 @@ def test_mellum_kolibri1_hyperclovax_defaults_by_hand(tmp_path):
 
 
 @pytest.mark.torch
+def test_olmo_hybrid_defaults_by_hand(tmp_path):
+    # OlmoHybridConfig (Olmo-Hybrid-7B): h 3840, 32 layers (8 attention: i % 4 == 3), MHA a 30
+    # (d 128) with q/k norms of a d each, f 11008, V 100352, untied.  Gated DeltaNet: hk = hv =
+    # 30, dk = int(0.75 * 3840 / 30) = 96, dv = 192: q, k h hk dk each, v, g h hv dv each, a, b
+    # h hv each, o hv dv h, conv1d (2 hk dk + hv dv) 4, A_log, dt_bias hv each, o_norm dv
+    h, L, a, d, f, V, hk, dk, hv, dv = 3840, 32, 30, 128, 11008, 100352, 30, 96, 30, 192
+    att = 4 * h * a * d + 2 * a * d
+    gdn = (2 * h * hk * dk + 2 * h * hv * dv + 2 * h * hv + hv * dv * h
+           + (2 * hk * dk + hv * dv) * 4 + 2 * hv + dv)
+    total = 2 * V * h + 8 * att + 24 * gdn + L * (3 * h * f + 2 * h) + h
+    assert _count(tmp_path, "olmo_hybrid") == total == 7_430_870_688
+
+
+def test_olmo_hybrid_estimate_runs(tmp_path, capsys):
+    code, out, err = estimate(capsys, write_config(tmp_path, SMALL["olmo_hybrid"]),
+                              "--seq-length", 64)
+    assert code == 0, err
+
+
+@pytest.mark.torch
 def test_apertus1p5_text_defaults_by_hand(tmp_path):
     # Apertus1p5TextConfig: h 4096, 32 layers, MHA a 32 (d 128), q/k norms, ungated xIELU MLP of
     # 14336 (alpha_p, alpha_n per layer), two norms a layer, V 266752, untied
@@ -223,6 +258,8 @@ def test_an_estimate_runs(tmp_path, capsys):
     ({**_APERTUS, "output_vocab_size": 64}, "output_vocab_size 64 below vocab_size 128"),
     ({**_PARAM2, "num_experts": 8}, "fields 'n_routed_experts' and 'num_experts' name the same"),
     ({**_HY3, "mlp_layer_types": ["dense"]}, "'mlp_layer_types' must list"),
+    ({**_OLMO_HYBRID, "layer_types": ["linear_attention"] * 4}, "at least one"),
+    ({**_OLMO_HYBRID, "linear_num_key_heads": 3}, "must be a multiple of linear_num_key_heads"),
 ])
 def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, match):
     with pytest.raises(InvalidValueError, match=match) as err:

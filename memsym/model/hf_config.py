@@ -263,7 +263,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "HYV3ForCausalLM": "hy_v3", "MiniCPM5MoeForCausalLM": "minicpm5_moe",
              "MellumForCausalLM": "mellum", "Kolibri1ForCausalLM": "kolibri1",
              "HyperCLOVAXForCausalLM": "hyperclovax",
-             "Apertus1p5TextForCausalLM": "apertus1p5_text"}
+             "Apertus1p5TextForCausalLM": "apertus1p5_text",
+             "OlmoHybridForCausalLM": "olmo_hybrid"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

@@ -365,6 +365,48 @@ def _read_qwen3_5_moe_text(c: ConfigFields, notes: list) -> dict:
     return _gated_deltanet_stack(c, "all")
 
 
+def _read_olmo_hybrid(c: ConfigFields, notes: list) -> dict:
+    # transformers 5.25.0 modeling_olmo_hybrid.py: OlmoHybridLinearAttentionDecoderLayer iff
+    # layer_types[i] == "linear_attention" (default: every fourth layer full attention, the
+    # last one if none is), its OlmoHybridGatedDeltaNet (:640-689) Qwen3-Next's mixer with split
+    # projections (q, k of hk dk, v and g of hv dv, a and b of hv, a bias-free conv1d over
+    # 2 hk dk + hv dv, A_log and dt_bias of hv, a gated RMSNorm of dv); else
+    # OlmoHybridAttentionDecoderLayer: OLMo 3's attention (q, k, v, o bias=attention_bias,
+    # q_norm RMSNorm(a d_h), k_norm RMSNorm(g d_h), no output gate, :179-192) and its
+    # post-attention and post-feedforward norms (:859-860); a gated MLP of intermediate_size
+    # and two RMSNorms in every layer.  OlmoHybridConfig.__post_init__: linear heads default to
+    # a, linear_key_head_dim to int(0.75 h / hk), linear_value_head_dim to twice that
+    kw = _core(c, None, 65536)
+    n_layers, heads, hs = kw["num_layers"], kw["num_attention_heads"], kw["hidden_size"]
+    if c.data.get("layer_types") is None:
+        kinds = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(n_layers)]
+        if "full_attention" not in kinds:
+            kinds[-1] = "full_attention"
+    else:
+        kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
+    if len(set(kinds)) < 2:
+        # OlmoHybridConfig.validate_architecture refuses it: transformers builds no model
+        raise c._bad("layer_types must hold at least one 'linear_attention' and one "
+                     "'full_attention' layer (OlmoHybridConfig refuses it otherwise)")
+    k_heads = c.int("linear_num_key_heads", heads, null=heads)
+    v_heads = c.int("linear_num_value_heads", heads, null=heads)
+    k_dim = c.int("linear_key_head_dim", int(0.75 * hs / k_heads), null=int(0.75 * hs / k_heads))
+    kw.update(layer_mixers=tuple("gdn" if k == "linear_attention" else "attention"
+                                 for k in kinds),
+              attention_bias=c.bool("attention_bias", False), qk_layernorm=True,
+              qk_norm_width="full", norm_fp32_product=True,
+              gdn_key_heads=k_heads, gdn_value_heads=v_heads, gdn_key_head_dim=k_dim,
+              gdn_value_head_dim=c.int("linear_value_head_dim", 2 * k_dim, null=2 * k_dim),
+              gdn_conv_kernel=c.int("linear_conv_kernel_dim", 4))
+    if v_heads % k_heads:
+        raise c._bad("linear_num_value_heads must be a multiple of linear_num_key_heads "
+                     "(the Gated DeltaNet splits the value heads over the key heads)")
+    # the count is checked against transformers' model; the activations are not measured here
+    notes.append("olmo_hybrid's Gated DeltaNet activations take Qwen3-Next's derivation "
+                 "(memsym/terms/gated_deltanet.py), not measured in OlmoHybridGatedDeltaNet")
+    return kw
+
+
 def _lfm2_ffn(c: ConfigFields) -> int:
     """Lfm2MLP's inner size: block_ff_dim (over intermediate_size, as Lfm2Config pops it),
     then with block_auto_adjust_ff_dim int(2 f / 3), int(multiplier f) and rounded up to
@@ -481,6 +523,8 @@ HYBRID_READERS = {
     "lfm2_moe": (_read_lfm2_moe, True, {}),
     # MiniMaxConfig: tie_word_embeddings False, attention_dropout 0.0
     "minimax": (_read_minimax, False, {"attention_dropout": 0.0}),
+    # OlmoHybridConfig: tie_word_embeddings False, attention_dropout 0.0 (transformers 5.25.0)
+    "olmo_hybrid": (_read_olmo_hybrid, False, {"attention_dropout": 0.0}),
 }
 HYBRID_TYPES = tuple(sorted(HYBRID_READERS))
 """The hybrid Mamba / attention ``model_type`` values read here."""
