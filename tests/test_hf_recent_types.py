@@ -3,8 +3,8 @@ item 4): Param2 MoE (``param2moe``) and Sarvam (``sarvam_moe``, ``sarvam_mla``),
 transformers builds as GLM-4.5 and DeepSeek-V3 models of their own config classes; Hy3
 (``hy_v3``), MiniCPM5 MoE (``minicpm5_moe``: gated attention), Mellum2 (``mellum``), Kolibri 1
 (``kolibri1``: four norms a layer), HyperCLOVA X (``hyperclovax``: post-norms), Apertus 1.5's
-language model (``apertus1p5_text``) and OLMo Hybrid (``olmo_hybrid``: Gated DeltaNet mixers
-beside OLMo 3's attention); and the decoder types whose layers memsym does not
+language model (``apertus1p5_text``), Flint (``flint``: sinks, an ungated shared expert) and
+OLMo Hybrid (``olmo_hybrid``: Gated DeltaNet mixers beside OLMo 3's attention); and the decoder types whose layers memsym does not
 model, refused in one line naming what is missing.
 
 Oracle (``tests/hf_oracle.py``, run over these tables by ``tests/test_hf_type_tables.py``):
@@ -28,7 +28,7 @@ from in_process import estimate
 
 # the model types this file covers
 TYPES = {"param2moe", "sarvam_moe", "sarvam_mla", "hy_v3", "minicpm5_moe", "mellum",
-         "kolibri1", "hyperclovax", "apertus1p5_text", "olmo_hybrid"}
+         "kolibri1", "hyperclovax", "apertus1p5_text", "olmo_hybrid", "flint"}
 
 _BASE = {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 64, **TOKENS}
@@ -51,6 +51,8 @@ _KOLIBRI = {"model_type": "kolibri1", **{k: v for k, v in _MOE.items()
             "num_experts": 4, "shared_expert_intermediate_size": 24}
 _CLOVA = {"model_type": "hyperclovax", **_BASE, "intermediate_size": 96}
 _APERTUS = {"model_type": "apertus1p5_text", **_BASE, "intermediate_size": 96}
+_FLINT = {"model_type": "flint", **_MOE, "num_hidden_layers": 4, "num_experts": 4,
+          "shared_expert_intermediate_size": 24}
 _OLMO_HYBRID = {"model_type": "olmo_hybrid", **_BASE, "intermediate_size": 96,
                 "num_hidden_layers": 4}
 
@@ -126,6 +128,15 @@ SMALL.update({
         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
         "linear_value_head_dim": 12, "linear_conv_kernel_dim": 3, "attention_bias": True,
         "tie_word_embeddings": True},
+    # Flint: sinks in every layer, q/k norms, two dense layers (mlp_only_layers' default) then
+    # MoE with an ungated shared MLP; or every other layer MoE, none dense-only, no shared MLP,
+    # biased attention, tied; or no experts at all
+    "flint": _FLINT,
+    "flint-step-2-no-shared-bias-tied": {
+        **_FLINT, "decoder_sparse_step": 2, "mlp_only_layers": [],
+        "shared_expert_intermediate_size": 0, "attention_bias": True,
+        "tie_word_embeddings": True},
+    "flint-dense": {**_FLINT, "num_experts": 0},
 })
 
 
@@ -235,6 +246,16 @@ def test_olmo_hybrid_estimate_runs(tmp_path, capsys):
 
 
 @pytest.mark.torch
+def test_flint_defaults_by_hand(tmp_path):
+    # FlintConfig: h 2048, 49 layers, a 32, g 4, d 128, q/k norms, a sink per head; layers 0 and 1
+    # dense (f 6144), then E 256 of 512 with an ungated shared MLP of 1024; V 150144, untied
+    h, L, a, g, d, f, E, fe, V = 2048, 49, 32, 4, 128, 6144, 256, 512, 150144
+    total = (2 * V * h + L * (_gqa(h, a, g, d) + a + 2 * h) + 2 * 3 * h * f
+             + (L - 2) * _moe(h, E, fe, 1024) + h)
+    assert _count(tmp_path, "flint") == total == 39_785_287_456
+
+
+@pytest.mark.torch
 def test_apertus1p5_text_defaults_by_hand(tmp_path):
     # Apertus1p5TextConfig: h 4096, 32 layers, MHA a 32 (d 128), q/k norms, ungated xIELU MLP of
     # 14336 (alpha_p, alpha_n per layer), two norms a layer, V 266752, untied
@@ -279,7 +300,10 @@ REFUSED = {"longcat_flash": "two attentions and two MLPs per layer",
            "dots3_note_text": "per-head attention gate", "dots3_note": "rope-key norm",
            "bailing_hybrid": "per-channel forget gate",
            "doge": "dynamic-mask attention", "zaya": "delayed values",
-           "kolibri1_1": "key/value sharing across layers"}
+           "kolibri1_1": "key/value sharing across layers",
+           "axk1": "RMSNorm on the MoE block's output", "axk2": "gated RMSNorms",
+           "beam": "per-head bias on its attention output gate",
+           "dory": "normalised-transformer scale vectors", "ergo": "learned residual gates"}
 
 
 @pytest.mark.parametrize("mtype", sorted(REFUSED))
@@ -293,7 +317,8 @@ def test_unmodelled_decoder_types_are_refused_in_one_line(tmp_path, mtype):
 
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", ["longcat_flash", "mimo_v2_flash", "laguna", "lfm3",
-                                   "gemma3n_text", "doge", "zaya", "kolibri1_1"])
+                                   "gemma3n_text", "doge", "zaya", "kolibri1_1", "axk1",
+                                   "axk2", "beam", "dory", "ergo"])
 def test_the_refused_types_build_modules_memsym_has_no_field_for(mtype):
     # the oracle: transformers' model of the config class's defaults holds the parameters the
     # refusal names (a module memsym's count would miss)
@@ -306,7 +331,10 @@ def test_the_refused_types_build_modules_memsym_has_no_field_for(mtype):
     marker = {"longcat_flash": "self_attn.1.", "mimo_v2_flash": "self_attn.sinks",
               "laguna": "self_attn.g_proj", "lfm3": "self_attn.g_proj",
               "gemma3n_text": "altup.", "doge": "input_residual", "zaya": "v_proj_delayed",
-              "kolibri1_1": "layers.0.self_attn.k_proj"}[mtype]
+              "kolibri1_1": "layers.0.self_attn.k_proj",
+              "axk1": "mlp.post_mlp_layernorm", "axk2": "input_layernorm.mlp.fc1",
+              "beam": "self_attn.gate_bias", "dory": "lm_head.logit_scale",
+              "ergo": "attention_residual_gate"}[mtype]
     assert any(marker in n for n in names)
     if mtype == "kolibri1_1":
         # layers that reuse an earlier layer's keys and values build no k_proj

@@ -150,6 +150,26 @@ _NOT_MODELLED: dict = {
     # (kv_sharing_modes, :274-304) and the index_topk sparse attention (Kolibri1Indexer, :79)
     "kolibri1_1": "Kolibri 1.1's key/value sharing across layers and its top-k sparse "
                   "attention are not in memsym's Architecture",
+    # modeling_axk1.py AXK1MoE (:215-218): DeepSeek-V3's MoE with a post_mlp_layernorm on the
+    # MoE block's output (a third norm in the MoE layers only)
+    "axk1": "A.X K1's RMSNorm on the MoE block's output (a third norm in its MoE layers only) "
+            "is not in memsym's Architecture",
+    # modeling_axk2.py: AXK2GatedRMSNorm (a low-rank MLP gate in each norm, :76-86), MLA with a
+    # q_gate_proj output gate (:514) and a sparse-attention indexer (:537)
+    "axk2": "A.X K2's gated RMSNorms (a low-rank MLP in each norm), gated MLA and "
+            "sparse-attention indexer are not in memsym's Architecture",
+    # modeling_beam.py BeamAttention: an output gate (gate_proj h -> a d_h) with a per-head
+    # gate_bias of a (:228-230)
+    "beam": "Beam's per-head bias on its attention output gate (gate_bias of one value per "
+            "head) is not in memsym's Architecture",
+    # modeling_dory.py: normalised-transformer scales (sqk :271, suv_gate :337, lambda_1 :365)
+    # and no norms, a logit_scale of V on the LM head (:401)
+    "dory": "Dory's normalised-transformer scale vectors (no norms) and per-vocabulary logit "
+            "scale are not in memsym's Architecture",
+    # modeling_ergo.py: learned residual gates (ErgoResidualGate, :440-454) and a norm per
+    # expert (post_expert_norm, :346)
+    "ergo": "Ergo's learned residual gates and per-expert output norms are not in memsym's "
+            "Architecture",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -264,7 +284,7 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "MellumForCausalLM": "mellum", "Kolibri1ForCausalLM": "kolibri1",
              "HyperCLOVAXForCausalLM": "hyperclovax",
              "Apertus1p5TextForCausalLM": "apertus1p5_text",
-             "OlmoHybridForCausalLM": "olmo_hybrid"}
+             "OlmoHybridForCausalLM": "olmo_hybrid", "FlintForCausalLM": "flint"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

@@ -127,6 +127,8 @@ DECODER_DEFAULTS = {
     "hyperclovax": (False, None, None, 2048),
     # Apertus1p5TextConfig (Apertus 1.5's language model; num_key_value_heads null: a)
     "apertus1p5_text": (False, None, None, 65536),
+    # FlintConfig
+    "flint": (False, 4, 128, 262144),
 }
 # model_type of a vision-language file -> (the model_type of its text_config, the text config
 # class's defaults of the core sizes, which the released files omit).  REF: transformers 5.24.0
@@ -326,8 +328,8 @@ def _norms_and_mlp(c: ConfigFields, mtype: str, kw: dict) -> None:
                          "head pruned to a prefix of the vocabulary, narrower than the "
                          "embedding) is not in memsym's Architecture")
     if mtype in ("apertus", "apertus1p5_text"):
-        # ApertusMLP / Apertus1p5TextMLP replace the activation by XIELU (learned alpha_p, alpha_n) iff
-        # hidden_act == "xielu"; every other ACT2FN activation has no parameter
+        # ApertusMLP / Apertus1p5TextMLP replace the activation by XIELU (learned alpha_p,
+        # alpha_n) iff hidden_act == "xielu"; every other ACT2FN activation has no parameter
         kw["xielu_activation"] = c.str("hidden_act", "xielu") == "xielu"
     if mtype == "olmoe":
         # OlmoeAttention: q_norm = RMSNorm(h), k_norm = RMSNorm((h // a) * g), which are a*d_h

@@ -1,6 +1,7 @@
 """The MoE ``config.json`` families of transformers 5.25.0 read beside the DeepSeek-style ones of
-:mod:`memsym.model.hf_moe`: Hy3 (``hy_v3``), MiniCPM5 MoE (``minicpm5_moe``: gated attention)
-Mellum2 (``mellum``) and Kolibri 1 (``kolibri1``: four norms a layer).
+:mod:`memsym.model.hf_moe`: Hy3 (``hy_v3``), MiniCPM5 MoE (``minicpm5_moe``: gated attention),
+Mellum2 (``mellum``), Kolibri 1 (``kolibri1``: four norms a layer) and Flint (``flint``: a
+sink logit per head, an ungated shared expert).
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
 the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
@@ -74,7 +75,8 @@ def _read_minicpm5_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     n_shared = c.int("n_shared_experts", 1, allow_zero=True)
     kw.update(attention_bias=c.bool("attention_bias", False), attention_output_gate=True,
               num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 16),
-              moe_ffn_hidden_size=moe_f, moe_shared_expert_intermediate_size=n_shared * moe_f or None,
+              moe_ffn_hidden_size=moe_f,
+              moe_shared_expert_intermediate_size=n_shared * moe_f or None,
               moe_layer_freq=pattern, moe_router_bias=False)
     uncounted_notes(c, notes, pattern, n_exp, "MiniCPM5Moe", mtp=False)
     return kw
@@ -126,6 +128,31 @@ def _read_kolibri1(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+def _read_flint(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # transformers 5.25.0 modeling_flint.py: FlintAttention q, k, v, o bias=
+    # config.attention_bias, q_norm and k_norm RMSNorm(head_dim), a learned sink logit per head
+    # (sinks, :263) in every layer, sliding or full; FlintDecoderLayer (:314-319):
+    # FlintSparseMoeBlock iff i not in mlp_only_layers (default [0, 1]) and num_experts > 0 and
+    # (i + 1) % decoder_sparse_step == 0: a router E x h (no bias), E gated experts of
+    # moe_intermediate_size and an ungated shared MLP of shared_expert_intermediate_size
+    # (:146-149); else FlintMLP of intermediate_size
+    if c.data.get("mlp_only_layers") is None:
+        c = ConfigFields({**c.data, "mlp_only_layers": [0, 1]}, c.where)
+    kw = decoder_fields(c, mtype)
+    n_exp = c.int("num_experts", 256, allow_zero=True)
+    pattern = tuple(int(n_exp > 0) * sparse for sparse in c.sparse_step_layers(kw["num_layers"]))
+    kw.update(attention_bias=c.bool("attention_bias", False), qk_layernorm=True,
+              attention_sinks=True)
+    if any(pattern):
+        moe_f = c.int("moe_intermediate_size", 512)
+        kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 6),
+                  moe_ffn_hidden_size=moe_f,
+                  moe_shared_expert_intermediate_size=c.int(
+                      "shared_expert_intermediate_size", 1024, allow_zero=True) or None,
+                  moe_layer_freq=pattern, moe_router_bias=False)
+    return kw
+
+
 MORE_MOE_READERS = {"hy_v3": _read_hy_v3, "minicpm5_moe": _read_minicpm5_moe,
-                    "mellum": _read_mellum, "kolibri1": _read_kolibri1}
+                    "mellum": _read_mellum, "kolibri1": _read_kolibri1, "flint": _read_flint}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
