@@ -303,7 +303,9 @@ REFUSED = {"longcat_flash": "two attentions and two MLPs per layer",
            "kolibri1_1": "key/value sharing across layers",
            "axk1": "RMSNorm on the MoE block's output", "axk2": "gated RMSNorms",
            "beam": "per-head bias on its attention output gate",
-           "dory": "normalised-transformer scale vectors", "ergo": "learned residual gates"}
+           "dory": "normalised-transformer scale vectors", "ergo": "learned residual gates",
+           "minimax_m3_vl_text": "block-sparse attention layers",
+           "inkling_text": "relative-position logits"}
 
 
 @pytest.mark.parametrize("mtype", sorted(REFUSED))
@@ -318,7 +320,7 @@ def test_unmodelled_decoder_types_are_refused_in_one_line(tmp_path, mtype):
 @pytest.mark.torch
 @pytest.mark.parametrize("mtype", ["longcat_flash", "mimo_v2_flash", "laguna", "lfm3",
                                    "gemma3n_text", "doge", "zaya", "kolibri1_1", "axk1",
-                                   "axk2", "beam", "dory", "ergo"])
+                                   "axk2", "beam", "dory", "ergo", "inkling_text"])
 def test_the_refused_types_build_modules_memsym_has_no_field_for(mtype):
     # the oracle: transformers' model of the config class's defaults holds the parameters the
     # refusal names (a module memsym's count would miss)
@@ -334,7 +336,7 @@ def test_the_refused_types_build_modules_memsym_has_no_field_for(mtype):
               "kolibri1_1": "layers.0.self_attn.k_proj",
               "axk1": "mlp.post_mlp_layernorm", "axk2": "input_layernorm.mlp.fc1",
               "beam": "self_attn.gate_bias", "dory": "lm_head.logit_scale",
-              "ergo": "attention_residual_gate"}[mtype]
+              "ergo": "attention_residual_gate", "inkling_text": "rel_logits_proj"}[mtype]
     assert any(marker in n for n in names)
     if mtype == "kolibri1_1":
         # layers that reuse an earlier layer's keys and values build no k_proj

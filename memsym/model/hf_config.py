@@ -170,6 +170,14 @@ _NOT_MODELLED: dict = {
     # expert (post_expert_norm, :346)
     "ergo": "Ergo's learned residual gates and per-expert output norms are not in memsym's "
             "Architecture",
+    # modeling_minimax_m3_vl.py: MiniMaxM3VLIndexer (its own q/k projections and RMSNorms,
+    # :493-551) on the "minimax_m3_sparse" layers (:429) and block-sparse attention there
+    "minimax_m3_vl_text": "MiniMax-M3's block-sparse attention layers with their own indexer "
+                          "(q/k projections and norms) are not in memsym's Architecture",
+    # modeling_inkling.py: short convolutions on keys, values (:198) and both residual
+    # branches (:592-595), and relative-position logits (r_proj, rel_logits_proj, :196-206)
+    "inkling_text": "Inkling's short convolutions on keys, values and both residual branches "
+                    "and its relative-position logits are not in memsym's Architecture",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
