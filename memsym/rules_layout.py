@@ -11,7 +11,7 @@ order.
 from __future__ import annotations
 
 from .errors import InvalidValueError
-from .model.architecture import is_hybrid, layer_kinds
+from .model.layer_patterns import is_hybrid, layer_kinds
 from .rule import MLM_CONFIG_POST_INIT, MLM_VALIDATE_ARGS, Rule, negate
 from .term import Source
 

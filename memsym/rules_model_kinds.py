@@ -12,7 +12,7 @@ context parallelism of attention with sinks.  They join
 from __future__ import annotations
 
 from .errors import InvalidValueError
-from .model.architecture import is_hybrid, mixer_counts
+from .model.layer_patterns import is_hybrid, mixer_counts
 from .model.hybrid_layers import layer_kind_pattern, mtp_layer_kinds
 from .rule import MLM_CONFIG_POST_INIT, MLM_VALIDATE_ARGS, Rule, negate
 from .term import Source

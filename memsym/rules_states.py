@@ -6,7 +6,7 @@ gather.  They join :data:`memsym.rules.RULES` (checked and searched with every o
 from __future__ import annotations
 
 from .errors import InvalidValueError
-from .model.architecture import is_hybrid
+from .model.layer_patterns import is_hybrid
 from .rule import Rule, negate
 from .term import Source
 

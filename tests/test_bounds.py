@@ -364,7 +364,7 @@ def test_the_issue_6_job_is_answered_quickly(capsys):
 
 def test_the_pattern_helpers_agree_with_the_pattern():
     from memsym.model import preset, resolve
-    from memsym.model.architecture import layer_kinds, moe_layer_count, moe_layer_pattern
+    from memsym.model.layer_patterns import layer_kinds, moe_layer_count, moe_layer_pattern
 
     # DeepSeek-V3: 3 dense layers then 58 MoE (config.json first_k_dense_replace = 3, 61 layers)
     want = {"deepseek-v3": (61, 58), "mixtral-8x7b": (32, 32), "llama2-7b": (32, 0)}

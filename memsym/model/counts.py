@@ -6,8 +6,9 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import (Architecture, is_hybrid, lenient, mixer_counts, mixer_layer_count,
-                           moe_layer_count, moe_layer_pattern, padded_vocab_size, resolve)
+from .architecture import Architecture, lenient, padded_vocab_size, resolve
+from .layer_patterns import (is_hybrid, mixer_counts, mixer_layer_count, moe_layer_count,
+                             moe_layer_pattern)
 from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_lin, L_m, L_ssm,
                        N_ssm, V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, h_lat, k,
                        k_conv, n_mtp, r_dt, r_kv, r_q, s_max)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from .architecture import Architecture, is_hybrid, lenient, moe_layer_pattern
+from .architecture import Architecture, lenient
+from .layer_patterns import is_hybrid, moe_layer_pattern
 from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
 from .shared_blocks import shared_use_parts
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from ..errors import InvalidValueError
 from ..terms.adapters import LORA_TARGETS, lower_choice
-from .architecture import is_hybrid, lenient, moe_layer_pattern
+from .architecture import lenient
+from .layer_patterns import is_hybrid, moe_layer_pattern
 from .presets import PRESET_MODEL_TYPES
 
 __all__ = ["lora_parameter_count", "lora_layer_adapters", "PEFT_MOE_TYPES",

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .architecture import Architecture, lenient, mixer_layer_count
+from .architecture import Architecture, lenient
+from .layer_patterns import mixer_layer_count
 from ..symbols import a, d_h, f, g, h
 
 __all__ = ["shared_block_parts", "shared_use_parts", "shared_model_parts",

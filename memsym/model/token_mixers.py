@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .architecture import Architecture, lenient, mixer_layer_count
+from .architecture import Architecture, lenient
+from .layer_patterns import mixer_layer_count
 from ..symbols import B_lin, H_gk, H_gv, a, d_gk, d_gv, d_h, h, k_gdn, k_sc
 
 __all__ = ["gdn_parts", "conv_parts", "lightning_parts", "mixer_values"]

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.architecture import is_hybrid, lenient, moe_layer_pattern, padded_vocab_size
+from ..model.architecture import lenient, padded_vocab_size
+from ..model.layer_patterns import is_hybrid, moe_layer_pattern
 from ..model.hybrid_layers import mtp_layer_kinds
 from ..text import shared_doc
 from .linear_attention import gdn_flops, gdn_shape, priced_kinds, projection_widths

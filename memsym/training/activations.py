@@ -228,7 +228,7 @@ def _stage_layers(x, layout: Layout, stage: int) -> _StageLayers:
     # one kind in the whole model: no MoE layer or every layer MoE (the pattern's cached count,
     # not a set of its 10^6 entries per stage)
     uniform = (layout.first_stage_layers is None and layout.last_stage_layers is None
-               and pl is None and models.architecture.moe_layer_count(x) in (0, len(pattern))
+               and pl is None and models.layer_patterns.moe_layer_count(x) in (0, len(pattern))
                and not hybrid)
     # Zamba's shared blocks: the per-use adapters' rank and placement, the Mamba version
     # (transformers shards no Zamba Mamba-1 mixer: memsym.terms.mamba1)

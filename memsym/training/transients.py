@@ -22,7 +22,7 @@ from ..symbols import (N_bkt, N_exp, N_lin, N_ll, N_pf, N_rep, N_tp, N_xq, b_hp,
 from ..term import Source, Term, Total
 from ..terms import (context_parallel as cp, recipe_buffers as rb, torch_moments as tm,
                      transients as tr)
-from ..model.architecture import moe_layer_count
+from ..model.layer_patterns import moe_layer_count
 from ..model.muon_matrices import muon_matrices
 from ..terms import muon
 from ..terms.autocast import autocast_cached_casts, layer_linear_biases
