@@ -183,6 +183,15 @@ LAYOUT_RULES = (
                        f"(num_query_groups={x.num_query_groups})"),
          Source("megatron-lm", MLM_VALIDATE_ARGS
                 + " (num_query_groups % tensor_model_parallel_size)")),
+    Rule("tp-global-kv-heads", "t must divide the global attention layers' KV heads",
+         lambda x, k: False if not x.global_num_query_groups
+         else (x.global_num_query_groups % k["t"] != 0),
+         lambda x, k: (f"tensor-parallel size t={k['t']} must divide the global attention "
+                       f"layers' KV heads (num_global_key_value_heads="
+                       f"{x.global_num_query_groups})"),
+         Source("megatron-lm", MLM_VALIDATE_ARGS
+                + " (num_query_groups % tensor_model_parallel_size; the global layers' KV heads "
+                "split alike, derived)")),
     # DeepSpeed Ulysses (sequence_parallel_size = c): UlyssesSPAttentionHF's own refusals and
     # what memsym does not model of it (memsym.readers.deepspeed_ulysses)
     Rule("ulysses-heads", "DeepSpeed Ulysses: c must divide the attention heads, and the KV "

@@ -3,11 +3,10 @@
 Oracle (``tests/hf_oracle.py``): transformers 5.25.0 builds ``AutoModelForCausalLM.from_config``
 of the very file memsym reads, on the meta device, and ``sum(p.numel())`` of its parameters
 (the vision and audio towers and their embedders left out) must equal memsym's count; the
-shared checks of ``tests/test_hf_type_tables.py`` take this file's ``SMALL``.  The layers memsym
-reads are those whose head size, KV heads and projections are one for every layer; what makes
-Gemma 4's layers differ (per-layer head sizes, ``attention_k_eq_v``, KV sharing, per-layer
-input embeddings) is refused in one line naming it, which every published Gemma 4 file is.
-No network: every config is written here.
+shared checks of ``tests/test_hf_type_tables.py`` take this file's ``SMALL``.  The
+full-attention layers' own head width and KV heads and their missing v_proj under
+``attention_k_eq_v`` are memsym's ``"global"`` layers; KV sharing and per-layer input
+embeddings are refused in one line naming them.  No network: every config is written here.
 """
 
 from __future__ import annotations
@@ -17,13 +16,13 @@ import sympy as sp
 
 from memsym.errors import InvalidValueError
 from memsym.model import (active_parameter_count, from_hf_config, parameter_count,
-                          parameter_counts)
+                          parameter_counts, stage_parameters)
 from memsym.symbols import L, a, b, c, d_h, f, g, h, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.gemma4_norms import gemma4_norm_excess
 
 from hf_oracle import TOKENS, class_defaults, language_model_count, write_config
-from in_process import estimate
+from in_process import estimate, refused_line
 
 TYPES = {"gemma4_text", "gemma4"}
 
@@ -55,6 +54,19 @@ SMALL = {
     "gemma4-text-global-kv-ignored": {**_TEXT, "num_global_key_value_heads": 1},
     # the shared layers' double-wide MLP needs shared layers: none here
     "gemma4-text-double-wide-unused": {**_TEXT, "use_double_wide_mlp": True},
+    # the full-attention layer (5, Gemma4TextConfig's every sixth) of its own shape: memsym's
+    # "global" layer
+    "gemma4-text-global-head": {**_TEXT, "global_head_dim": 32},
+    "gemma4-text-k-eq-v": {**_TEXT, "attention_k_eq_v": True},
+    "gemma4-text-k-eq-v-global-kv": {**_TEXT, "attention_k_eq_v": True, "global_head_dim": 32,
+                                     "num_global_key_value_heads": 1, "attention_bias": True},
+    "gemma4-text-per-layer-kv": {**_TEXT, "per_layer_config": {"5": {"num_key_value_heads": 1}}},
+    # every sliding layer of its own head width: the model's, the full-attention layers global
+    "gemma4-text-per-layer-sliding": {**_TEXT, "per_layer_config": {
+        str(i): {"head_dim": 8} for i in range(5)}},
+    "gemma4-global-moe": {"model_type": "gemma4", "text_config": {
+        **_TEXT, **_MOE, "global_head_dim": 32, "attention_k_eq_v": True,
+        "num_global_key_value_heads": 1}},
     "gemma4": {"model_type": "gemma4", "vision_config": _VISION, "text_config": _TEXT},
     "gemma4-untied": {"model_type": "gemma4", "tie_word_embeddings": False,
                       "text_config": _TEXT},
@@ -109,7 +121,7 @@ def test_the_26b_a4b_shapes_with_one_head_size_match_transformers(tmp_path):
             "num_global_key_value_heads": 8, "attention_k_eq_v": False}
     path = write_config(tmp_path, {"model_type": "gemma4", "text_config": text})
     arch = from_hf_config(path)
-    assert parameter_count(arch) == language_model_count(path)
+    assert parameter_count(arch) == language_model_count(path) == 25_161_049_600
     # 30 layers of 128 experts of 3 x 2816 x 704, top 8 of them active
     experts = 30 * 128 * 3 * 2816 * 704
     assert parameter_count(arch) - active_parameter_count(arch) == experts * 120 // 128
@@ -159,20 +171,11 @@ _26B_SHAPED = {"model_type": "gemma4", "text_config": {
 
 @pytest.mark.parametrize("cfg,match", [
     # Gemma4TextConfig's own defaults: head_dim 256, global_head_dim 512, PLE of 256
-    ("defaults", "per-layer head sizes .head_dim 256 with 4 KV heads, head_dim 512 with 4"),
-    (_E2B_SHAPED, "per-layer head sizes .head_dim 256 with 1 KV heads, head_dim 512"),
-    (_26B_SHAPED, "per-layer head sizes .head_dim 256 with 8 KV heads, head_dim 512 with 2"),
-    # the same with one head size: the keys used as values on the full-attention layers
-    ({"model_type": "gemma4", "text_config": {**_26B_SHAPED["text_config"],
-                                              "global_head_dim": 256,
-                                              "num_global_key_value_heads": 8}},
-     "attention_k_eq_v"),
-    ({**_TEXT, "global_head_dim": 32}, "per-layer head sizes"),
-    ({**_TEXT, "per_layer_config": {"5": {"num_key_value_heads": 1}}},
-     "head_dim 16 with 1 KV heads, head_dim 16 with 2"),
-    ({**_TEXT, "attention_k_eq_v": True}, "attention_k_eq_v .full-attention layers without "
-                                          "v_proj"),
-    ({**_TEXT, "attention_k_eq_v": True, "num_global_key_value_heads": 1}, "per-layer head"),
+    ("defaults", "per-layer input embeddings .hidden_size_per_layer_input 256"),
+    (_E2B_SHAPED, "num_kv_shared_layers .* and their double-wide MLP"),
+    # one sliding layer unlike the others: Gemma4TextConfig.get_full_layer_config refuses it
+    ({**_TEXT, "per_layer_config": {"1": {"head_dim": 8}}},
+     "layer 1 .sliding_attention. another head size.*not homogeneous"),
     ({**_TEXT, "num_kv_shared_layers": 2}, "num_kv_shared_layers .* is not modelled"),
     ({**_TEXT, "num_kv_shared_layers": 2, "use_double_wide_mlp": True}, "double-wide MLP"),
     ({**_TEXT, "hidden_size_per_layer_input": 8}, "per-layer input embeddings "
@@ -196,14 +199,60 @@ def test_what_memsym_does_not_model_is_refused_in_one_line(tmp_path, cfg, match)
     assert "\n" not in str(err.value) and "did you mean" not in str(err.value)
 
 
+def test_a_global_layer_counted_by_hand(tmp_path):
+    # layer 5 (full attention) of 32-wide heads, 1 KV head, no v_proj (attention_k_eq_v),
+    # biased: q 64 x 4*32 + 128, k 64 x 32 + 32, o 4*32 x 64 + 64, q_norm and k_norm of 32;
+    # the five sliding layers as in the dense count above, biased: q 64 + k, v 32 each + o 64
+    sliding = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 16 + 64 + 2 * 32 + 64
+    glob = 64 * 128 + 128 + 64 * 32 + 32 + 128 * 64 + 64 + 2 * 32
+    rest = 3 * 64 * 96 + 4 * 64
+    arch = from_hf_config(write_config(tmp_path, SMALL["gemma4-text-k-eq-v-global-kv"]))
+    assert arch.layer_mixers == ("attention",) * 5 + ("global",)
+    assert parameter_count(arch) == 128 * 64 + 5 * sliding + glob + 6 * rest + 64
+    assert parameter_counts(arch)["attention"] == 5 * sliding + glob
+
+
+def test_the_global_layer_is_on_its_pipeline_stage(tmp_path):
+    # six layers on two stages: the full-attention layer 5 on the second; the stages differ by
+    # the global layer's attention (32-wide heads, as the sliding ones' 16 but for the width:
+    # q, k, v, o twice as wide, q_norm and k_norm of 32) and the final norm; the first
+    # stage's embedding and the last's copy of it for the tied output layer cancel
+    arch = from_hf_config(write_config(tmp_path, SMALL["gemma4-text-global-head"]))
+    first, last = (stage_parameters(arch, p=2, stage=i, pad_vocab=False) for i in (0, 1))
+    assert tuple(first.layers) == (0, 1, 2) and tuple(last.layers) == (3, 4, 5)
+    wider = (64 * 128 + 2 * 64 * 64 + 128 * 64 + 2 * 32) - (64 * 64 + 2 * 64 * 32 + 64 * 64
+                                                             + 2 * 16)
+    assert last.total - first.total == wider + 64
+
+
 @pytest.mark.torch
-def test_the_refused_defaults_are_a_model_transformers_builds(tmp_path):
-    # the refusal is memsym's (its Architecture holds one head size), not transformers': the
-    # default config builds, with its full-attention layers' wider heads
-    path = write_config(tmp_path, class_defaults("gemma4_text"))
-    assert language_model_count(path) > 0
-    with pytest.raises(InvalidValueError, match="per-layer head sizes"):
-        from_hf_config(path)
+def test_the_class_defaults_without_per_layer_inputs_match_transformers(tmp_path):
+    # Gemma4TextConfig() with hidden_size_per_layer_input 0: 30 layers, every sixth full
+    # attention of 512-wide heads beside the sliding layers' 256
+    path = write_config(tmp_path, {**class_defaults("gemma4_text"),
+                                   "hidden_size_per_layer_input": 0})
+    arch = from_hf_config(path)
+    assert parameter_count(arch) == language_model_count(path) == 3_010_758_400
+    assert arch.layer_mixers.count("global") == 5
+    # with its per-layer input embeddings (256) transformers builds 5,077,177,856: refused
+    full = write_config(tmp_path, class_defaults("gemma4_text"), "full")
+    assert language_model_count(full) == 5_077_177_856
+    with pytest.raises(InvalidValueError, match="per-layer input embeddings"):
+        from_hf_config(full)
+
+
+@pytest.mark.torch
+def test_the_26b_a4b_shapes_match_transformers(tmp_path):
+    # its five full-attention layers: 512-wide heads, 2 KV heads, no v_proj
+    path = write_config(tmp_path, _26B_SHAPED)
+    arch = from_hf_config(path)
+    assert parameter_count(arch) == language_model_count(path) == 25_233_141_760
+    # by hand from the one-head-size count above (25,161,049,600): each full-attention layer
+    # q 2816 x 16*512, k 2816 x 2*512, o 16*512 x 2816, q/k norms of 512, for q 2816 x 16*256,
+    # k and v 2816 x 8*256, o, q/k norms of 256
+    glob = 2 * 2816 * 16 * 512 + 2816 * 2 * 512 + 2 * 512
+    sliding = 2 * 2816 * 16 * 256 + 2 * 2816 * 8 * 256 + 2 * 256
+    assert parameter_count(arch) == 25_161_049_600 + 5 * (glob - sliding)
 
 
 # --- the activations under transformers' own code ---------------------------------------------
@@ -295,3 +344,37 @@ def test_the_moe_block_under_transformers_code_is_refused(tmp_path):
     # a Megatron job's layer of the same shapes is counted
     assert job(arch, framework="megatron", d=1, seq_length=8, micro_batch_size=1,
                global_batch_size=1) is not None
+
+
+@pytest.mark.parametrize("extra,words", [
+    ((), "the activations of global attention layers of their own head width"),
+    (("--optimizer", "muon"), "optimizer muon on a hybrid model"),
+    (("--tp", "2"), "t=2 must divide the global attention layers' KV heads"),
+])
+def test_what_a_global_layer_lacks_is_refused_in_one_line(tmp_path, capsys, extra, words):
+    # its parameters are counted (above); its activations and Muon of its layers are not,
+    # nor a tensor-parallel split of its one KV head
+    path = write_config(tmp_path, SMALL["gemma4-text-k-eq-v-global-kv"])
+    err = refused_line(capsys, ["estimate", str(path), "--gpu", "h100-80gb", "--seq-length",
+                                "64", "--micro-batch-size", "1", *extra])
+    assert words in err
+
+
+def test_the_step_time_of_a_global_layer_is_refused_in_one_line(tmp_path):
+    from memsym.errors import StepTimeNotModelledError
+    from memsym.timing.linear_attention import priced_kinds
+
+    arch = from_hf_config(write_config(tmp_path, SMALL["gemma4-text-global-head"]))
+    with pytest.raises(StepTimeNotModelledError, match="global-attention layers are not "
+                                                       "priced") as err:
+        priced_kinds(arch)
+    assert "\n" not in str(err.value)
+
+
+def test_lora_on_a_model_with_global_layers_is_refused_in_one_line(tmp_path):
+    from memsym.model import lora_parameter_count
+
+    arch = from_hf_config(write_config(tmp_path, SMALL["gemma4-text-global-head"]))
+    with pytest.raises(InvalidValueError, match="LoRA adapters of 'gemma4_text'") as err:
+        lora_parameter_count(arch, 8)
+    assert "\n" not in str(err.value)

@@ -96,8 +96,10 @@ class Architecture:
       ``"parallel"`` (attention and Mamba side by side on one input, Falcon-H1), ``"gdn"`` (a
       Gated DeltaNet linear-attention mixer, Qwen3-Next), ``"conv"`` (a gated short
       convolution, LFM2), ``"lightning"`` (lightning attention, of the attention's heads and
-      head dim, MiniMax-01) or ``"none"`` (an MLP/MoE-only layer, Nemotron-H); None: every
-      layer has attention.
+      head dim, MiniMax-01), ``"global"`` (softmax attention of its own head width and KV
+      heads, ``global_kv_channels`` and ``global_num_query_groups``, without v_proj unless
+      ``global_v_proj``: Gemma 4's full-attention layers) or ``"none"`` (an MLP/MoE-only
+      layer, Nemotron-H); None: every layer has attention.
     * ``ffn_layers``: a tuple of L 0/1 entries, 1 where the layer has an MLP or MoE block
       (Nemotron-H's Mamba and attention layers have none); None: every layer.  A MoE pattern
       (``moe_layer_freq``) may only mark layers that have one.
@@ -203,6 +205,10 @@ class Architecture:
     short_conv_kernel: int = 3                     # LFM2's conv_L_cache
     short_conv_bias: bool = False                  # LFM2's conv_bias (in_proj, conv, out_proj)
     lightning_block_size: int = 256                # MiniMax-01's block_size (lightning blocks)
+    # --- "global" attention layers of their own head sizes (Gemma 4, issue 32) ---
+    global_kv_channels: Optional[int] = None       # global_head_dim; None: kv_channels
+    global_num_query_groups: Optional[int] = None  # their KV heads; None: num_query_groups
+    global_v_proj: bool = True                     # False: attention_k_eq_v (keys as values)
     shared_blocks: Optional[int] = None            # Zamba's shared transformer blocks; None: none
     shared_adapter_rank: Optional[int] = None      # Zamba2's per-use MLP LoRA rank; None: none
     shared_attention_adapters: bool = False        # Zamba2's per-use LoRA on Q, K, V
@@ -234,16 +240,19 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "mamba_conv_kernel", "mamba_dt_rank", "dsa_index_heads", "dsa_index_head_dim",
                "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
                "gdn_conv_kernel", "short_conv_kernel", "lightning_block_size", "shared_blocks",
-               "shared_adapter_rank", "shared_adapter_sets", "moe_latent_size")
+               "shared_adapter_rank", "shared_adapter_sets", "moe_latent_size",
+               "global_kv_channels", "global_num_query_groups")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate", "attention_sinks",
                 "off_by_one_softmax", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
                 "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms", "mtp_repeated",
-                "attention_output_gate", "short_conv_bias", "shared_attention_adapters")
+                "attention_output_gate", "short_conv_bias", "shared_attention_adapters",
+                "global_v_proj")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias", "attention_out_bias")
 _QK_NORM_WIDTHS = ("head", "full")
-MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "shared", "none")
+MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "global", "shared",
+          "none")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
 
 
@@ -437,6 +446,21 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
         for name in ("gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim"):
             if name not in upd:
                 raise InvalidValueError(f"Gated DeltaNet layers need {name}")
+    if mixers is not None and "global" in mixers:
+        _resolve_global(arch, upd)
+
+
+def _resolve_global(arch: Architecture, upd: dict) -> None:
+    """Default the global attention layers' head width and KV heads to the model's."""
+    if arch.multi_latent_attention:
+        raise InvalidValueError("global attention layers with multi_latent_attention are not "
+                                "modelled")
+    upd.setdefault("global_kv_channels", upd["kv_channels"])
+    upd.setdefault("global_num_query_groups", upd["num_query_groups"])
+    heads, groups = upd["num_attention_heads"], upd["global_num_query_groups"]
+    if groups > heads or heads % groups:
+        raise InvalidValueError(f"global_num_query_groups {groups} must divide "
+                                f"num_attention_heads {heads}")
 
 
 _MAKING = threading.local()

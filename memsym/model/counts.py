@@ -9,9 +9,9 @@ from ..errors import InvalidValueError, UnknownNameError
 from .architecture import Architecture, lenient, padded_vocab_size, resolve
 from .layer_patterns import (is_hybrid, mixer_counts, mixer_layer_count, moe_layer_count,
                              moe_layer_pattern)
-from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_lin, L_m, L_ssm,
-                       N_ssm, V, a, d_h, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g, h, h_lat, k,
-                       k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_glb, L_lin, L_m,
+                       L_ssm, N_ssm, V, a, d_h, d_hg, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g,
+                       g_g, h, h_lat, k, k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from .lora_counts import lora_parameter_count
 from .shared_blocks import shared_parameter_parts
@@ -103,6 +103,50 @@ def _attention_parts(x: Architecture):
         # Qwen3-Next's q_proj h -> 2 a d_h: the query and a sigmoid gate on the output
         tp += h * a * d_h + (a * d_h if bias_qkv else ZERO)
     return tp, rep
+
+
+def global_attention_parts(x: Architecture) -> tuple:
+    r"""One global attention layer's attention parameters as (TP-sharded, TP-replicated)
+    expressions: the model's attention at the global layers' head width and KV heads.
+
+    .. math::
+        P_{\mathrm{glb}} = h\,a d_{hg} + (1 + [v])\,h\,g_g d_{hg} + a d_{hg}\,h
+            + 2\eta\,d_{hg} + [\mathrm{bias}](a + (1 + [v]) g_g) d_{hg}
+
+    ([v]: the layer builds v_proj; without it, ``attention_k_eq_v``, its keys serve as values),
+    plus the output bias, q/k norms and sinks as the model's other attention layers have them.
+
+    Parameters
+    ----------
+    x : Architecture
+        A model with ``"global"`` entries in ``layer_mixers``.
+
+    Returns
+    -------
+    tuple of sympy.Expr
+        (TP-sharded, replicated) [parameters].
+
+    References
+    ----------
+    transformers 5.25.0 ``models/gemma4/modeling_gemma4.py``, ``Gemma4TextAttention.__init__``
+    (head_dim and num_key_value_heads of ``config.per_layer_config[layer_idx]``; v_proj None
+    under ``use_alternative_attention``) (hf-transformers-5-25).
+
+    Examples
+    --------
+    >>> global_attention_parts(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("attention", "global"),
+    ...     global_kv_channels=8, global_num_query_groups=1, global_v_proj=False,
+    ...     add_bias_linear=False))
+    (2*a*d_hg*h + d_hg*g_g*h, 0)
+    """
+    tp, rep = _attention_parts(x)
+    if not x.global_v_proj:
+        # Gemma4TextAttention: v_proj None, value_states = key_states; its bias goes with it
+        bias_qkv = _attention_bias(x) or x.add_qkv_bias
+        tp -= h * g * d_h + (g * d_h if bias_qkv else ZERO)
+    shapes = {d_h: d_hg, g: g_g}
+    return sp.expand(tp.xreplace(shapes)), sp.expand(sp.sympify(rep).xreplace(shapes))
 
 
 def _mlp_parts(x: Architecture, width, io=h):
@@ -280,6 +324,8 @@ def parameter_expression(arch: Architecture) -> dict:
         out["linear_attention"] += L_lin * sum(lightning_parts(x), ZERO)
     if mixer_layer_count(x, "conv"):
         out["short_conv"] = L_conv * sum(conv_parts(x), ZERO)
+    if mixer_layer_count(x, "global"):
+        out["attention"] += L_glb * sum(global_attention_parts(x), ZERO)
     if x.shared_blocks:                          # Zamba's shared blocks: each weight once
         for key, expr in shared_parameter_parts(x).items():
             out[key] += expr
@@ -355,9 +401,11 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
             vals[r_q] = x.q_lora_rank
         if x.dsa_index_heads:
             vals.update({H_idx: x.dsa_index_heads, d_idx: x.dsa_index_head_dim})
-    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv"), (L_lin, "lightning")):
+    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv"), (L_lin, "lightning"), (L_glb, "global")):
         if mixer_layer_count(x, mixer):
             vals[sym] = mixer_layer_count(x, mixer)
+    if mixer_layer_count(x, "global"):
+        vals.update({d_hg: x.global_kv_channels, g_g: x.global_num_query_groups})
     vals.update(mixer_values(x))
     return {sym: sp.Integer(val) for sym, val in vals.items()}
 

@@ -4,14 +4,14 @@ transformers 5.25.0 builds it (``models/gemma4/modeling_gemma4.py``), where mems
 
 A Gemma 4 decoder layer (``Gemma4TextDecoderLayer``) is a Gemma 3 layer (input,
 post-attention, pre- and post-feedforward RMSNorms; a gated MLP; q_norm and k_norm of the head
-width) with a weightless v_norm and a ``layer_scalar`` buffer, neither a parameter.  What the
-Architecture holds one value of for every layer, Gemma 4 may vary per layer; a file whose
-layers differ in one of these is refused in one line naming it:
+width) with a weightless v_norm and a ``layer_scalar`` buffer, neither a parameter.
 
-* the head width and KV heads of the full-attention layers (``global_head_dim``,
-  ``num_global_key_value_heads`` or an explicit ``per_layer_config``) other than the sliding
-  layers';
-* ``attention_k_eq_v`` with full-attention layers (those build no v_proj);
+The full-attention layers' own head width and KV heads (``global_head_dim``, with
+``attention_k_eq_v`` ``num_global_key_value_heads``, or an explicit ``per_layer_config``) and
+their missing v_proj under ``attention_k_eq_v`` make them ``"global"`` entries of
+``layer_mixers`` (:func:`memsym.model.counts.global_attention_parts`), the sliding layers
+``"attention"`` of the model's shape.  Refused in one line naming them:
+
 * ``num_kv_shared_layers`` (the last layers reuse an earlier layer's keys and values and build
   no k_proj, v_proj, k_norm; with ``use_double_wide_mlp`` their MLP is twice as wide);
 * per-layer input embeddings (``hidden_size_per_layer_input``: a packed
@@ -85,17 +85,34 @@ def _layer_sizes(c: ConfigFields, kinds: list, head_dim: int, kv_heads: int,
     return sizes
 
 
-def _refuse_per_layer(c: ConfigFields, kinds: list, sizes: list, k_eq_v: bool) -> None:
-    """Refuse, in one line naming it, what makes Gemma 4's layers differ where memsym's
-    Architecture holds one value for every layer."""
-    if len(set(sizes)) > 1:
-        shown = ", ".join(f"head_dim {hd} with {kv} KV heads" for hd, kv in sorted(set(sizes)))
-        raise c._bad(f"Gemma 4's per-layer head sizes ({shown}; global_head_dim, "
-                     "num_global_key_value_heads or per_layer_config) are not modelled: memsym's "
-                     "Architecture holds one head size and one KV head count for every layer")
-    if k_eq_v and "full_attention" in kinds:
-        raise c._bad("Gemma 4's attention_k_eq_v (full-attention layers without v_proj, their "
-                     "keys used as values) is not modelled")
+def _global_layers(c: ConfigFields, kinds: list, sizes: list, k_eq_v: bool) -> dict:
+    """Architecture keyword arguments of the layer shapes: the sliding layers' head width and
+    KV heads as the model's, and the full-attention layers as ``"global"`` entries of
+    ``layer_mixers`` where their shape differs or they build no v_proj (none where every layer
+    is alike)."""
+    by_type: dict = {}
+    for i, (kind, size) in enumerate(zip(kinds, sizes)):
+        if by_type.setdefault(kind, size) != size:
+            # Gemma4TextRotaryEmbedding reads config.get_full_layer_config(layer_type), which
+            # transformers refuses where one type's layers differ
+            raise c._bad(f"per_layer_config gives layer {i} ({kind}) another head size than "
+                         "the other layers of its type; transformers refuses it (not "
+                         "homogeneous across layers)")
+    # __post_init__ forces the last layer to full attention: there is always one
+    full = by_type["full_attention"]
+    base = by_type.get("sliding_attention", full)
+    # Gemma4TextAttention: use_alternative_attention = attention_k_eq_v and not is_sliding
+    kw = dict(kv_channels=base[0], num_query_groups=base[1])
+    if full != base or k_eq_v:
+        kw.update(layer_mixers=tuple("global" if k == "full_attention" else "attention"
+                                     for k in kinds),
+                  global_kv_channels=full[0], global_num_query_groups=full[1],
+                  global_v_proj=not k_eq_v)
+    return kw
+
+
+def _refuse_per_layer(c: ConfigFields) -> None:
+    """Refuse, in one line naming it, what of Gemma 4 memsym does not build."""
     if c.int("num_kv_shared_layers", 0, allow_zero=True):
         raise c._bad("Gemma 4's num_kv_shared_layers (layers reusing an earlier layer's keys "
                      "and values, without k_proj, v_proj and k_norm"
@@ -113,8 +130,9 @@ def read_gemma4(fields: ConfigFields, mtype: str, notes: list) -> dict:
     """Gemma 4's text model as transformers 5.25.0 builds it: Architecture keyword arguments.
 
     Parameters and result as :func:`~memsym.model.hf_decoders.read_llama_like`'s (``mtype`` is
-    ``"gemma4_text"``).  Refused in one line naming the feature: per-layer head sizes,
-    ``attention_k_eq_v`` with full-attention layers, KV sharing, per-layer input embeddings.
+    ``"gemma4_text"``).  Full-attention layers of their own head sizes or without v_proj are
+    ``"global"`` mixers; refused in one line naming the feature: KV sharing, per-layer input
+    embeddings.
 
     References
     ----------
@@ -143,8 +161,8 @@ def read_gemma4(fields: ConfigFields, mtype: str, notes: list) -> dict:
     kinds = _layer_types(c, n_layers)
     k_eq_v = c.bool("attention_k_eq_v", False)
     sizes = _layer_sizes(c, kinds, kw["kv_channels"], kw["num_query_groups"], k_eq_v)
-    _refuse_per_layer(c, kinds, sizes, k_eq_v)
-    kw["kv_channels"], kw["num_query_groups"] = sizes[0]
+    _refuse_per_layer(c)
+    kw.update(_global_layers(c, kinds, sizes, k_eq_v))
     # Gemma4TextAttention: q, k, v, o bias=config.attention_bias; q_norm, k_norm
     # Gemma4RMSNorm(head_dim), v_norm with_scale=False (no weight); Gemma4RMSNorm: the fp32
     # normalised tensor times weight.float().  Gemma4TextMLP: gate, up, down, bias=False.

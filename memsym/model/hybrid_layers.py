@@ -14,7 +14,7 @@ import functools
 
 from .architecture import Architecture, lenient
 from .layer_patterns import is_hybrid, moe_layer_pattern
-from .counts import ZERO, as_int, layer_parts, mamba_parts, parameter_values
+from .counts import ZERO, as_int, global_attention_parts, layer_parts, mamba_parts, parameter_values
 from .shared_blocks import shared_use_parts
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_conv, k_sc, r_dt
@@ -27,7 +27,8 @@ __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mam
 _HAS_ATTENTION = ("attention", "parallel")
 _HAS_MAMBA = ("mamba", "mamba1", "parallel", "shared")
 #: The other token mixers' parameter parts (memsym.model.token_mixers), by layer_mixers entry.
-_OTHER_MIXERS = {"gdn": gdn_parts, "conv": conv_parts, "lightning": lightning_parts}
+_OTHER_MIXERS = {"gdn": gdn_parts, "conv": conv_parts, "lightning": lightning_parts,
+                 "global": global_attention_parts}
 
 
 def layer_kind_pattern(arch: Architecture) -> tuple:

@@ -268,6 +268,10 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
                        shared_block=None) -> None:
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
+    if mixer == "global":
+        raise InvalidValueError("the activations of global attention layers of their own head "
+                                "width and KV heads (Gemma 4's full-attention layers) are not "
+                                "modelled; their parameters are counted")
     if mixer == "mamba1" or (mixer == "shared" and (shared_block or {}).get("mamba1")):
         # Zamba's Mamba-1 mixers, as transformers' torch path runs them (memsym.terms.mamba1)
         refuse_mamba1(recompute, context_parallel, common, shared_block)

@@ -56,7 +56,8 @@ PRICED_MIXERS = ("attention", "mamba", "gdn", "none")
 
 _NAMES = {"mamba1": "Mamba-1", "parallel": "parallel Mamba/attention",
           "conv": "short-convolution", "lightning": "lightning-attention",
-          "shared": "shared-block"}
+          "shared": "shared-block",
+          "global": "global-attention"}
 
 
 def priced_kinds(x) -> tuple:
