@@ -138,7 +138,7 @@ def test_a_vision_language_file_says_what_it_counts(tmp_path):
 
 def test_an_estimate_runs(tmp_path, capsys):
     # the memory terms follow from the shapes: the MoE layers' estimate runs end to end
-    for cfg in (_TEXT, {**_TEXT, **_MOE}):
+    for cfg in (_TEXT, {**_TEXT, **_MOE}, SMALL["gemma4-text-per-layer-kv"]):
         path = write_config(tmp_path, cfg, f"e{len(cfg)}")
         code, out, err = estimate(capsys, str(path), "--gpu", "h100-80gb", "--seq-length",
                                   "64", "--micro-batch-size", "1")
@@ -346,15 +346,16 @@ def test_the_moe_block_under_transformers_code_is_refused(tmp_path):
                global_batch_size=1) is not None
 
 
-@pytest.mark.parametrize("extra,words", [
-    ((), "the activations of global attention layers of their own head width"),
-    (("--optimizer", "muon"), "optimizer muon on a hybrid model"),
-    (("--tp", "2"), "t=2 must divide the global attention layers' KV heads"),
+@pytest.mark.parametrize("case,extra,words", [
+    ("gemma4-text-k-eq-v-global-kv", (), "the activations of Gemma 4's attention_k_eq_v"),
+    ("gemma4-text-per-layer-kv", ("--optimizer", "muon"), "optimizer muon on a hybrid model"),
+    ("gemma4-text-per-layer-kv", ("--tp", "2"),
+     "t=2 must divide the global attention layers' KV heads"),
 ])
-def test_what_a_global_layer_lacks_is_refused_in_one_line(tmp_path, capsys, extra, words):
-    # its parameters are counted (above); its activations and Muon of its layers are not,
-    # nor a tensor-parallel split of its one KV head
-    path = write_config(tmp_path, SMALL["gemma4-text-k-eq-v-global-kv"])
+def test_what_a_global_layer_lacks_is_refused_in_one_line(tmp_path, capsys, case, extra, words):
+    # its parameters are counted (above); the activations of keys used as values and Muon of
+    # its layers are not, nor a tensor-parallel split of its one KV head
+    path = write_config(tmp_path, SMALL[case])
     err = refused_line(capsys, ["estimate", str(path), "--gpu", "h100-80gb", "--seq-length",
                                 "64", "--micro-batch-size", "1", *extra])
     assert words in err
@@ -378,3 +379,77 @@ def test_lora_on_a_model_with_global_layers_is_refused_in_one_line(tmp_path):
     with pytest.raises(InvalidValueError, match="LoRA adapters of 'gemma4_text'") as err:
         lora_parameter_count(arch, 8)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
+def test_global_layers_of_the_models_shapes_keep_what_its_layers_keep(tmp_path, framework):
+    import dataclasses
+
+    from memsym.training import Training, stage_activations
+
+    # the full-attention layer as a "global" one of the sliding layers' own shapes: the
+    # hybrid path (its attention, MLP and Gemma 4's norms per layer kind) keeps what the
+    # plain layer does, under transformers' code and Megatron's
+    from memsym.model import Architecture
+    from memsym.symbols import d_hg, g_g, p as p_
+
+    arch = from_hf_config(write_config(tmp_path, _TEXT))
+    as_global = Architecture(**{**{k.name: getattr(arch, k.name)
+                                   for k in dataclasses.fields(Architecture)},
+                                "layer_mixers": ("attention",) * 5 + ("global",)})
+    for recompute in ("none", "selective", "full"):
+        training = Training(framework=framework, recompute=recompute)
+        plain, mixed = (stage_activations(m, training=training)["layer_activations"].expr
+                        for m in (arch, as_global))
+        # one stage (p = 1); the global symbols at the model's own head width and KV heads
+        same = {L: 6, p_: 1, d_hg: d_h, g_g: g}
+        assert sp.simplify((plain - mixed).subs(same)) == 0, recompute
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", _SHAPES)
+def test_a_global_decoder_layer_is_memsym_plus_named_differences(shape):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gemma4 import modeling_gemma4 as g4
+
+    from memsym.measure import saved_bytes
+    from memsym.symbols import d_hg, g_g
+    from memsym.terms.global_attention import as_global
+    from memsym.terms.mamba import hybrid_layer_activations
+
+    # a full-attention layer of twice the sliding layers' head width and, through
+    # per_layer_config, one KV head: Gemma4TextDecoderLayer against memsym's global layer
+    s_, b_, a_, g_, d_, f_ = shape
+    conf = transformers.Gemma4TextConfig(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        global_head_dim=2 * d_, intermediate_size=f_, num_hidden_layers=2, vocab_size=16,
+        max_position_embeddings=64, layer_types=["sliding_attention", "full_attention"],
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=16,
+        per_layer_config={"1": {"head_dim": 2 * d_, "num_key_value_heads": 1}})
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = g4.Gemma4TextDecoderLayer(conf, 1).to(torch.bfloat16)
+    assert layer.self_attn.head_dim == 2 * d_ and layer.self_attn.k_proj.out_features == 2 * d_
+    rope = g4.Gemma4TextRotaryEmbedding(conf)
+    x = torch.randn(b_, s_, a_ * d_, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(s_)[None].expand(b_, s_)
+
+    class Called(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            with torch.no_grad():
+                tables = rope(x, pos, layer_type="full_attention")
+            return self.layer(x, position_embeddings=tables, position_ids=pos,
+                              shared_kv_states={}, attention_mask=None)
+
+    got = saved_bytes(Called(), (x,), depth=2)
+    ours = hybrid_layer_activations(("global", False), **_FLAGS).expr \
+        + as_global(gemma4_norm_excess(_TAU, 1).expr)
+    named = 2 * _TAU * f + as_global(2 * 2 * _TAU * d_h)
+    at = {s: s_, b: b_, a: a_, g: g_, d_h: d_, d_hg: 2 * d_, g_g: 1, f: f_, h: a_ * d_,
+          c: 1, t: 1}
+    assert got.total == (ours + named).xreplace(at)

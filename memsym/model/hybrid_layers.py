@@ -17,7 +17,7 @@ from .layer_patterns import is_hybrid, moe_layer_pattern
 from .counts import ZERO, as_int, global_attention_parts, layer_parts, mamba_parts, parameter_values
 from .shared_blocks import shared_use_parts
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
-from ..symbols import G_ssm, H_ssm, N_ssm, d_ssm, k_conv, k_sc, r_dt
+from ..symbols import G_ssm, H_ssm, N_ssm, d_hg, d_ssm, g_g, k_conv, k_sc, r_dt
 
 __all__ = ["layer_kind_pattern", "hybrid_layer_parameters", "hybrid_kinds", "mamba_values",
            "mtp_layer_kinds"]
@@ -176,6 +176,9 @@ def mamba_values(arch: Architecture) -> dict:
     out = {sym: vals[sym] for sym in (k_sc,) if "conv" in kinds}
     if "gdn" in kinds or "lightning" in kinds:
         out.update(mixer_values(x))
+    if "global" in kinds:
+        # Gemma 4's global attention layers' head width and KV heads
+        out.update({sym: vals[sym] for sym in (d_hg, g_g)})
     if x.mamba_version == 2 and any(kind in _HAS_MAMBA for kind in kinds):
         out.update({sym: vals[sym] for sym in (d_ssm, G_ssm, N_ssm, H_ssm)})
     if x.mamba_version == 1 and x.shared_blocks and any(k in _HAS_MAMBA for k in kinds):

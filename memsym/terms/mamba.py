@@ -54,6 +54,7 @@ from ..symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
 from ..term import Source, Term, Total
 from .activations import layer_activations
 from .gated_deltanet import gdn_activations
+from .global_attention import as_global
 from .lightning import lightning_activations
 from .mamba1 import mamba1_layer_terms, refuse_mamba1
 from .shared_block import shared_block_activations
@@ -244,7 +245,28 @@ def _ffn_part(block: Total, moe: bool, ones) -> list:
     own = [block[key].expr - one if key in block else 0 for key, one in
            zip(("norm_statistics", "norm_fp32_output", "norm_fp32_input"), ones)]
     prefix, keys = ("moe", MOE_KEYS) if moe else ("mlp", MLP_KEYS)
-    return _norm(block, prefix, *own) + _part(block, prefix, keys)
+    return _norm(block, prefix, *own) + _post_norm(block, prefix) + _part(block, prefix, keys)
+
+
+def _attention_part(mixer: str, dense: Total, ones) -> list:
+    """The attention part of ``dense`` (a whole layer's terms) with its pre- and post-norm, at
+    a global layer's head width and KV heads for ``mixer`` ``"global"``."""
+    part = _norm(dense, "attn", *ones) + _post_norm(dense, "attn") \
+        + _part(dense, "attn", ATTENTION_KEYS)
+    if mixer == "attention":
+        return part
+    return [Term(term.key, as_global(term.expr), term.description + " (global layer)",
+                 term.source, label=term.label) for term in part]
+
+
+def _post_norm(block: Total, prefix: str) -> list:
+    """The part's post-norm (Gemma's layers: one after the attention, one after the MLP):
+    half of the layer's ``post_norms`` term, none without it [bytes]."""
+    if "post_norms" not in block:
+        return []
+    return [Term(f"{prefix}_post_norm", block["post_norms"].expr / 2, "input and statistics "
+                 "of the part's post-norm (one of a layer's two)", block["post_norms"].source,
+                 label=f"{prefix} post-norm")]
 
 
 _PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
@@ -268,10 +290,6 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
                        shared_block=None) -> None:
     """Raise InvalidValueError for a hybrid layer whose activations memsym does not model."""
     mixer, ffn = kind
-    if mixer == "global":
-        raise InvalidValueError("the activations of global attention layers of their own head "
-                                "width and KV heads (Gemma 4's full-attention layers) are not "
-                                "modelled; their parameters are counted")
     if mixer == "mamba1" or (mixer == "shared" and (shared_block or {}).get("mamba1")):
         # Zamba's Mamba-1 mixers, as transformers' torch path runs them (memsym.terms.mamba1)
         refuse_mamba1(recompute, context_parallel, common, shared_block)
@@ -279,7 +297,8 @@ def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, comm
         _refuse_shared(recompute, context_parallel, common, shared_block)
     elif mixer == "mamba1" and ffn is None:
         pass
-    elif mixer not in ("attention", "mamba", "none", *_PRE_NORM) or ffn not in (None, False, True):
+    elif mixer not in ("attention", "global", "mamba", "none", *_PRE_NORM) \
+            or ffn not in (None, False, True):
         what = {"mamba1": "Mamba-1 mixers (Jamba, Mamba, Falcon-Mamba)",
                 "parallel": "attention and Mamba side by side in one layer (Falcon-H1)",
                 }.get(mixer, f"the layer kind {kind!r}")
@@ -418,7 +437,7 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
 
     * an attention mixer: the attention half of :func:`~memsym.terms.activations.
       layer_activations` (its pre-norm's input and statistics, Q, K, V, the scores or the
-      softmax statistics, the projection input, the dropout mask);
+      softmax statistics, the projection input, the dropout mask); ``"global"``: as_global's;
     * a Mamba-2 mixer: :func:`mamba_layer_activations` and the fused norm's fp32 statistics
       (Transformer Engine's ``LayerNormColumnParallelLinear`` keeps them as for the QKV norm);
       with ``hf_norms`` its pre-norm's fp32 copy and product as the other parts'
@@ -443,8 +462,8 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     Parameters
     ----------
     kind : tuple
-        ``(mixer, ffn)``: mixer ``"attention"``, ``"mamba"``, ``"mamba1"``, ``"shared"``,
-        ``"conv"``, ``"gdn"``, ``"lightning"`` or ``"none"``; ffn None, False or True.
+        ``(mixer, ffn)``: mixer ``"attention"``, ``"global"``, ``"mamba"``, ``"mamba1"``,
+        ``"shared"``, ``"conv"``, ``"gdn"``, ``"lightning"``, ``"none"``; ffn None/False/True.
     recompute : {"none", "selective", "full"}
     modules : sequence of str, optional
         Megatron's ``--recompute-modules`` under selective recompute.
@@ -497,9 +516,9 @@ def hybrid_layer_activations(kind: tuple, *, recompute: str = "none", modules=No
     plain = layer_activations(**common)       # one norm's share: half of its two norms' terms
     ones = [_half(plain, k) for k in ("norm_statistics", "norm_fp32_output", "norm_fp32_input")]
     terms: list = []
-    if mixer == "attention":
-        dense = layer_activations(recompute=recompute, modules=modules, **common)
-        terms += _norm(dense, "attn", *ones) + _part(dense, "attn", ATTENTION_KEYS)
+    if mixer in ("attention", "global"):
+        terms += _attention_part(mixer, layer_activations(recompute=recompute, modules=modules,
+                                                          **common), ones)
     terms += _mixer_terms(mixer, common, gated_norm, (ones, plain), shared_block)
     if ffn is not None:
         terms += _ffn_part(layer_activations(recompute=recompute, modules=modules, moe=ffn,

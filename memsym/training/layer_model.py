@@ -31,6 +31,7 @@ from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.hf_moe_routing import HF_ROUTERS, hf_routing_indices
+from ..terms.global_attention import as_global
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.peft_lora import peft_expert_weights, peft_frozen_base, peft_lora_activations
@@ -152,24 +153,30 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
                                  modules=mods if mode == "selective" else None,
                                  compiled=training.memory.compiled_model, **common)
 
+    own_norms = _own_norms(x, sp_on, training)
+    # Gemma 4 with global layers is a hybrid: its norms go with each attention layer's
+    # add-ons (every Gemma 4 layer holds attention and an MLP), a plain layer's in per_layer
+    hybrid_norms = own_norms if x.layer_mixers is not None else 0
+
     @functools.lru_cache(maxsize=None)   # (kind, mode): a handful per layer model
     def addons(kind: tuple, mode: str = recompute) -> sp.Expr:
         # a layer's add-ons, its attention mixer's and its MLP's or MoE's: a plain layer is
         # ("attention", moe), a hybrid layer any (mixer, ffn) (memsym.terms.mamba); another
-        # mixer's own terms hold what its module keeps (a shared block's too)
+        # mixer's own terms hold what its module keeps (a shared block's too); a global
+        # attention layer's at its own head width and KV heads
         mixer, ffn = kind
         layer = layer_of(bool(ffn), mode)
-        return (attention_side(layer, mode) if mixer == "attention" else 0) \
+        att = attention_side(layer, mode) + (hybrid_norms if mode != "full" else 0) \
+            if mixer in ("attention", "global") else 0
+        return (as_global(att) if mixer == "global" else att) \
             + (ffn_side(layer, bool(ffn), mode) if ffn is not None else 0)
-
-    own_norms = _own_norms(x, sp_on, training)
 
     @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
         # autocast's excess is the whole layer's (norms, residual): AUTOCAST_LAYERS holds no
         # hybrid model type, which job_checks_hf.check_autocast refuses, so addons has none;
-        # Gemma 4's norms likewise (a transformer: no hybrid kinds), none kept under full
-        # recompute, which keeps the layer's input alone
+        # Gemma 4's norms here for a plain Gemma 4 (in addons where it has global layers),
+        # none kept under full recompute, which keeps the layer's input alone
         return layer_of(moe, mode).expr + addons(("attention", moe), mode) \
             + autocast.get(mode, 0) + (own_norms if mode != "full" else 0)
 
