@@ -14,8 +14,7 @@ from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable
 
 __all__ = ["check_peft_variants", "check_expert_params_alone", "check_torch_ddp",
-           "check_autocast", "check_chunked_loss", "check_gemma4_moe", "check_global_layers",
-           "check_gemma4"]
+           "check_autocast", "check_chunked_loss", "check_gemma4_moe"]
 
 
 def check_peft_variants(training: Training, x=None) -> None:
@@ -191,21 +190,3 @@ def check_gemma4_moe(x, training: Training) -> None:
                                 "router and dense MLP each read their own norm): framework "
                                 f"{training.framework} runs that code; a Megatron framework's "
                                 "layer of the same shapes is counted")
-
-
-def check_global_layers(x) -> None:
-    """Global attention layers without v_proj (Gemma 4's ``attention_k_eq_v``: the keys'
-    projection serves as the values, ``Gemma4TextAttention.forward``, transformers 5.25.0
-    ``modeling_gemma4.py``) keep one tensor for both, which memsym's attention terms, of a K
-    and a V, do not say: their activations are refused in one line (their parameters are
-    counted)."""
-    if x.layer_mixers is not None and "global" in x.layer_mixers and not x.global_v_proj:
-        raise InvalidValueError("the activations of Gemma 4's attention_k_eq_v layers (keys "
-                                "used as values, no v_proj) are not modelled; their "
-                                "parameters are counted")
-
-
-def check_gemma4(x, training: Training) -> None:
-    """Gemma 4's checks: :func:`check_gemma4_moe` and :func:`check_global_layers`."""
-    check_gemma4_moe(x, training)
-    check_global_layers(x)

@@ -138,7 +138,8 @@ def test_a_vision_language_file_says_what_it_counts(tmp_path):
 
 def test_an_estimate_runs(tmp_path, capsys):
     # the memory terms follow from the shapes: the MoE layers' estimate runs end to end
-    for cfg in (_TEXT, {**_TEXT, **_MOE}, SMALL["gemma4-text-per-layer-kv"]):
+    for cfg in (_TEXT, {**_TEXT, **_MOE}, SMALL["gemma4-text-per-layer-kv"],
+                SMALL["gemma4-text-k-eq-v-global-kv"]):
         path = write_config(tmp_path, cfg, f"e{len(cfg)}")
         code, out, err = estimate(capsys, str(path), "--gpu", "h100-80gb", "--seq-length",
                                   "64", "--micro-batch-size", "1")
@@ -347,14 +348,13 @@ def test_the_moe_block_under_transformers_code_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("case,extra,words", [
-    ("gemma4-text-k-eq-v-global-kv", (), "the activations of Gemma 4's attention_k_eq_v"),
     ("gemma4-text-per-layer-kv", ("--optimizer", "muon"), "optimizer muon on a hybrid model"),
     ("gemma4-text-per-layer-kv", ("--tp", "2"),
      "t=2 must divide the global attention layers' KV heads"),
 ])
 def test_what_a_global_layer_lacks_is_refused_in_one_line(tmp_path, capsys, case, extra, words):
-    # its parameters are counted (above); the activations of keys used as values and Muon of
-    # its layers are not, nor a tensor-parallel split of its one KV head
+    # its parameters and activations are counted (above); Muon of its layers is not, nor a
+    # tensor-parallel split of its one KV head
     path = write_config(tmp_path, SMALL[case])
     err = refused_line(capsys, ["estimate", str(path), "--gpu", "h100-80gb", "--seq-length",
                                 "64", "--micro-batch-size", "1", *extra])
@@ -408,7 +408,8 @@ def test_global_layers_of_the_models_shapes_keep_what_its_layers_keep(tmp_path, 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("shape", _SHAPES)
-def test_a_global_decoder_layer_is_memsym_plus_named_differences(shape):
+@pytest.mark.parametrize("k_eq_v", [False, True])
+def test_a_global_decoder_layer_is_memsym_plus_named_differences(shape, k_eq_v):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from transformers.models.gemma4 import modeling_gemma4 as g4
@@ -418,19 +419,23 @@ def test_a_global_decoder_layer_is_memsym_plus_named_differences(shape):
     from memsym.terms.global_attention import as_global
     from memsym.terms.mamba import hybrid_layer_activations
 
-    # a full-attention layer of twice the sliding layers' head width and, through
-    # per_layer_config, one KV head: Gemma4TextDecoderLayer against memsym's global layer
+    # a full-attention layer of twice the sliding layers' head width and one KV head (through
+    # per_layer_config, or attention_k_eq_v's num_global_key_value_heads without v_proj, its
+    # keys' projection read by v_norm as by k_norm, each norm keeping its own fp32 copy):
+    # Gemma4TextDecoderLayer against memsym's global layer
     s_, b_, a_, g_, d_, f_ = shape
+    heads = (dict(attention_k_eq_v=True, num_global_key_value_heads=1) if k_eq_v else
+             dict(per_layer_config={"1": {"head_dim": 2 * d_, "num_key_value_heads": 1}}))
     conf = transformers.Gemma4TextConfig(
         hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
         global_head_dim=2 * d_, intermediate_size=f_, num_hidden_layers=2, vocab_size=16,
         max_position_embeddings=64, layer_types=["sliding_attention", "full_attention"],
-        hidden_size_per_layer_input=0, vocab_size_per_layer_input=16,
-        per_layer_config={"1": {"head_dim": 2 * d_, "num_key_value_heads": 1}})
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=16, **heads)
     conf._attn_implementation = "sdpa"
     torch.manual_seed(0)
     layer = g4.Gemma4TextDecoderLayer(conf, 1).to(torch.bfloat16)
     assert layer.self_attn.head_dim == 2 * d_ and layer.self_attn.k_proj.out_features == 2 * d_
+    assert (layer.self_attn.v_proj is None) == k_eq_v
     rope = g4.Gemma4TextRotaryEmbedding(conf)
     x = torch.randn(b_, s_, a_ * d_, dtype=torch.bfloat16, requires_grad=True)
     pos = torch.arange(s_)[None].expand(b_, s_)
