@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UnknownNameError
-from ..terms.hf_moe_routing import HF_ROUTERS
+from ..terms.hf_moe_routing import HF_GROUPED_ROUTERS, HF_ROUTERS
 from .architecture import Architecture, printable, resolve
 from .hf_classic import CLASSIC_READERS
 from .hf_decoders import DECODER_DEFAULTS, read_llama4, read_llama_like
@@ -402,6 +402,13 @@ def _router_fields(c: ConfigFields, mtype: str) -> dict:
     # configuration_olmoe.py:82)
     if HF_ROUTERS.get(mtype, (True,))[0] is None:
         return {"hf_norm_topk_prob": c.bool("norm_topk_prob", False)}
+    if mtype in HF_GROUPED_ROUTERS:
+        # the grouped sigmoid routers: their groups and their config class's own default
+        # (memsym.terms.hf_moe_routing.HF_GROUPED_ROUTERS; n_group, topk_group default 1,
+        # configuration_glm4_moe.py:108-109, configuration_dots1.py:89-90)
+        return {"hf_norm_topk_prob": c.bool("norm_topk_prob", HF_GROUPED_ROUTERS[mtype]),
+                "hf_n_group": c.int("n_group", 1, null=1),
+                "hf_topk_group": c.int("topk_group", 1, null=1)}
     return {}
 
 

@@ -42,6 +42,8 @@ FIELD_LIMITS = {
     "num_shared_experts": "num_experts", "num_dense_layers": "num_layers",
     "index_topk_freq": "num_layers", "index_skip_topk_offset": "num_layers",
     "num_experts_per_tok": "moe_router_topk", "experts_per_token": "moe_router_topk",
+    # a grouped router's expert groups and the groups a token keeps: at most the experts
+    "n_group": "num_experts", "topk_group": "num_experts",
     "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
     "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
     "v_head_dim": "v_head_dim", "num_nextn_predict_layers": "mtp_num_layers",

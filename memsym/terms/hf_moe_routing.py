@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import E, k
+from ..symbols import E, h, k
 from ..term import Source, Term
 from .transformer_layer import token_split
 
-__all__ = ["HF_ROUTERS", "hf_routing_indices"]
+__all__ = ["HF_FP32_ROUTER_WEIGHT", "HF_GROUPED_ROUTERS", "HF_ROUTERS", "HF_SHARED_GATES",
+           "hf_grouped_router", "hf_router_casts", "hf_routing_indices", "hf_shared_gate"]
 
 #: transformers ``model_type`` -> (the router normalises its top-k weights: True, or None
 #: where ``config.norm_topk_prob`` says; the sorted weights stay fp32): the MoE families
@@ -55,9 +56,31 @@ __all__ = ["HF_ROUTERS", "hf_routing_indices"]
 #: ``modeling_qwen2_moe.py:320-329``, OLMoE ``modeling_olmoe.py:327-336`` (``norm_topk_prob``,
 #: then ``.to(router_logits.dtype)``); Mixtral ``modeling_mixtral.py:104-111`` (always
 #: normalised, left in fp32).  Other families (DeepSeek's grouped sigmoid router, GPT-OSS's
-#: top-k then softmax) keep other tensors and are not counted.
+#: top-k then softmax) keep other tensors and are not counted.  HunYuan-MoE's
+#: ``HunYuanMoEV1Gate`` (``modeling_hunyuan_v1_moe.py:234-242``) is the same: softmax, topk,
+#: always normalised, cast back to the logits' dtype.
 HF_ROUTERS = {"qwen3_moe": (None, False), "qwen2_moe": (None, False), "olmoe": (None, False),
-              "mixtral": (True, True)}
+              "mixtral": (True, True), "hunyuan_v1_moe": (True, False)}
+
+#: transformers ``model_type`` -> its config class's default ``norm_topk_prob``: DeepSeek-V3's
+#: grouped sigmoid router with ``e_score_correction_bias`` (``Glm4MoeTopkRouter``
+#: ``modeling_glm4_moe.py:282-306``; ``Dots1TopkRouter`` ``modeling_dots1.py:284-309``;
+#: ``SolarOpenTopkRouter`` ``modeling_solar_open.py:115-140``; ``ExaoneMoeTopkRouter``
+#: ``modeling_exaone_moe.py:241-266``), whose defaults are ``configuration_glm4_moe.py:111``,
+#: ``configuration_dots1.py:93``, ``configuration_solar_open.py:81``,
+#: ``configuration_exaone_moe.py:117``.
+HF_GROUPED_ROUTERS = {"glm4_moe": True, "dots1": False, "solar_open": True, "exaone_moe": True}
+
+#: The types whose router weight stays fp32 under a 16-bit load (``_keep_in_fp32_modules_strict
+#: = [..., "gate.weight"]``, ``modeling_glm4_moe.py:460``, ``modeling_dots1.py:442``,
+#: ``modeling_solar_open.py:383``, ``modeling_exaone_moe.py:396``; HunYuan's
+#: ``nn.Linear(..., dtype=torch.float32)``, ``modeling_hunyuan_v1_moe.py:232``) and whose router
+#: casts its input to fp32 first (``hidden_states.type(torch.float32)``, ``.float()`` :236-237).
+HF_FP32_ROUTER_WEIGHT = frozenset(HF_GROUPED_ROUTERS) | {"hunyuan_v1_moe"}
+
+#: The types whose shared expert's output is scaled by a sigmoid gate of one output
+#: (``Qwen2MoeSparseMoeBlock``, ``modeling_qwen2_moe.py:335,347``).
+HF_SHARED_GATES = frozenset({"qwen2_moe"})
 
 _SOURCE = Source("hf-transformers-5-25",
                  "integrations/moe.py:424-533 (grouped_mm_experts_forward: sort at :440, "
@@ -70,14 +93,14 @@ _SOURCE = Source("hf-transformers-5-25",
 
 
 def hf_routing_indices(routed: bool = True, *, normalized: bool = True,
-                       weight_width: int = 2) -> Term:
+                       weight_width: int = 2, norm_width: int = 4) -> Term:
     r"""The routing tensors transformers' MoE block keeps beyond torchtitan's [bytes per layer].
 
     Per MoE layer and micro-batch, :math:`\tau = sb/c`:
 
     .. math::
 
-        32\tau k + [\text{normalized}]\,(4\tau k + 4\tau) + w_r \tau k + 4E
+        32\tau k + [\text{normalized}]\,w_n(\tau k + \tau) + w_r \tau k + 4E
 
     four int64 index tensors of :math:`\tau k` entries (``topk``'s indices, ``perm``,
     ``perm // k``, ``inv_perm``), the fp32 top-k weights and their sum kept by
@@ -94,6 +117,10 @@ def hf_routing_indices(routed: bool = True, *, normalized: bool = True,
     weight_width : {2, 4}
         Bytes of a sorted routing weight: the compute dtype's where the router casts the
         weights back (Qwen2/3-MoE, OLMoE), 4 where they stay fp32 (Mixtral) [bytes/element].
+    norm_width : {2, 4}
+        Bytes of the kept top-k weights and their sum: 4 where the softmax gives fp32
+        (``dtype=torch.float``), the compute dtype's where a sigmoid of autocast's 16-bit
+        logits gives them (:func:`hf_grouped_router`) [bytes/element].
 
     Examples
     --------
@@ -121,7 +148,153 @@ def hf_routing_indices(routed: bool = True, *, normalized: bool = True,
         expr = sp.Integer(0)
     else:
         expr = (32 + weight_width) * tok * k + 4 * E \
-            + ((4 * tok * k + 4 * tok) if normalized else 0)
+            + ((norm_width * tok * k + norm_width * tok) if normalized else 0)
     return Term("hf_routing_indices", expr, "the index tensors, top-k weights and expert offsets "
                 "transformers' MoE routing keeps (grouped_mm path)", _SOURCE,
                 label="transformers MoE routing")
+
+
+_GROUPED = Source("hf-transformers-5-25",
+                  "models/glm4_moe/modeling_glm4_moe.py:282-306 (Glm4MoeTopkRouter: sigmoid "
+                  ":285, group top-2 :289, group top-k :292, masked_fill :300, topk :301, "
+                  "gather :302, norm_topk_prob's in-place division :305); the same lines in "
+                  "models/dots1/modeling_dots1.py:284-309, "
+                  "models/solar_open/modeling_solar_open.py:115-140, "
+                  "models/exaone_moe/modeling_exaone_moe.py:241-266")
+
+
+def hf_grouped_router(routed: bool = True, *, groups: int = 1, topk_groups: int = 1,
+                      normalized: bool = True, width: int = 2) -> Term:
+    r"""DeepSeek-V3's grouped sigmoid router in transformers, beyond its scores [bytes per layer].
+
+    What the router keeps, as transformers runs it, beyond torchtitan's router scores.
+
+    ``router_logits.sigmoid()`` of autocast's 16-bit logits keeps its output in the compute
+    dtype, :math:`w\tau E` where memsym's router term counts :math:`4\tau E`; the group
+    top-2 (``view(-1, G, E // G).topk(2)``) keeps its int64 indices, :math:`16\tau G`; the
+    top-k of the group scores its indices, :math:`8\tau g_k`; ``masked_fill`` its bool mask,
+    :math:`\tau E`; and the routing of :func:`hf_routing_indices`, whose top-k weights
+    (``scores.gather``, the division by their sum) are in the compute dtype too:
+
+    .. math::
+
+        (w - 3)\tau E + 16\tau G + 8\tau g_k + (32 + w)\tau k
+        + [\text{normalized}]\,w(\tau k + \tau) + 4E
+
+    Parameters
+    ----------
+    routed : bool
+        The layer is an MoE layer of transformers' model code on the ``grouped_mm`` path;
+        False: 0.
+    groups : int
+        ``n_group``, G [1].
+    topk_groups : int
+        ``topk_group``, the groups each token keeps, :math:`g_k` [1].
+    normalized : bool
+        ``norm_topk_prob``.
+    width : {2, 4}
+        The compute dtype's bytes [bytes/element].
+
+    Examples
+    --------
+    GLM-4.5's MoE layer (160 experts, top-8, one group) at s = 4096, b = 1, in bf16:
+
+    >>> t = hf_grouped_router().evaluate(s=4096, b=1, c=1, k=8, E=160)
+    >>> t == -160 * 4096 + 16 * 4096 + 8 * 4096 + 36 * 4096 * 8 + 2 * 4096 + 4 * 160
+    True
+    >>> hf_grouped_router(False).expr
+    0
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0
+       ``models/glm4_moe/modeling_glm4_moe.py:282-306`` (``Glm4MoeTopkRouter``),
+       ``integrations/moe.py:424-533`` (``grouped_mm_experts_forward``).
+    """
+    tok, _ = token_split(False)
+    if not routed:
+        return Term("hf_grouped_router", sp.Integer(0), "", _GROUPED)
+    expr = (width - 3) * tok * E + 16 * tok * groups + 8 * tok * topk_groups \
+        + hf_routing_indices(normalized=normalized, weight_width=width,
+                             norm_width=width).expr
+    return Term("hf_grouped_router", expr, "the grouped sigmoid router's scores, group top-k "
+                "indices and mask, and the routing transformers keeps (grouped_mm path)",
+                _GROUPED, label="transformers grouped router")
+
+
+def hf_router_casts(cast: bool = True) -> Term:
+    r"""Autocast's 16-bit casts of an fp32 router's input and weight [bytes per layer].
+
+    A router whose weight stays fp32 under a 16-bit load and which casts its input to fp32
+    (``F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))``, or
+    HunYuan's ``hidden_states.float()``) runs, under autocast, on casts of both back to the
+    16-bit dtype, which the linear keeps for its gradients: :math:`2\tau h + 2Eh` beside the
+    layer's own MoE input (kept by the shared expert).
+
+    .. math::
+
+        2\tau h + 2Eh
+
+    Parameters
+    ----------
+    cast : bool
+        A 16-bit autocast compute dtype and a type of :data:`HF_FP32_ROUTER_WEIGHT`; False: 0
+        (in fp32 the casts return their input).
+
+    Examples
+    --------
+    >>> t = hf_router_casts().evaluate(s=4096, b=1, c=1, h=5120, E=160)
+    >>> t == 2 * 4096 * 5120 + 2 * 160 * 5120
+    True
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/glm4_moe/modeling_glm4_moe.py:284,
+       460``, ``models/hunyuan_v1_moe/modeling_hunyuan_v1_moe.py:232-238``.
+    """
+    tok, _ = token_split(False)
+    return Term("hf_router_casts", 2 * tok * h + 2 * E * h if cast else sp.Integer(0),
+                "autocast's 16-bit casts of the fp32 router's input and weight",
+                Source("hf-transformers-5-25",
+                       "models/glm4_moe/modeling_glm4_moe.py:284 (fp32 input and weight), :460 "
+                       "(_keep_in_fp32_modules_strict gate.weight); "
+                       "models/hunyuan_v1_moe/modeling_hunyuan_v1_moe.py:232 (fp32 wg), "
+                       ":236-238 (.float() input)"), label="transformers router casts")
+
+
+def hf_shared_gate(gated: bool = True, width: int = 2) -> Term:
+    r"""Qwen2-MoE's sigmoid gate on the shared expert's output [bytes per layer].
+
+    ``F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output`` keeps the sigmoid's output
+    (one value a token, kept by the sigmoid and the product) and the shared expert's output
+    (kept by the product): :math:`w\tau + w\tau h`.  The gate's input is the block's own input,
+    already kept.
+
+    .. math::
+
+        w\tau (h + 1)
+
+    Parameters
+    ----------
+    gated : bool
+        A type of :data:`HF_SHARED_GATES`; False: 0.
+    width : {2, 4}
+        The compute dtype's bytes [bytes/element].
+
+    Examples
+    --------
+    >>> hf_shared_gate().evaluate(s=4096, b=1, c=1, h=2048) == 2 * 4096 * 2049
+    True
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0
+       ``models/qwen2_moe/modeling_qwen2_moe.py:335,347`` (``Qwen2MoeSparseMoeBlock``).
+    """
+    tok, _ = token_split(False)
+    return Term("hf_shared_gate", width * tok * (h + 1) if gated else sp.Integer(0),
+                "the shared expert's output and its sigmoid gate, kept by their product",
+                Source("hf-transformers-5-25",
+                       "models/qwen2_moe/modeling_qwen2_moe.py:335 (shared_expert_gate), :347 "
+                       "(F.sigmoid(gate) * shared_expert_output)"),
+                label="transformers shared-expert gate")

@@ -30,8 +30,10 @@ from ..terms.context_parallel import a2a_attention_output
 from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
-from ..terms.hf_moe_routing import HF_ROUTERS, hf_routing_indices
 from ..terms.global_attention import as_global
+from ..terms.hf_moe_routing import (HF_FP32_ROUTER_WEIGHT, HF_GROUPED_ROUTERS, HF_ROUTERS,
+                                    HF_SHARED_GATES, hf_grouped_router, hf_router_casts,
+                                    hf_routing_indices, hf_shared_gate)
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.peft_lora import peft_expert_weights, peft_frozen_base, peft_lora_activations
@@ -381,13 +383,26 @@ def peft_adapters_cast(training: Training) -> bool:
 # --- transformers' own MoE routing (memsym.terms.hf_moe_routing) ---------------------------
 def _hf_routing(x, training: Training, width: int) -> sp.Expr:
     """What an MoE layer of transformers' model code keeps for its routing beyond torchtitan's
-    router (its top-k indices, sort permutations, top-k weights, grouped_mm offsets), for the
-    model types whose router was derived and measured (HF_ROUTERS); 0 otherwise.  With full
-    recompute the block keeps only its input: counted at recompute none only."""
+    router (its top-k indices, sort permutations, top-k weights, grouped_mm offsets; a grouped
+    sigmoid router's group indices and mask; autocast's casts of an fp32 router; Qwen2-MoE's
+    shared-expert gate), for the model types whose router was derived and measured
+    (HF_ROUTERS, HF_GROUPED_ROUTERS); 0 otherwise.  With full recompute the block keeps only
+    its input: counted at recompute none only."""
     if not (x.num_experts and framework_record(training.framework).hf_model_code):
         return sp.Integer(0)
     extra = x.extra or {}
-    router = HF_ROUTERS.get(extra.get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name))
+    mtype = extra.get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name)
+    # the fp32 router's input and weight cast back by autocast; none in fp32
+    casts = hf_router_casts(mtype in HF_FP32_ROUTER_WEIGHT and width != 4).expr
+    gate = hf_shared_gate(mtype in HF_SHARED_GATES, width).expr
+    if mtype in HF_GROUPED_ROUTERS:
+        # a config.json read gives them (memsym.model.hf_config); a preset: one group, and
+        # the config class's default norm_topk_prob
+        return casts + gate + hf_grouped_router(
+            groups=int(extra.get("hf_n_group", 1)), topk_groups=int(extra.get("hf_topk_group", 1)),
+            normalized=bool(extra.get("hf_norm_topk_prob", HF_GROUPED_ROUTERS[mtype])),
+            width=width).expr
+    router = HF_ROUTERS.get(mtype)
     if router is None:
         return sp.Integer(0)
     normalized, fp32_weights = router
@@ -395,5 +410,5 @@ def _hf_routing(x, training: Training, width: int) -> sp.Expr:
         # a config.json read says (memsym.model.hf_config); the Qwen3-MoE presets' published
         # config.json (Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B) set norm_topk_prob true
         normalized = bool(extra.get("hf_norm_topk_prob", True))
-    return hf_routing_indices(normalized=normalized,
-                              weight_width=4 if fp32_weights else width).expr
+    return casts + gate + hf_routing_indices(normalized=normalized,
+                                             weight_width=4 if fp32_weights else width).expr
