@@ -68,8 +68,15 @@ HF_ROUTERS = {"qwen3_moe": (None, False), "qwen2_moe": (None, False), "olmoe": (
 #: ``SolarOpenTopkRouter`` ``modeling_solar_open.py:115-140``; ``ExaoneMoeTopkRouter``
 #: ``modeling_exaone_moe.py:241-266``), whose defaults are ``configuration_glm4_moe.py:111``,
 #: ``configuration_dots1.py:93``, ``configuration_solar_open.py:81``,
-#: ``configuration_exaone_moe.py:117``.
-HF_GROUPED_ROUTERS = {"glm4_moe": True, "dots1": False, "solar_open": True, "exaone_moe": True}
+#: ``configuration_exaone_moe.py:117``; and the MLA types' copies of it
+#: (``DeepseekV3TopkRouter`` ``modeling_deepseek_v3.py:132-157``, ``Glm4MoeLiteTopkRouter``
+#: ``modeling_glm4_moe_lite.py:372-397``, ``DeepseekV32TopkRouter``
+#: ``modeling_deepseek_v32.py:495-520``, ``GlmMoeDsaTopkRouter``
+#: ``modeling_glm_moe_dsa.py:468-493``; ``norm_topk_prob`` True by default in each
+#: configuration file).
+HF_GROUPED_ROUTERS = {"glm4_moe": True, "dots1": False, "solar_open": True, "exaone_moe": True,
+                      "deepseek_v3": True, "glm4_moe_lite": True, "deepseek_v32": True,
+                      "glm_moe_dsa": True}
 
 #: The types whose router weight stays fp32 under a 16-bit load (``_keep_in_fp32_modules_strict
 #: = [..., "gate.weight"]``, ``modeling_glm4_moe.py:460``, ``modeling_dots1.py:442``,
