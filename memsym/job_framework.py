@@ -116,13 +116,16 @@ def framework_dropout(framework: str, dropout=None, arch=None):
         return False, (None if dropout is not None
                        else f"dropout off: {fw.title}'s models have no dropout layers")
     # a config.json's own, else a preset's class's (by name: a resized preset keeps its class)
-    probs = None if arch is None else ((arch.extra or {}).get("hf_dropout")
-                                       or preset_dropout(arch.name))
+    # (an empty reading is a model with no dropout at all, ERNIE-4.5's: not "unknown")
+    probs = None if arch is None else (arch.extra or {}).get("hf_dropout")
+    if probs is None and arch is not None:
+        probs = preset_dropout(arch.name)
     if dropout is None and fw.hf_model_code and probs is not None:
         on = any(p_ > 0 for p_ in probs.values())
         shown = ", ".join(f"{k} {v:g}" for k, v in probs.items())
         return on, (f"dropout {'on' if on else 'off'}: {fw.title} runs the transformers model, "
-                    f"whose config.json sets {shown}")
+                    + (f"whose config.json sets {shown}" if shown else
+                       "whose modeling code has no dropout"))
     if dropout is None and fw.hf_model_code:
         return None, ("dropout masks counted as Megatron's 0.1 defaults: DeepSpeed runs the "
                       "model's own code (give the model as its config.json to take its "

@@ -28,7 +28,8 @@ _KEYS = {"qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_s
          "dots1": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
          "solar_open": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
          "exaone_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-         "hunyuan_v1_moe": ("num_experts", "moe_topk", "intermediate_size")}
+         "hunyuan_v1_moe": ("num_experts", "moe_topk", "intermediate_size"),
+         "ernie4_5_moe": ("moe_num_experts", "moe_k", "moe_intermediate_size")}
 _GROUPED = ("glm4_moe", "dots1", "solar_open", "exaone_moe", "deepseek_v3", "glm4_moe_lite",
             "deepseek_v32", "glm_moe_dsa")
 _MLA = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
@@ -50,6 +51,8 @@ def _config(case: str, shape, more: int, **changes) -> dict:
     elif "norm_topk_prob" in extra:
         cfg["norm_topk_prob"] = extra["norm_topk_prob"]
     cfg["num_hidden_layers"] += more
+    if case == "ernie4_5_moe":
+        cfg["moe_layer_end_index"] = cfg["num_hidden_layers"] - 1   # the added layer MoE too
     return {"model_type": case, **cfg}
 
 
@@ -95,7 +98,7 @@ def _layer(capsys, tmp_path, case: str, shape, **changes) -> tuple:
 @needs_peft
 @pytest.mark.parametrize("shape", SHAPES, ids=["tau40-h64-E4-k2", "tau48-h96-E8-k3-G2",
                                                "tau28-h32-E6-k1-G3"])
-@pytest.mark.parametrize("case", sorted(set(_KEYS) - {"glm4_moe", *_MLA}))
+@pytest.mark.parametrize("case", sorted(set(_KEYS) - {"glm4_moe", "ernie4_5_moe", *_MLA}))
 def test_moe_layer_keeps_what_memsym_counts(capsys, tmp_path, case, shape):
     """One MoE layer's saved bytes in full training equal memsym's per-layer activations of
     the TRL job, exactly, at every shape: the polynomial in tau, h, E, k, f_e (and G, g_k)."""
@@ -131,6 +134,32 @@ def test_glm4_moe_router_exact_less_the_attention_copy(capsys, tmp_path, shape):
 def test_glm4_moe_layer_exact(capsys, tmp_path):
     """The whole glm4_moe layer, measured at the first shape (gap 5,120 B)."""
     measured, counted = _layer(capsys, tmp_path, "glm4_moe", SHAPES[0])
+    assert measured == counted
+
+
+#: ERNIE-4.5's rotary (apply_rotary_pos_emb, modeling_ernie4_5_moe.py:161-162) repeats the
+#: fp32 cos and sin per layer: two (1, 1, s, d_h) fp32 tensors kept by the products (:164-165),
+#: 8 s d_h bytes a layer that memsym does not count (independent of the batch and the MoE)
+_ERNIE_GAP = "8 s d_h: ERNIE-4.5's per-layer fp32 repeat_interleave of cos and sin"
+
+
+@needs_peft
+@pytest.mark.parametrize("shape", SHAPES, ids=["tau40-h64-E4-k2", "tau48-h96-E8-k3",
+                                               "tau28-h32-E6-k1"])
+def test_ernie_router_exact_less_the_rotary_copies(capsys, tmp_path, shape):
+    """ERNIE-4.5-MoE: its fp32 router outside autocast exact (memsym.terms.hf_moe_routing.
+    hf_uncast_router), the layer exceeding memsym's by the rotary's copies alone, by hand
+    8 s d_h (d_h = h / 4 heads), at every shape."""
+    measured, counted = _layer(capsys, tmp_path, "ernie4_5_moe", shape)
+    _, seq, h = shape[:3]
+    assert measured - counted == 8 * seq * (h // SHARED["ernie4_5_moe"][0]["num_attention_heads"])
+
+
+@needs_peft
+@pytest.mark.xfail(strict=True, reason=f"measured gap {_ERNIE_GAP}, not counted by memsym")
+def test_ernie_layer_exact(capsys, tmp_path):
+    """The whole ERNIE-4.5-MoE layer at the first shape (gap 2,560 B)."""
+    measured, counted = _layer(capsys, tmp_path, "ernie4_5_moe", SHAPES[0])
     assert measured == counted
 
 

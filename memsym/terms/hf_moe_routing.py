@@ -47,7 +47,8 @@ from ..term import Source, Term
 from .transformer_layer import token_split
 
 __all__ = ["HF_FP32_ROUTER_WEIGHT", "HF_GROUPED_ROUTERS", "HF_ROUTERS", "HF_SHARED_GATES",
-           "hf_grouped_router", "hf_router_casts", "hf_routing_indices", "hf_shared_gate"]
+           "HF_UNCAST_ROUTERS", "hf_grouped_router", "hf_router_casts", "hf_routing_indices",
+           "hf_shared_gate", "hf_uncast_router"]
 
 #: transformers ``model_type`` -> (the router normalises its top-k weights: True, or None
 #: where ``config.norm_topk_prob`` says; the sorted weights stay fp32): the MoE families
@@ -84,6 +85,12 @@ HF_GROUPED_ROUTERS = {"glm4_moe": True, "dots1": False, "solar_open": True, "exa
 #: ``nn.Linear(..., dtype=torch.float32)``, ``modeling_hunyuan_v1_moe.py:232``) and whose router
 #: casts its input to fp32 first (``hidden_states.type(torch.float32)``, ``.float()`` :236-237).
 HF_FP32_ROUTER_WEIGHT = frozenset(HF_GROUPED_ROUTERS) | {"hunyuan_v1_moe"}
+
+#: The types whose router runs outside autocast on fp32 copies: ERNIE-4.5-MoE's
+#: ``Ernie4_5_MoeTopKRouter`` (``modeling_ernie4_5_moe.py:345-357``: ``maybe_autocast(enabled=
+#: False)``, softmax, topk of the biased scores, gather, division by the clamped sum, always;
+#: its fp32 ``gate.weight`` kept, :462).
+HF_UNCAST_ROUTERS = frozenset({"ernie4_5_moe"})
 
 #: The types whose shared expert's output is scaled by a sigmoid gate of one output
 #: (``Qwen2MoeSparseMoeBlock``, ``modeling_qwen2_moe.py:335,347``).
@@ -305,3 +312,44 @@ def hf_shared_gate(gated: bool = True, width: int = 2) -> Term:
                        "models/qwen2_moe/modeling_qwen2_moe.py:335 (shared_expert_gate), :347 "
                        "(F.sigmoid(gate) * shared_expert_output)"),
                 label="transformers shared-expert gate")
+
+
+def hf_uncast_router(cast: bool = True) -> Term:
+    r"""An fp32 router run outside autocast, beyond :func:`hf_routing_indices` [bytes per layer].
+
+    ERNIE-4.5-MoE's router disables autocast and runs ``F.linear(hidden_states.float(),
+    self.weight.float())`` (the weight kept fp32, so its ``.float()`` is itself): the linear
+    keeps the fp32 copy of its 16-bit input, :math:`4\tau h` (none in fp32, where ``.float()``
+    returns its input); ``torch.clamp(sum, min=norm_min)`` keeps the fp32 sum it clamps,
+    :math:`4\tau`, beside the division's numerator and clamped denominator that
+    :func:`hf_routing_indices` counts (``norm_width`` 4).
+
+    .. math::
+
+        [\text{cast}]\,4\tau h + 4\tau
+
+    Parameters
+    ----------
+    cast : bool
+        A 16-bit compute dtype (the input's ``.float()`` a copy).
+
+    Examples
+    --------
+    >>> hf_uncast_router().evaluate(s=4096, b=1, c=1, h=2560) == 4 * 4096 * 2560 + 4 * 4096
+    True
+    >>> hf_uncast_router(False).expr
+    4*b*s/c
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0
+       ``models/ernie4_5_moe/modeling_ernie4_5_moe.py:345-357`` (``Ernie4_5_MoeTopKRouter``).
+    """
+    tok, _ = token_split(False)
+    return Term("hf_uncast_router", (4 * tok * h if cast else 0) + 4 * tok,
+                "the fp32 router's input copy and its clamped sum, outside autocast",
+                Source("hf-transformers-5-25",
+                       "models/ernie4_5_moe/modeling_ernie4_5_moe.py:348 (autocast off), :349 "
+                       "(F.linear of hidden_states.float()), :353-355 (division by "
+                       "torch.clamp(sum, min=norm_min)), :462 (fp32 gate.weight)"),
+                label="transformers fp32 router")

@@ -32,8 +32,9 @@ from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.global_attention import as_global
 from ..terms.hf_moe_routing import (HF_FP32_ROUTER_WEIGHT, HF_GROUPED_ROUTERS, HF_ROUTERS,
-                                    HF_SHARED_GATES, hf_grouped_router, hf_router_casts,
-                                    hf_routing_indices, hf_shared_gate)
+                                    HF_SHARED_GATES, HF_UNCAST_ROUTERS, hf_grouped_router,
+                                    hf_router_casts, hf_routing_indices, hf_shared_gate,
+                                    hf_uncast_router)
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
 from ..terms.peft_lora import peft_expert_weights, peft_frozen_base, peft_lora_activations
@@ -402,6 +403,11 @@ def _hf_routing(x, training: Training, width: int) -> sp.Expr:
             groups=int(extra.get("hf_n_group", 1)), topk_groups=int(extra.get("hf_topk_group", 1)),
             normalized=bool(extra.get("hf_norm_topk_prob", HF_GROUPED_ROUTERS[mtype])),
             width=width).expr
+    if mtype in HF_UNCAST_ROUTERS:
+        # fp32 outside autocast: the top-k weights and their sum fp32, cast to the compute
+        # dtype for the experts
+        return hf_uncast_router(width != 4).expr + hf_routing_indices(
+            weight_width=width, norm_width=4).expr
     router = HF_ROUTERS.get(mtype)
     if router is None:
         return sp.Integer(0)
