@@ -59,9 +59,11 @@ __all__ = ["HF_FP32_ROUTER_WEIGHT", "HF_GROUPED_ROUTERS", "HF_ROUTERS", "HF_SHAR
 #: normalised, left in fp32).  Other families (DeepSeek's grouped sigmoid router, GPT-OSS's
 #: top-k then softmax) keep other tensors and are not counted.  HunYuan-MoE's
 #: ``HunYuanMoEV1Gate`` (``modeling_hunyuan_v1_moe.py:234-242``) is the same: softmax, topk,
-#: always normalised, cast back to the logits' dtype.
+#: always normalised, cast back to the logits' dtype; AFMoE's ``AfmoeTokenChoiceRouter``
+#: (``modeling_afmoe.py:141-153``: a sigmoid of the fp32 logits, topk of the biased scores,
+#: always normalised, left in fp32) keeps what Mixtral's does.
 HF_ROUTERS = {"qwen3_moe": (None, False), "qwen2_moe": (None, False), "olmoe": (None, False),
-              "mixtral": (True, True), "hunyuan_v1_moe": (True, False)}
+              "mixtral": (True, True), "hunyuan_v1_moe": (True, False), "afmoe": (True, True)}
 
 #: transformers ``model_type`` -> its config class's default ``norm_topk_prob``: DeepSeek-V3's
 #: grouped sigmoid router with ``e_score_correction_bias`` (``Glm4MoeTopkRouter``
