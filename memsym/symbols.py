@@ -173,7 +173,7 @@ B_lin = _register("B_lin", r"B_{\mathrm{lin}}", "lightning-attention block size 
 # --- "global" attention layers of their own head sizes (memsym/model/token_mixers.py; Gemma 4) -
 L_glb = _register("L_glb", r"L_{\mathrm{glb}}", "number of global attention layers of their own "
                   "head width and KV heads (Gemma 4's full-attention layers)", "1", "nonnegative")
-d_hg = _register("d_hg", r"d_{\mathrm{head,glb}}", "the global attention layers' head dimension "
+d_hg = _register("d_hg", r"d_{\mathrm{hglb}}", "the global attention layers' head dimension "
                  "(global_head_dim)", "1", "positive integer")
 g_g = _register("g_g", r"g_{\mathrm{glb}}", "the global attention layers' key/value heads "
                 "(num_global_key_value_heads)", "1", "positive integer")

@@ -17,6 +17,7 @@ from .lora_counts import lora_parameter_count
 from .shared_blocks import shared_parameter_parts
 from .presets import preset
 from ..text import shared_doc
+from ..values import as_expr  # library arguments: text refused, never parsed
 
 # ----------------------------------------------------------------------------------------------
 # symbolic parameter counts
@@ -146,7 +147,7 @@ def global_attention_parts(x: Architecture) -> tuple:
         bias_qkv = _attention_bias(x) or x.add_qkv_bias
         tp -= h * g * d_h + (g * d_h if bias_qkv else ZERO)
     shapes = {d_h: d_hg, g: g_g}
-    return sp.expand(tp.xreplace(shapes)), sp.expand(sp.sympify(rep).xreplace(shapes))
+    return sp.expand(tp.xreplace(shapes)), sp.expand(as_expr(rep).xreplace(shapes))
 
 
 def _mlp_parts(x: Architecture, width, io=h):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import d_h, d_hg, g, g_g
+from ..values import as_expr  # library arguments: text refused, never parsed
 
 __all__ = ["GLOBAL_SHAPES", "as_global"]
 
@@ -36,4 +37,4 @@ def as_global(expr) -> sp.Expr:
     >>> as_global(2 * s * b * g * d_h)
     2*b*d_hg*g_g*s
     """
-    return sp.sympify(expr).xreplace(GLOBAL_SHAPES)
+    return as_expr(expr).xreplace(GLOBAL_SHAPES)
