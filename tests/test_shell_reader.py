@@ -85,8 +85,9 @@ def test_here_string_cli(tmp_path, capsys):
 def _seconds(text):
     # CPU seconds of this process, with the cyclic collector off while it parses: a
     # collection that lands in one parse and not the other skews the ratio (the bound of 24
-    # once failed on a loaded machine)
-    gc.collect()
+    # once failed on a loaded machine).  Disabled, not collected first: late in a suite's
+    # worker a full collection walks every live object (0.3 s each after two other files, six
+    # per test) and changes nothing the parse's own CPU time measures
     gc.disable()
     try:
         t = time.process_time()
