@@ -21,6 +21,7 @@ when an entry no longer occurs, so a fix removes its line.  The goal is four emp
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import sys
 from dataclasses import dataclass
@@ -170,7 +171,11 @@ def import_edges() -> list[Edge]:
     return edges
 
 
-EDGES = import_edges()
+@functools.lru_cache(maxsize=None)
+def edges() -> tuple[Edge, ...]:
+    """:func:`import_edges`, built once in the worker that runs these tests (not at collection,
+    which every pytest-xdist worker repeats)."""
+    return tuple(import_edges())
 
 
 def layer_of(module: str) -> int:
@@ -234,14 +239,14 @@ def _pair(e: Edge) -> str:
 
 def _found() -> dict[str, set[str]]:
     """The live violations of each rule, in the allow-lists' spelling."""
-    cycles = _cycles(EDGES)
+    cycles = _cycles(edges())
     return {
-        "CYCLE_EDGES": {_pair(e) for e in EDGES
+        "CYCLE_EDGES": {_pair(e) for e in edges()
                         if any(e.source in comp and e.target in comp for comp in cycles)},
-        "UPWARD": {_pair(e) for e in EDGES if layer_of(e.target) > layer_of(e.source)},
-        "LOCAL": {_pair(e) for e in EDGES if e.local and e.source != e.target
+        "UPWARD": {_pair(e) for e in edges() if layer_of(e.target) > layer_of(e.source)},
+        "LOCAL": {_pair(e) for e in edges() if e.local and e.source != e.target
                   and layer_of(e.source) != layer_of("memsym.cli")},
-        "PRIVATE": {f"{_pair(e)}.{e.name}" for e in EDGES if e.name and e.source != e.target
+        "PRIVATE": {f"{_pair(e)}.{e.name}" for e in edges() if e.name and e.source != e.target
                     and e.name.startswith("_") and not e.name.startswith("__")},
     }
 
@@ -321,10 +326,10 @@ def test_the_third_party_check_sees_local_imports():
 def test_the_collector_sees_relative_absolute_and_local_imports():
     """The graph builder finds what the rules are about (so an empty graph cannot pass)."""
     assert len(MODULES) > 50
-    found = {(e.source, e.target) for e in EDGES}
+    found = {(e.source, e.target) for e in edges()}
     assert ("memsym.__main__", "memsym.cli") in found           # absolute/relative, module level
     assert ("memsym.term", "memsym.values") in found            # from .values import ...
-    assert any(e.local for e in EDGES if e.source.startswith("memsym.cli"))  # inside functions
+    assert any(e.local for e in edges() if e.source.startswith("memsym.cli"))  # inside functions
     tree = ast.parse("def f():\n    from ..model import stages as s, resolve\n")
     collector = _Collector("memsym.terms.model_state")
     collector.visit(tree)
@@ -340,7 +345,7 @@ def test_every_module_has_a_layer():
 def test_no_import_cycle():
     """(a) Without the allowed closing edges, the graph (function-level imports counted) is
     acyclic."""
-    kept = [e for e in EDGES if _pair(e) not in CYCLE_EDGES]
+    kept = [e for e in edges() if _pair(e) not in CYCLE_EDGES]
     assert _cycles(kept) == []
 
 
@@ -361,7 +366,7 @@ def test_no_private_names_across_modules():
 
 def test_the_library_never_imports_the_cli():
     cli = layer_of("memsym.cli")
-    assert [_pair(e) for e in EDGES if layer_of(e.source) != cli and layer_of(e.target) == cli] == []
+    assert [_pair(e) for e in edges() if layer_of(e.source) != cli and layer_of(e.target) == cli] == []
 
 
 @pytest.mark.parametrize("name", ["CYCLE_EDGES", "UPWARD", "LOCAL", "PRIVATE"])
