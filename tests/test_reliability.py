@@ -22,6 +22,7 @@ import pytest
 import memsym
 from memsym import errors
 from memsym.cli import main
+from in_process import run
 from memsym.model import Architecture, check_layout, from_hf_config, preset, resolve_model
 from memsym.terms.model_state import byte_widths, model_state
 from memsym.training import Layout, Training, microbatches, training_memory
@@ -694,13 +695,30 @@ def _run(*argv, cwd=None):
                           timeout=120, cwd=cwd, env=env)
 
 
-@pytest.mark.parametrize("argv, fragment", [
+#: A refusal of each kind: argparse's type check, an unknown model, a unit's spelling, a rule
+#: of the layout.
+REFUSALS = [
     (["estimate", "--params", "7B", "--tp", "0"], "expected a whole number >= 1"),
     (["estimate", "llama2-7", "--seq-length", "128"], "did you mean llama2-7b"),
     (["estimate", "--params", "7B", "--gpu-memory", "80gb"], "case-sensitive"),
     (["estimate", "llama2-7b", "--seq-length", "128", "--tp", "3"], "must divide the attention heads"),
-])
+]
+
+
+@pytest.mark.parametrize("argv, fragment", REFUSALS)
+def test_refusals_are_one_line_and_exit_2(capsys, argv, fragment):
+    code, out, err = run(capsys, *argv)
+    assert code == 2, err
+    assert out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert fragment in err
+
+
+@pytest.mark.parametrize("argv, fragment", [REFUSALS[0], REFUSALS[3]])
 def test_subprocess_refusals(argv, fragment):
+    # the same contract from a new interpreter's exit status and streams (``python -m
+    # memsym``): argparse's own refusal and one of memsym's, each a process of about 1 s; the
+    # other kinds are refused through the same main (test_refusals_are_one_line_and_exit_2)
     proc = _run(*argv)
     assert proc.returncode == 2, proc
     assert proc.stdout == ""
