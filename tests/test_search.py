@@ -584,11 +584,16 @@ def llama3_405b_16k():
 
 
 def _distinct_layouts(res):
-    """(t, p, c, d) of the fitting rows, best first, each layout once (its best row)."""
+    """(t, p, c, d) of the fitting rows, best first, each layout once (its best row).  The
+    layout read from the columns, a row built only for a layout's first (best) index: building
+    every fitting row of the 16,384-GPU search took 1.5 s per call."""
+    cols = [res.columns[k] for k in ("t", "p", "c", "d")]
     seen = {}
     for i in res.order():
-        row = res.row(int(i))
-        seen.setdefault((row["t"], row["p"], row["c"], row["d"]), row)
+        key = tuple(int(col[i]) for col in cols)
+        if key not in seen:
+            row = seen[key] = res.row(int(i))
+            assert (row["t"], row["p"], row["c"], row["d"]) == key, (row, key)
     return seen
 
 
