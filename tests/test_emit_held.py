@@ -43,6 +43,19 @@ from memsym.search.job_fields import HELD_FIELDS
 GPU = "h100-80gb"
 
 
+@pytest.fixture(autouse=True)
+def _no_levers(monkeypatch):
+    """No levers in this file's estimates: a read-back job that does not fit on the GPU gets
+    ``memsym estimate``'s advice (:func:`memsym.advice.levers`, which solves and re-prices the
+    job per knob), 20 of the file's 28 s, and no test here reads it; the bytes and step time
+    are reported before it and do not depend on it.  The levers are the subject of
+    tests/test_one_reading.py (each applied makes the job fit), test_no_fit_hint.py and
+    test_published_runs.py."""
+    from memsym.cli import training_options
+
+    monkeypatch.setattr(training_options, "advice_report", lambda j: [])
+
+
 def estimate(model, words):
     """``memsym estimate MODEL WORDS --json`` (in process): exit 0 (fits) or 1 (does not)."""
     out, err = io.StringIO(), io.StringIO()
