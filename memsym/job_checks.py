@@ -344,7 +344,7 @@ def validate(x, layout: Layout, training: Training):
     check_torch_ddp(training)
     check_autocast(x, layout, training)
     check_chunked_loss(x, layout, training)
-    check_gemma4_moe(x, training)
+    check_gemma4_moe(x, layout, training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules

@@ -177,16 +177,16 @@ def check_chunked_loss(x, layout: Layout, training: Training) -> None:
                                 f"{said} (a TRL launch: give --loss_type nll)")
 
 
-def check_gemma4_moe(x, training: Training) -> None:
-    """Gemma 4's ``enable_moe_block`` under transformers' own code: its dense MLP and experts
-    read two norms of the residual, the router a third, and three more norms follow
-    (``Gemma4TextDecoderLayer.forward``, transformers 5.25.0 ``modeling_gemma4.py`` lines
-    1391-1405), which memsym's MoE layer with a shared expert does not keep: refused in one
-    line (Megatron's own layer of the same shapes is counted)."""
+def check_gemma4_moe(x, layout, training: Training) -> None:
+    """Gemma 4's ``enable_moe_block`` under transformers' own code is counted on one GPU's
+    whole experts and hidden size (memsym.terms.gemma4_moe, measured on
+    ``Gemma4TextDecoderLayer``); AutoTP's or AutoEP's split of its router, experts and the
+    block's norms is not measured: refused in one line."""
     if x.num_experts and framework_record(training.framework).hf_model_code \
-            and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES:
+            and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES \
+            and (layout.t > 1 or layout.e > 1):
         raise InvalidValueError("the activations of Gemma 4's MoE block (enable_moe_block) "
-                                "under transformers' own code are not modelled (its experts, "
-                                "router and dense MLP each read their own norm): framework "
-                                f"{training.framework} runs that code; a Megatron framework's "
-                                "layer of the same shapes is counted")
+                                "under transformers' own code are counted without tensor or "
+                                f"expert parallelism, not t={layout.t}, e={layout.e}: "
+                                f"framework {training.framework} runs that code; a Megatron "
+                                "framework's layer of the same shapes is counted")

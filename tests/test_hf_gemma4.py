@@ -334,19 +334,6 @@ def test_a_job_of_transformers_code_keeps_gemma4s_norms(tmp_path):
     assert sp.simplify(_layers(arch, "megatron") - _layers(gemma3, "megatron")) == 0
 
 
-def test_the_moe_block_under_transformers_code_is_refused(tmp_path):
-    from memsym.job import job
-
-    arch = from_hf_config(write_config(tmp_path, {**_TEXT, **_MOE}))
-    with pytest.raises(InvalidValueError, match="Gemma 4's MoE block") as err:
-        job(arch, framework="deepspeed", sharding="zero1", d=1, seq_length=8,
-            micro_batch_size=1, global_batch_size=1)
-    assert "\n" not in str(err.value)
-    # a Megatron job's layer of the same shapes is counted
-    assert job(arch, framework="megatron", d=1, seq_length=8, micro_batch_size=1,
-               global_batch_size=1) is not None
-
-
 @pytest.mark.parametrize("case,extra,words", [
     ("gemma4-text-per-layer-kv", ("--optimizer", "muon"), "optimizer muon on a hybrid model"),
     ("gemma4-text-per-layer-kv", ("--tp", "2"),

@@ -21,7 +21,9 @@ their missing v_proj under ``attention_k_eq_v`` make them ``"global"`` entries o
 shared expert of ``intermediate_size`` (no gate), ``Gemma4TextRouter``'s weightless norm times
 its learned ``scale`` of h is an RMSNorm of h (a norm), its ``per_expert_scale`` E values per
 router (counted where a router bias is), and the three more norms
-(``post_feedforward_layernorm_1``/``_2``, ``pre_feedforward_layernorm_2``) are norms.
+(``post_feedforward_layernorm_1``/``_2``, ``pre_feedforward_layernorm_2``) are norms.  Under
+transformers' own code its activations are the dense layer's plus
+:func:`memsym.terms.gemma4_moe.gemma4_moe_block` (``memsym.training.layer_model``).
 """
 
 from __future__ import annotations

@@ -29,8 +29,9 @@ from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
+from ..terms.gemma4_moe import gemma4_moe_block
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
-from ..terms.global_attention import as_global
+from ..terms.global_attention import SDPA_GQA_MAX_HEAD_DIM, as_global, sdpa_repeated_kv
 from ..terms.hf_moe_routing import (HF_FP32_ROUTER_WEIGHT, HF_GROUPED_ROUTERS, HF_ROUTERS,
                                     HF_SHARED_GATES, HF_UNCAST_ROUTERS, hf_grouped_router,
                                     hf_router_casts, hf_routing_indices, hf_shared_gate,
@@ -116,7 +117,9 @@ def _layer_options(x, sp_on: bool, training: Training, recompute: str, nvfp4: bo
         # (1 + weight) products, post-norms
         common.update(hf_norms="fp32_product" if getattr(x, "norm_fp32_product", False) else True,
                       norm_fp32=getattr(x, "norm_fp32_scale", False),
-                      post_norms=getattr(x, "norms_per_layer", 2) == 4)
+                      # Gemma 4's MoE layer: four norms of h and a post-norm of each part as
+                      # its dense layer's, the MoE block's own in memsym.terms.gemma4_moe
+                      post_norms=getattr(x, "norms_per_layer", 2) == 4 or _gemma4_moe(x, training))
     if getattr(x, "attention_output_gate", False) and recompute != "selective-op":
         common["output_gate"] = True     # Qwen3-Next's sigmoid gate on the attention output
         if framework_record(training.framework).hf_model_code:
@@ -157,6 +160,14 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
                                  compiled=training.memory.compiled_model, **common)
 
     own_norms = _own_norms(x, sp_on, training)
+    g4_moe = _gemma4_moe(x, training)
+    # transformers' SDPA repeats the KV heads of heads wider than 256 (memsym.terms.
+    # global_attention.sdpa_repeated_kv): Gemma 4's 512-wide global layers; one KV head's
+    # repeat is a view of it, no copy
+    repeated_kv = framework_record(training.framework).hf_model_code and (
+        getattr(x, "global_kv_channels", None) or 0) > SDPA_GQA_MAX_HEAD_DIM and (
+        getattr(x, "global_num_query_groups", None) or x.num_query_groups) > 1
+    w = activation_width(training)
     # Gemma 4 with global layers is a hybrid: its norms go with each attention layer's
     # add-ons (every Gemma 4 layer holds attention and an MLP), a plain layer's in per_layer
     hybrid_norms = own_norms if x.layer_mixers is not None else 0
@@ -168,9 +179,16 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
         # mixer's own terms hold what its module keeps (a shared block's too); a global
         # attention layer's at its own head width and KV heads
         mixer, ffn = kind
+        if ffn and g4_moe:
+            # Gemma 4's MoE layer under transformers' code: its dense layer (attention, the
+            # gated MLP of intermediate_size) and, beside it, the MoE block's own tensors
+            return addons((mixer, False), mode) + layer_of(False, mode).expr \
+                - layer_of(True, mode).expr + (gemma4_moe_block().expr if mode != "full" else 0)
         layer = layer_of(bool(ffn), mode)
         att = attention_side(layer, mode) + (hybrid_norms if mode != "full" else 0) \
             if mixer in ("attention", "global") else 0
+        if mixer == "global" and mode != "full" and repeated_kv:
+            att = att + sdpa_repeated_kv(w).expr      # already at the global layer's shapes
         return (as_global(att) if mixer == "global" else att) \
             + (ffn_side(layer, bool(ffn), mode) if ffn is not None else 0)
 
@@ -302,7 +320,15 @@ def _own_norms(x, sp_on: bool, training: Training) -> sp.Expr:
     if not (framework_record(training.framework).hf_model_code
             and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES):
         return sp.Integer(0)
-    return gemma4_norm_excess(*token_split(sp_on), n_norms=x.norms_per_layer).expr
+    # an MoE layer's three more norms of h and its router's are memsym.terms.gemma4_moe's
+    return gemma4_norm_excess(*token_split(sp_on), n_norms=4 if _gemma4_moe(x, training)
+                              else x.norms_per_layer).expr
+
+
+def _gemma4_moe(x, training: Training) -> bool:
+    """Gemma 4's MoE block (enable_moe_block) run as transformers' code."""
+    return bool(x.num_experts and framework_record(training.framework).hf_model_code
+                and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES)
 
 
 def _autocast_excess(x, training: Training) -> dict:
