@@ -348,15 +348,56 @@ def test_what_a_global_layer_lacks_is_refused_in_one_line(tmp_path, capsys, case
     assert words in err
 
 
-def test_the_step_time_of_a_global_layer_is_refused_in_one_line(tmp_path):
-    from memsym.errors import StepTimeNotModelledError
-    from memsym.timing.linear_attention import priced_kinds
+def _step(arch, framework="megatron"):
+    from memsym.job_record import Layout
+    from memsym.timing.step import step_time
+    from memsym.training import Training
 
-    arch = from_hf_config(write_config(tmp_path, SMALL["gemma4-text-global-head"]))
-    with pytest.raises(StepTimeNotModelledError, match="global-attention layers are not "
-                                                       "priced") as err:
-        priced_kinds(arch)
-    assert "\n" not in str(err.value)
+    training = Training(framework=framework, seq_length=64, micro_batch_size=1,
+                        global_batch_size=1)
+    return step_time(arch, Layout(), training, "h100-80gb")
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
+def test_global_layers_of_the_models_shapes_take_the_plain_step_time(tmp_path, framework):
+    import dataclasses
+
+    from memsym.model import Architecture
+
+    # the full-attention layer as a "global" one of the model's own shapes (KV projections
+    # too): priced as the plain layer; to the last bit against the same six layers read as a
+    # hybrid of attention layers, the whole step; against the plain model every layer part,
+    # but for the hybrid's mean over kinds (n / L shares: the last bit of a float sum) and
+    # its optimizer step (the plain time model's weights are its 2h-norm count, a hybrid's
+    # each kind's exact count, memsym.timing.linear_attention.priced_kinds)
+    arch = from_hf_config(write_config(tmp_path, _TEXT))
+    fields = {k.name: getattr(arch, k.name) for k in dataclasses.fields(Architecture)}
+    as_global = Architecture(**{**fields, "layer_mixers": ("attention",) * 5 + ("global",)})
+    hybrid = Architecture(**{**fields, "layer_mixers": ("attention",) * 6})
+    got = _step(as_global, framework)
+    assert got.total == _step(hybrid, framework).total
+    plain = _step(arch, framework).parts
+    assert {k: v for k, v in got.parts.items() if k != "optimizer"} == pytest.approx(
+        {k: v for k, v in plain.items() if k != "optimizer"}, rel=1e-12, abs=0)
+
+
+def test_a_wider_global_layers_extra_flops_by_hand(tmp_path):
+    from memsym.timing.gemm import forward_flops_per_token, shape_of
+
+    # the global layer (one of six) of 2 d_h = 32 and one KV head, keys read as values:
+    # qkv [T, h] x [h, (a + g_g) d_hg], o_proj [T, a d_hg] x [a d_hg, h], the attention core
+    # 2 s a (d_hg + d_hg) a token (no causal skip), against the plain layer's (a + 2g) d_h,
+    # a d_h, 2 s a (d_h + d_h)
+    plain = from_hf_config(write_config(tmp_path, _TEXT, sub="plain"))
+    wide = from_hf_config(write_config(tmp_path, SMALL["gemma4-text-k-eq-v-global-kv"],
+                                       sub="wide"))
+    h_, a_, g_, d_, s_ = 64, 4, 2, 16, 64
+    qkv = 2 * h_ * ((a_ + 1) * 2 * d_ - (a_ + 2 * g_) * d_)
+    proj = 2 * (a_ * 2 * d_ - a_ * d_) * h_
+    core = 2 * s_ * a_ * (2 * 2 * d_ - 2 * d_)
+    got = forward_flops_per_token(shape_of(wide), s_, causal=False) \
+        - forward_flops_per_token(shape_of(plain), s_, causal=False)
+    assert got == qkv + proj + core    # attention_bias: its adds are no GEMM FLOPs
 
 
 def test_lora_on_a_model_with_global_layers_is_refused_in_one_line(tmp_path):

@@ -25,7 +25,8 @@ from ..model.architecture import lenient, padded_vocab_size
 from ..model.layer_patterns import is_hybrid, moe_layer_pattern
 from ..model.hybrid_layers import mtp_layer_kinds
 from ..text import shared_doc
-from .linear_attention import gdn_flops, gdn_shape, priced_kinds, projection_widths
+from .linear_attention import (gdn_flops, gdn_shape, global_shape, kind_shape,
+                               priced_kinds, projection_widths)
 from .rope import rope_passes, yarn_concentration
 from .ssm import ssd_flops
 
@@ -101,6 +102,8 @@ class Shape:
     output_gate : bool
         Attention's output gate (``attention_output_gate``, Qwen3-Next): linear_qkv also
         projects a d_qk gate channels (Megatron-LM attention.py:1689-1691).
+    kv_proj, glob : int, tuple
+        KV projections (2; 1: attention_k_eq_v) [1]; "global" layers' (g_g, d_hg, kv_proj) [1].
     h_lat : int
         A latent MoE's width (``moe_latent_size``; 0: none) [1]: the experts' and dispatch's.
     last_moe : bool
@@ -138,6 +141,8 @@ class Shape:
     mtp_kinds: tuple = ()
     gdn: tuple = ()
     output_gate: bool = False
+    kv_proj: int = 2    # projections of the KV heads: k and v, or k alone (attention_k_eq_v)
+    glob: tuple = ()    # the global layers' (g_g, d_hg, kv_proj) (linear_attention.global_shape)
 
 
 def shape_of(arch) -> Shape:
@@ -192,7 +197,7 @@ def shape_of(arch) -> Shape:
                  kinds=kinds, ssm=ssm, last_moe=bool(pattern and pattern[-1]),
                  h_lat=(x.moe_latent_size or 0) if E else 0, mtp_kinds=mtp_kinds,
                  gdn=gdn_shape(x) if any(k[0][0] == "gdn" for k in kinds) else (),
-                 output_gate=bool(x.attention_output_gate))
+                 output_gate=bool(x.attention_output_gate), glob=global_shape(x))
 
 
 @dataclass(frozen=True)
@@ -307,7 +312,7 @@ def layer_gemms(x: Shape, s, b, t=1, c=1, e=1, t_e=None, *, moe: bool = False,
         out.append(Gemm("kv_up", T, x.a * (x.d_qk - d_r + x.d_v) / t, r_kv))
         out.append(Gemm("proj", T, h + 0 * t, x.a * x.d_v / t))
     else:
-        out.append(Gemm("qkv", T, (x.a * (1 + x.output_gate) + 2 * x.g) * x.d_qk / t, h))
+        out.append(Gemm("qkv", T, (x.a * (1 + x.output_gate) + x.kv_proj * x.g) * x.d_qk / t, h))
         out.append(Gemm("proj", T, h + 0 * t, x.a * x.d_v / t))
     mult = 2 if x.gated else 1
     if not mlp:
@@ -574,11 +579,12 @@ def forward_flops_per_token(x: Shape, s, *, causal: bool = True) -> float:
     """
     if x.kinds:
         total = 0.0
-        for (mixer, ffn), n, _, _ in x.kinds:
-            lay = sum(q.flops for q in layer_gemms(x, s, 1, moe=bool(ffn), mixer=mixer,
+        for (kind, ffn), n, _, _ in x.kinds:
+            y, mixer = kind_shape(x, kind)    # a global layer: attention of its own shape
+            lay = sum(q.flops for q in layer_gemms(y, s, 1, moe=bool(ffn), mixer=mixer,
                                                    mlp=ffn is not None)) / s
             if mixer == "attention":
-                lay = lay + attention_flops(x, s, 1, causal_skip=causal) / s
+                lay = lay + attention_flops(y, s, 1, causal_skip=causal) / s
             elif mixer == "mamba":
                 lay = lay + ssd_flops(x.ssm, s)[0] / s
             elif mixer == "gdn":

@@ -41,23 +41,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import replace
+
 from ..errors import StepTimeNotModelledError
 from ..model.hybrid_layers import hybrid_layer_parameters, layer_kind_pattern
 
-__all__ = ["GDN_CHUNK", "PRICED_MIXERS", "priced_kinds", "gdn_shape", "projection_widths",
+__all__ = ["GDN_CHUNK", "PRICED_MIXERS", "priced_kinds", "global_shape", "kind_shape",
+           "gdn_shape", "projection_widths",
            "gdn_flops", "gdn_kernels", "gdn_copy_bytes"]
 
 #: Megatron-core GatedDeltaNet's chunk length C [tokens] (``self.chunk_size = 64``,
 #: megatron/core/ssm/gated_delta_net/gdn.py:73 at d98e8a64dd; fla's default).
 GDN_CHUNK = 64
 
-#: The hybrid token mixers the time model prices (Mamba-2, Gated DeltaNet, attention, none).
-PRICED_MIXERS = ("attention", "mamba", "gdn", "none")
+#: The hybrid token mixers the time model prices (Mamba-2, Gated DeltaNet, attention, none,
+#: global attention: attention at its own head width and KV heads, :func:`kind_shape`).
+PRICED_MIXERS = ("attention", "mamba", "gdn", "none", "global")
 
 _NAMES = {"mamba1": "Mamba-1", "parallel": "parallel Mamba/attention",
           "conv": "short-convolution", "lightning": "lightning-attention",
-          "shared": "shared-block",
-          "global": "global-attention"}
+          "shared": "shared-block"}
 
 
 def priced_kinds(x) -> tuple:
@@ -112,6 +115,81 @@ def priced_kinds(x) -> tuple:
         out.append((kind, pattern.count(kind), parts["tp"] + parts["replicated"],
                     parts["experts"]))
     return tuple(out)
+
+
+def global_shape(x) -> tuple:
+    r"""``(g_g, d_hg, kv projections)`` of a resolved model's global attention layers [1].
+
+    .. math:: (g_g,\; d_{hg},\; 2 \text{ or } 1)
+
+    Parameters
+    ----------
+    x : memsym.model.Architecture
+        A model with ``"global"`` layers (Gemma 4's full-attention layers).
+
+    Returns
+    -------
+    tuple of int
+        Their KV heads, head width and the projections of their KV heads: 2 (k_proj, v_proj)
+        or 1 (``attention_k_eq_v``: the keys' projection read as the values) [1].
+
+    Examples
+    --------
+    >>> from memsym.model import Architecture
+    >>> global_shape(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
+    ...     position_embedding_type="rope", layer_mixers=("attention", "global"),
+    ...     global_kv_channels=8, global_num_query_groups=1, global_v_proj=False))
+    (1, 8, 1)
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/gemma4/modeling_gemma4.py``,
+       ``Gemma4TextAttention.__init__`` (k_proj of its own head width and KV heads, no
+       v_proj under ``attention_k_eq_v``).
+    """
+    return (x.global_num_query_groups or x.num_query_groups,
+            x.global_kv_channels or x.kv_channels, 2 if x.global_v_proj else 1)
+
+
+def kind_shape(x, mixer: str) -> tuple:
+    r"""The time shape and mixer a layer of ``mixer`` is priced with [1].
+
+    .. math:: (g, d_{qk}, d_v, n_{kv}) \to (g_g, d_{hg}, d_{hg}, n_{kv,g})
+
+    A ``"global"`` layer is attention at its own head width and KV heads (and its KV
+    projections: one under ``attention_k_eq_v``), priced as attention on that shape; any
+    other mixer as it is.
+
+    Parameters
+    ----------
+    x : memsym.timing.gemm.Shape
+        The model's time shape (its ``glob`` the global layers' :func:`global_shape`).
+    mixer : str
+        The layer's mixer.
+
+    Returns
+    -------
+    tuple
+        ``(shape, mixer)``.
+
+    Examples
+    --------
+    >>> from memsym.timing.gemm import Shape
+    >>> x = Shape(L=2, h=8, a=2, g=2, d_qk=4, d_v=4, f=16, gated=True, V=32, E=0, k=0,
+    ...           f_e=0, f_sh=0, L_moe=0, mla=(), untied=False, glob=(1, 8, 1))
+    >>> y, mixer = kind_shape(x, "global")
+    >>> (y.g, y.d_qk, y.d_v, y.kv_proj, mixer)
+    (1, 8, 8, 1, 'attention')
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/gemma4/modeling_gemma4.py``,
+       ``Gemma4TextAttention`` (the layer's own head_dim and num_key_value_heads).
+    """
+    if mixer != "global":
+        return x, mixer
+    g_g, d_hg, kv = x.glob
+    return replace(x, g=g_g, d_qk=d_hg, d_v=d_hg, kv_proj=kv), "attention"
 
 
 def gdn_shape(x) -> tuple:

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..numeric import distinct_layouts, spread
 from .layer import layer_time
+from .linear_attention import kind_shape
 from .moe_host import floored_growth, unpaired_growth
 from .mtp import mtp_block, mtp_settings
 from .records import Overlap, Settings
@@ -177,9 +178,10 @@ def _mean_hybrid_layer(x, st, dev, clu, t, c, e, t_e, b, d, *, eta_gemm, overlap
     kinds spread evenly over the stages, an assumption); an MTP layer priced as the mean."""
     lf, lb, raw_layer = {}, {}, {}
     ep_alone = 0.0
-    for (mixer, ffn), n, _, _ in x.kinds:
+    for (kind, ffn), n, _, _ in x.kinds:
         raw = {}
-        f, bw = layer_time(x, st, dev, clu, t, c, e, t_e, b, moe=bool(ffn), eta_gemm=eta_gemm,
+        y, mixer = kind_shape(x, kind)      # a global layer: attention of its own shape
+        f, bw = layer_time(y, st, dev, clu, t, c, e, t_e, b, moe=bool(ffn), eta_gemm=eta_gemm,
                            overlap=overlap, dp=d, raw=raw, mixer=mixer, mlp=ffn is not None)
         share = n / x.L
         for key in f:
