@@ -101,10 +101,14 @@ STATE_RULES = (
          Source("megatron-core", "core/optimizer/__init__.py:774-775, "
                 "_get_megatron_emerging_optimizer"),
          InvalidValueError),
-    Rule("muon-hybrid", "memsym prices Muon for transformer models only (not hybrid Mamba ones)",
+    Rule("muon-hybrid", "memsym prices Muon for models whose layers are alike only (not hybrid "
+         "Mamba / linear-attention ones, nor Gemma 4's wider global layers)",
          lambda x, k: k.get("muon", False) & is_hybrid(x),
-         lambda x, k: ("optimizer muon on a hybrid model: memsym does not count which Mamba "
-                       "weights Megatron leaves to the scalar Adam (in_proj opts out of Muon)"),
+         lambda x, k: ("optimizer muon on a model whose layers differ ("
+                       + ", ".join(sorted(set(x.layer_mixers or ("attention",))))
+                       + (", layers without an MLP" if x.ffn_layers is not None else "")
+                       + "): memsym counts Muon's states for alike transformer layers only "
+                       "(Megatron, for one, leaves Mamba's in_proj to the scalar Adam)"),
          Source("megatron-core", "core/ssm/mamba_mixer.py:309 (in_proj.weight use_muon False)"),
          InvalidValueError),
 )

@@ -335,7 +335,7 @@ def test_a_job_of_transformers_code_keeps_gemma4s_norms(tmp_path):
 
 
 @pytest.mark.parametrize("case,extra,words", [
-    ("gemma4-text-per-layer-kv", ("--optimizer", "muon"), "optimizer muon on a hybrid model"),
+    ("gemma4-text-per-layer-kv", ("--optimizer", "muon"), "optimizer muon on a model whose layers differ (attention, global)"),
     ("gemma4-text-per-layer-kv", ("--tp", "2"),
      "t=2 must divide the global attention layers' KV heads"),
 ])
