@@ -334,25 +334,24 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
     best_parts: dict = {}      # the terms some stage has (NaN on rows where another wins)
     stage_mem = np.full((len(idx), nslot), np.nan)
     for j in range(nslot):
-        ridx = np.flatnonzero(slot_stage[j, idx] >= 0)
+        # the slot's rows, keyword values and templates: the same for every choice of the
+        # memo's rows (the counts and knobs do not read the choice), indexed once
+        got = None if memo is None else memo.get(("slot", j))
+        if got is None:
+            got = _slot_values(slots, kw, idx, j)
+            if memo is not None:
+                memo[("slot", j)] = got
+        ridx, rows, subs = got
         if not len(ridx):
             continue
-        rows = idx[ridx]
-        # a slot every row has (the first and last stage) takes the rows as they are
-        rkw = _pick(kw, slice(None) if len(ridx) == len(idx) else ridx)
-        rkw.update({name: arr[j, rows] for name, arr in slots.counts.items()})
         parts = {"activations": np.zeros(len(ridx)), "transients": np.zeros(len(ridx))}
-        tid = slots.template[j, rows]
-        for q in distinct(tid):
-            sub = np.flatnonzero(tid == q)
-            skw = rkw if len(sub) == len(ridx) else _pick(rkw, sub)
+        for q, sub, skw, fac_q in subs:
             sub_space, pq, stq = slots.templates[q]
             acts, layer, phases, states = call_stage(stage_function(
                 sub_space, rc, spf, inter, off, scheme, pq, stq), skw,
                 None if memo is None else memo.setdefault((j, q), {}))
             # the decoder layers' activations scale with the stage's layer count
-            # (one layer kind per shared template, stage_template)
-            fac_q = slots.scale[j, rows[sub]]
+            # (one layer kind per shared template, stage_template: fac_q)
             act_q = acts + fac_q * layer
             *running, to = phases
             peak = functools.reduce(np.maximum, running, to - act_q)
@@ -377,6 +376,27 @@ def _most_loaded_stage(slots: _Slots, kw: dict, idx, allow: dict, choice: tuple,
         for key, arr2 in parts.items():
             best_parts.setdefault(key, np.full(len(idx), np.nan))[tgt] = arr2[better]
     return best_mem, best_stage, best_parts, stage_mem
+
+
+def _slot_values(slots: _Slots, kw: dict, idx, j: int) -> tuple:
+    """``(ridx, rows, [(template, its rows in ridx, their keyword values, their decoder
+    layers' scale)])`` of slot ``j`` over rows ``idx``: ``ridx`` the positions in ``idx`` of
+    the rows that have the slot, ``rows`` those rows (``idx[ridx]``); the keyword values the
+    knobs ``kw`` and the slot's counts."""
+    ridx = np.flatnonzero(slots.stage[j, idx] >= 0)
+    rows = idx[ridx]
+    if not len(ridx):
+        return ridx, rows, []
+    # a slot every row has (the first and last stage) takes the rows as they are
+    rkw = _pick(kw, slice(None) if len(ridx) == len(idx) else ridx)
+    rkw.update({name: arr[j, rows] for name, arr in slots.counts.items()})
+    tid = slots.template[j, rows]
+    subs = []
+    for q in distinct(tid):
+        sub = np.flatnonzero(tid == q)
+        subs.append((q, sub, rkw if len(sub) == len(ridx) else _pick(rkw, sub),
+                     slots.scale[j, rows[sub]]))
+    return ridx, rows, subs
 
 
 def binding_columns(cols: dict):

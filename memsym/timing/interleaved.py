@@ -380,11 +380,15 @@ def exact_interleaved_many(requests: list) -> list:
         # the distinct (p, m, v), in np.unique's order, one integer code each (np.unique over
         # the rows of a 3 x n array sorts void views: a tenth of a search's step time)
         uniq, inv = unique_rows(P[rows], M[rows], V[rows])
+        # each shape's rows in ascending order: one stable sort, not a pass over every row
+        # per shape (tens of shapes a request)
+        by_shape = np.split(rows[np.argsort(inv.ravel(), kind="stable")],
+                            np.cumsum(np.bincount(inv.ravel(), minlength=len(uniq)))[:-1])
         for j, (pp_, mm_, vv_) in enumerate(uniq.tolist()):
             N = microbatch_group(st, pp_, mm_, vv_)
             if schedule_levels(pp_, mm_, vv_, N) is None:
                 continue         # deadlocks: the closed form stands (Megatron refuses it)
-            sel = rows[inv.ravel() == j]
+            sel = by_shape[j]
             jobs.setdefault((pp_, mm_, vv_, N), []).append(
                 (len(outs) - 1, sel, [x[sel] for x in fwd], [x[sel] for x in bwd]))
     for shape, items in jobs.items():

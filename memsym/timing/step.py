@@ -281,9 +281,11 @@ def _layout_knobs(t, p, d, c, e, v, b, m, t_e) -> tuple:
     whole number in 1..1e7, at most 10,000,000 layouts."""
     t, p, d, c, e, v, b, m = np.broadcast_arrays(*(as_array(q) for q in (t, p, d, c, e, v, b, m)))
     t_e_ = t if t_e is None else np.broadcast_to(as_array(t_e), t.shape)
-    knobs = np.stack([t, p, d, c, e, v, b, m])
-    if not np.all(np.isfinite(knobs)) or np.any(knobs != np.floor(knobs)) or np.any(knobs < 1) \
-            or np.any(knobs > 10**7):
+    # each knob checked as it is (no stacked copy of a search's rows): NaN fails both
+    # comparisons of its minimum, an infinite one the maximum's
+    if not all(q.size == 0 or (q.min() >= 1 and q.max() <= 10**7
+                               and np.array_equal(q, np.floor(q)))
+               for q in (t, p, d, c, e, v, b, m)):
         raise InvalidValueError("every layout knob (t, p, d, c, e, v, b, m) must be a whole "
                                 "number in 1..1e7")
     if t.size > 10_000_000:
