@@ -34,7 +34,7 @@ import numpy as np
 from .. import compile_cache
 from ..errors import InvalidValueError
 from ..numeric import unique_rows
-from ..terms.pipeline_order import rank_order, ready_passes
+from ..terms.pipeline_order import rank_order
 from .one_f_one_b import pass_durations
 from .pipeline import microbatch_group
 
@@ -110,15 +110,33 @@ def _ordered(p: int, m: int, v: int, group: int):
     # schedule_levels of a shape no process kept: the schedule's passes in levels
     orders = [rank_order(r, p, m, v, group) for r in range(p)]
     index, level = {}, []
-    prev = [-1] * p
     rows = []          # (pass, rank previous, dependency, duration index)
-    for r, kind, mb, _, gs, dep in ready_passes(orders, v):
-        role = 0 if r == 0 else (2 if r == p - 1 else 1)
-        i, d = len(level), (index[dep] if dep is not None else -1)
-        level.append(1 + max(level[prev[r]] if prev[r] >= 0 else -1,
-                             level[d] if d >= 0 else -1))
-        rows.append((i, prev[r], d, role + (3 if kind == "B" else 0)))
-        index[(kind, mb, gs)] = prev[r] = i
+    # terms.pipeline_order.ready_passes inlined (a tenth of a new process's search runs
+    # here): the ranks in turn, each as far as its next pass's dependency
+    # (pass_dependency) has run, the same passes in the same order
+    prev, pos, last, progressed = [-1] * p, [0] * p, p * v - 1, True
+    while progressed:
+        progressed = False
+        for r in range(p):
+            order, k, pr = orders[r], pos[r], prev[r]
+            role = 0 if r == 0 else (2 if r == p - 1 else 1)
+            while k < len(order):
+                kind, mb, ch = order[k]
+                gs = ch * p + r
+                if kind == "F":
+                    dep = ("F", mb, gs - 1) if gs > 0 else None
+                else:
+                    dep = ("B", mb, gs + 1) if gs < last else ("F", mb, gs)
+                d = -1 if dep is None else index.get(dep)
+                if d is None:
+                    break           # its dependency has not run yet
+                i = len(level)
+                level.append(1 + max(level[pr] if pr >= 0 else -1, level[d] if d >= 0 else -1))
+                rows.append((i, pr, d, role + (3 if kind == "B" else 0)))
+                index[(kind, mb, gs)] = pr = i
+                k += 1
+                progressed = True
+            pos[r], prev[r] = k, pr
     if len(rows) < 2 * p * m * v:
         return None      # a layout Megatron refuses (m mod N below p) can deadlock
     n = len(rows)
