@@ -35,7 +35,8 @@ def choice_times(space: Space, grid: dict, m_, f_, l_, idx, rc, spf, scheme,
         time_cache.update(zip(keys, _step_times(space, grid, m_, f_, l_, [
             (np.flatnonzero(time_cache["need"][k]),) + time_cache["first"][k] for k in keys])))
     full, pos = time_cache[tkey]
-    return {k: col[pos[idx]] for k, col in full.items()}
+    where = pos[idx]          # the rows' places in the key's columns, found once
+    return {k: col[where] for k, col in full.items()}
 
 
 def _step_times(space: Space, grid: dict, m_, f_, l_, asked: list) -> list:
