@@ -24,6 +24,8 @@ References
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import InvalidValueError, choose
@@ -170,28 +172,26 @@ def step_time_grids(calls: list) -> list:
     ----------
     .. [narayanan] arXiv:2104.04473 §2.2 (the bubble); [megatron-schedules].
     """
-    return priced_together([_step_time_steps(**kw) for kw in calls])
+    shared: dict = {}     # the layer prices of grids that differ in the DP sync alone
+    return priced_together([_step_time_steps(**kw, shared=shared) for kw in calls])
 
 
 def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, b=None, m=1,
                      settings: Settings = Settings(), cluster: Cluster | None = None,
                      overlap: Overlap = Overlap(), eta_gemm=None, first_stage_layers=None,
                      last_stage_layers=None, exact_schedule: bool = False,
-                     communication: bool = False, chunk_layers=None, mtp_layers: int = 0):
+                     communication: bool = False, chunk_layers=None, mtp_layers: int = 0,
+                     shared: dict | None = None):
     """:func:`step_time_grid` as a generator of its interleaved schedules' pricing requests
-    (:func:`memsym.timing.makespan.pipeline_parts` with ``steps``)."""
+    (:func:`memsym.timing.makespan.pipeline_parts` with ``steps``); ``shared``: the layer
+    prices of the grids priced beside it (:func:`_layer_prices`)."""
     st, dev = settings, _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
     _check_settings(st, overlap, dev)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
-    lf, lb, raw_layer, ep_alone, mtp = mean_layer(x, st, dev, clu, t, c, e, t_e_, b, d,
-                                                  eta_gemm=eta_gemm, overlap=overlap,
-                                                  mtp_layers=mtp_layers)
-    # Megatron's BF16 first / last layers (Settings.bf16_layers): the first stage's and the
-    # last's, each what a 16-bit layer takes beyond the mean one (p = 1: both on the one)
-    bf_f, bf_b = bf16_layer_excess(x, st, dev, clu, (t, c, e, t_e_, b, d), lf, lb,
-                                   eta_gemm=eta_gemm, overlap=overlap)
+    lf, lb, raw_layer, ep_alone, mtp, bf_f, bf_b = _layer_prices(
+        x, st, dev, clu, overlap, (t, c, e, t_e_, b, d), eta_gemm, mtp_layers, shared)
     # (arrays over a search's rows: the excess is zero unless there are BF16 layers)
     n_bf = st.bf16_layers if st.precision in ("fp8", "fp4") and any(st.bf16_layers) else (0, 0)
     pp = yield from pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m),
@@ -222,6 +222,44 @@ def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, 
             sync["edp"], st.grad_bytes, dense_gpu, expert_gpu, pp["p2p"], pp["msg"],
             (sync["rs"], sync["ag"], sync["once"], sync["again"]), ends_gpu=ends_gpu))
     return out
+
+
+#: The fields of :class:`Settings` and :class:`Overlap` that only the data-parallel sync
+#: reads (:mod:`.data_parallel`): grids that differ in them alone have the same layer prices.
+_DP_SETTINGS = dict(distributed_optimizer=False, gather_per_microbatch=False,
+                    reduce_per_microbatch=False, pipelined_fsdp=False)
+_DP_OVERLAPS = dict(grad_reduce=False, param_gather=False)
+
+
+def _layer_prices(x, st, dev, clu, overlap, knobs: tuple, eta_gemm, mtp_layers: int,
+                  shared: dict | None) -> tuple:
+    """``(lf, lb, raw, ep_alone, mtp, bf_f, bf_b)``: the mean layer
+    (:func:`.mean_layer.mean_layer`) and the BF16 first / last layers' excess over it
+    (Megatron's ``Settings.bf16_layers``: the first stage's and the last's, each what a
+    16-bit layer takes beyond the mean one; p = 1: both on the one) [s].
+
+    A search prices each (recompute, SP) under every sharding scheme over the same rows, and
+    the layer reads none of the data-parallel fields (:data:`_DP_SETTINGS`,
+    :data:`_DP_OVERLAPS`): those grids take the prices ``shared`` holds (the same arrays,
+    read only), keyed by everything else the prices read, their knobs compared."""
+    t, c, e, t_e, b, d = knobs
+    try:
+        key = (x, dev, clu, eta_gemm, mtp_layers,
+               dataclasses.replace(st, **_DP_SETTINGS), dataclasses.replace(overlap, **_DP_OVERLAPS),
+               tuple((k.shape, k.dtype.str) for k in knobs))
+        hash(key)
+    except (TypeError, AttributeError):    # a setting given per row (an array): not shared
+        key = None
+    # the grids of the key priced so far, their knobs compared value by value (equal rows)
+    met = [] if shared is None or key is None else shared.setdefault(key, [])
+    for seen, got in met:
+        if all(np.array_equal(u, w) for u, w in zip(seen, knobs)):
+            return got
+    lf, lb, raw, alone, mtp = mean_layer(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
+                                         overlap=overlap, mtp_layers=mtp_layers)
+    bf = bf16_layer_excess(x, st, dev, clu, knobs, lf, lb, eta_gemm=eta_gemm, overlap=overlap)
+    met.append((knobs, (lf, lb, raw, alone, mtp, *bf)))
+    return met[-1][1]
 
 
 def _expert_weight_casts(x, st, dev, knobs, layers_max):
