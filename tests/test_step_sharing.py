@@ -34,19 +34,20 @@ def test_dp_variants_priced_together_equal_each_alone():
     assert not np.array_equal(together[0]["dp"], together[2]["dp"])
 
 
-def test_layer_priced_once_for_dp_variants(monkeypatch):
+def test_layer_and_pipeline_priced_once_for_dp_variants(monkeypatch):
     calls = []
-    real = step_mod.mean_layer
+    for name in ("mean_layer", "pipeline_parts"):
+        real = getattr(step_mod, name)
 
-    def counted(*args, **kw):
-        calls.append(1)
-        return real(*args, **kw)
+        def counted(*args, _real=real, _name=name, **kw):
+            calls.append(_name)
+            return _real(*args, **kw)
 
-    monkeypatch.setattr(step_mod, "mean_layer", counted)
+        monkeypatch.setattr(step_mod, name, counted)
     step_time_grids(_grids())
-    assert len(calls) == 1
+    assert sorted(calls) == ["mean_layer", "pipeline_parts"]
     calls.clear()
     grids = _grids()
     grids[1]["t"] = np.array([4.0, 8.0, 4.0])      # other rows: priced apart
     step_time_grids(grids)
-    assert len(calls) == 2
+    assert sorted(calls) == ["mean_layer"] * 2 + ["pipeline_parts"] * 2

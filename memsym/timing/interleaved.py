@@ -462,8 +462,16 @@ def priced_together(steps: list) -> list:
         advance(i, None)
     while requests:
         order = list(requests)
-        for i, priced in zip(order, exact_interleaved_many([requests.pop(i) for i in order])):
-            advance(i, priced)
+        asked = [requests.pop(i) for i in order]
+        # a request several generators share (the same object: step.py's grids that differ
+        # in the data-parallel sync alone) is priced once, each of them given its value
+        where: dict = {}
+        for req in asked:
+            where.setdefault(id(req), len(where))
+        unique = list({id(req): req for req in asked}.values())
+        priced = exact_interleaved_many(unique)
+        for i, req in zip(order, asked):
+            advance(i, priced[where[id(req)]])
     return values
 
 

@@ -184,22 +184,37 @@ def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, 
                      shared: dict | None = None):
     """:func:`step_time_grid` as a generator of its interleaved schedules' pricing requests
     (:func:`memsym.timing.makespan.pipeline_parts` with ``steps``); ``shared``: the layer
-    prices of the grids priced beside it (:func:`_layer_prices`)."""
+    and pipeline prices of the grids priced beside it (:func:`_shared_entry`)."""
     st, dev = settings, _gpu(gpu_name)
     clu = cluster if cluster is not None else cluster_for(dev.name)
     _check_settings(st, overlap, dev)
     x, b = shape_of(arch), (st.micro_batch_size if b is None else b)
     t, p, d, c, e, v, b, m, t_e_ = _layout_knobs(t, p, d, c, e, v, b, m, t_e)
-    lf, lb, raw_layer, ep_alone, mtp, bf_f, bf_b = _layer_prices(
-        x, st, dev, clu, overlap, (t, c, e, t_e_, b, d), eta_gemm, mtp_layers, shared)
-    # (arrays over a search's rows: the excess is zero unless there are BF16 layers)
-    n_bf = st.bf16_layers if st.precision in ("fp8", "fp4") and any(st.bf16_layers) else (0, 0)
-    pp = yield from pipeline_parts(x, st, dev, clu, overlap, (t, p, d, c, v, b, m),
-                                   (lf, lb, ep_alone, mtp), eta_gemm=eta_gemm,
-                                   first=first_stage_layers, last=last_stage_layers,
-                                   chunks=chunk_layers, mtp_layers=mtp_layers,
-                                   exact_schedule=exact_schedule, bf16=(*n_bf, bf_f, bf_b),
-                                   steps=True)
+    # the layer and pipeline prices, shared with the grids beside it that differ in the
+    # data-parallel sync alone (_shared_entry)
+    entry = _shared_entry(shared, (x, dev, clu, st, overlap, eta_gemm, mtp_layers,
+                                   exact_schedule, chunk_layers),
+                          (t, p, d, c, e, t_e_, v, b, m, first_stage_layers, last_stage_layers))
+    if "layer" not in entry:
+        entry["layer"] = _layer_prices(x, st, dev, clu, overlap, (t, c, e, t_e_, b, d),
+                                       eta_gemm, mtp_layers)
+    lf, lb, raw_layer, ep_alone, mtp, bf_f, bf_b = entry["layer"]
+    if "request" in entry or "pp" in entry:
+        # priced by the grid that made the entry, ahead of this one in each round of
+        # priced_together: its requests asked again (the same durations, priced once by
+        # interleaved._remembered), its pipeline taken when it has it
+        while "pp" not in entry:
+            yield entry["request"]
+        pp = entry["pp"]
+    else:
+        # (arrays over a search's rows: the excess is zero unless there are BF16 layers)
+        n_bf = st.bf16_layers if st.precision in ("fp8", "fp4") and any(st.bf16_layers) \
+            else (0, 0)
+        pp = yield from _noted(entry, pipeline_parts(
+            x, st, dev, clu, overlap, (t, p, d, c, v, b, m), (lf, lb, ep_alone, mtp),
+            eta_gemm=eta_gemm, first=first_stage_layers, last=last_stage_layers,
+            chunks=chunk_layers, mtp_layers=mtp_layers, exact_schedule=exact_schedule,
+            bf16=(*n_bf, bf_f, bf_b), steps=True))
     # data parallel: gradients of this GPU's shard over DP x CP (experts: expert DP)
     dense_gpu, expert_gpu, layers_max, ends_gpu = parameters_per_gpu(x, st, p, t, e, t_e_,
                                                                      pp["stages"])
@@ -231,35 +246,57 @@ _DP_SETTINGS = dict(distributed_optimizer=False, gather_per_microbatch=False,
 _DP_OVERLAPS = dict(grad_reduce=False, param_gather=False)
 
 
-def _layer_prices(x, st, dev, clu, overlap, knobs: tuple, eta_gemm, mtp_layers: int,
-                  shared: dict | None) -> tuple:
+def _shared_entry(shared: dict | None, inputs: tuple, arrays: tuple) -> dict:
+    """The entry of ``shared`` (a dict filled as it goes: ``layer``, :func:`_layer_prices`;
+    ``request``, the pipeline's last pricing request; ``pp``, its parts) of the grids priced
+    together with these ``inputs`` (model shape, GPU, cluster, settings, overlap, ...) and
+    knob ``arrays``, a new one where no grid had them.
+
+    A search prices each (recompute, SP) under every sharding scheme over the same rows, and
+    the layer and the pipeline read none of the data-parallel fields (:data:`_DP_SETTINGS`,
+    :data:`_DP_OVERLAPS`, read by :mod:`.data_parallel` alone): they are keyed without
+    them, the arrays compared value by value, and the grids take the same (read-only)
+    arrays.  An input that cannot be a key (a setting given per row) shares nothing."""
+    x, dev, clu, st, overlap, *rest = inputs
+    try:
+        key = (x, dev, clu, dataclasses.replace(st, **_DP_SETTINGS),
+               dataclasses.replace(overlap, **_DP_OVERLAPS), *rest,
+               tuple(None if a is None else np.shape(a) for a in arrays))
+        hash(key)
+    except (TypeError, AttributeError, ValueError):
+        return {}
+    met = [] if shared is None else shared.setdefault(key, [])
+    for seen, entry in met:
+        if all(u is w or (u is not None and w is not None and np.array_equal(u, w))
+               for u, w in zip(seen, arrays)):
+            return entry
+    met.append((arrays, {}))
+    return met[-1][1]
+
+
+def _noted(entry: dict, steps):
+    """``yield from steps`` with each request it yields and the value it returns kept in
+    ``entry`` (:func:`_shared_entry`) for the grids that share it."""
+    sent = None
+    while True:
+        try:
+            entry["request"] = steps.send(sent)
+        except StopIteration as done:
+            entry["pp"] = done.value
+            return done.value
+        sent = yield entry["request"]
+
+
+def _layer_prices(x, st, dev, clu, overlap, knobs: tuple, eta_gemm, mtp_layers: int) -> tuple:
     """``(lf, lb, raw, ep_alone, mtp, bf_f, bf_b)``: the mean layer
     (:func:`.mean_layer.mean_layer`) and the BF16 first / last layers' excess over it
     (Megatron's ``Settings.bf16_layers``: the first stage's and the last's, each what a
-    16-bit layer takes beyond the mean one; p = 1: both on the one) [s].
-
-    A search prices each (recompute, SP) under every sharding scheme over the same rows, and
-    the layer reads none of the data-parallel fields (:data:`_DP_SETTINGS`,
-    :data:`_DP_OVERLAPS`): those grids take the prices ``shared`` holds (the same arrays,
-    read only), keyed by everything else the prices read, their knobs compared."""
+    16-bit layer takes beyond the mean one; p = 1: both on the one) [s]."""
     t, c, e, t_e, b, d = knobs
-    try:
-        key = (x, dev, clu, eta_gemm, mtp_layers,
-               dataclasses.replace(st, **_DP_SETTINGS), dataclasses.replace(overlap, **_DP_OVERLAPS),
-               tuple((k.shape, k.dtype.str) for k in knobs))
-        hash(key)
-    except (TypeError, AttributeError):    # a setting given per row (an array): not shared
-        key = None
-    # the grids of the key priced so far, their knobs compared value by value (equal rows)
-    met = [] if shared is None or key is None else shared.setdefault(key, [])
-    for seen, got in met:
-        if all(np.array_equal(u, w) for u, w in zip(seen, knobs)):
-            return got
     lf, lb, raw, alone, mtp = mean_layer(x, st, dev, clu, t, c, e, t_e, b, d, eta_gemm=eta_gemm,
                                          overlap=overlap, mtp_layers=mtp_layers)
     bf = bf16_layer_excess(x, st, dev, clu, knobs, lf, lb, eta_gemm=eta_gemm, overlap=overlap)
-    met.append((knobs, (lf, lb, raw, alone, mtp, *bf)))
-    return met[-1][1]
+    return (lf, lb, raw, alone, mtp, *bf)
 
 
 def _expert_weight_casts(x, st, dev, knobs, layers_max):
