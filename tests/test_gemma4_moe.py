@@ -53,30 +53,15 @@ def _measured(conf, index: int, shape):
     torch = pytest.importorskip("torch")
     from transformers.models.gemma4 import modeling_gemma4 as g4
 
-    from memsym.measure import saved_bytes
+    from test_hf_gemma4 import layer_saved_bytes
 
     s_, b_ = shape[:2]
     torch.manual_seed(0)
     layer = g4.Gemma4TextDecoderLayer(conf, index).to(torch.bfloat16)
     for weight in layer.experts.parameters():      # torch.empty: give the experts values
         torch.nn.init.normal_(weight, std=0.02)
-    rope = g4.Gemma4TextRotaryEmbedding(conf)
-    kind = conf.layer_types[index]
     x = torch.randn(b_, s_, conf.hidden_size, dtype=torch.bfloat16, requires_grad=True)
-    pos = torch.arange(s_)[None].expand(b_, s_)
-
-    class Called(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer = layer
-
-        def forward(self, x):
-            with torch.no_grad():
-                tables = rope(x, pos, layer_type=kind)
-            return self.layer(x, position_embeddings=tables, position_ids=pos,
-                              shared_kv_states={}, attention_mask=None)
-
-    return saved_bytes(Called(), (x,), depth=2)
+    return layer_saved_bytes(layer, conf, conf.layer_types[index], x)
 
 
 def _at(shape):

@@ -269,27 +269,17 @@ _FLAGS = dict(gated=True, flash=True, norm="rmsnorm", dropout=False, qk_norm=Tru
               qk_norm_fp32=True, norm_fp32=True, post_norms=True, hf_norms=True)
 
 
-@pytest.mark.torch
-@pytest.mark.parametrize("shape", _SHAPES)
-@pytest.mark.parametrize("layer_type", ["full_attention", "sliding_attention"])
-def test_the_decoder_layer_is_memsym_plus_named_differences(shape, layer_type):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+def layer_saved_bytes(layer, conf, layer_type: str, x):
+    """The bytes transformers' ``Gemma4TextDecoderLayer`` saves for backward on input ``x``
+    (``memsym.measure.saved_bytes``, by submodule), its RoPE tables made without grad as the
+    model makes them once per step."""
+    import torch
     from transformers.models.gemma4 import modeling_gemma4 as g4
 
     from memsym.measure import saved_bytes
 
-    s_, b_, a_, g_, d_, f_ = shape
-    conf = transformers.Gemma4TextConfig(
-        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
-        global_head_dim=d_, intermediate_size=f_, num_hidden_layers=2, vocab_size=16,
-        max_position_embeddings=64, layer_types=[layer_type, "full_attention"],
-        hidden_size_per_layer_input=0, vocab_size_per_layer_input=16)
-    conf._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    layer = g4.Gemma4TextDecoderLayer(conf, 0).to(torch.bfloat16)
     rope = g4.Gemma4TextRotaryEmbedding(conf)
-    x = torch.randn(b_, s_, a_ * d_, dtype=torch.bfloat16, requires_grad=True)
+    b_, s_ = x.shape[:2]
     pos = torch.arange(s_)[None].expand(b_, s_)
 
     class Called(torch.nn.Module):
@@ -303,7 +293,28 @@ def test_the_decoder_layer_is_memsym_plus_named_differences(shape, layer_type):
             return self.layer(x, position_embeddings=tables, position_ids=pos,
                               shared_kv_states={}, attention_mask=None)
 
-    got = saved_bytes(Called(), (x,), depth=2)
+    return saved_bytes(Called(), (x,), depth=2)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("shape", _SHAPES)
+@pytest.mark.parametrize("layer_type", ["full_attention", "sliding_attention"])
+def test_the_decoder_layer_is_memsym_plus_named_differences(shape, layer_type):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gemma4 import modeling_gemma4 as g4
+
+    s_, b_, a_, g_, d_, f_ = shape
+    conf = transformers.Gemma4TextConfig(
+        hidden_size=a_ * d_, num_attention_heads=a_, num_key_value_heads=g_, head_dim=d_,
+        global_head_dim=d_, intermediate_size=f_, num_hidden_layers=2, vocab_size=16,
+        max_position_embeddings=64, layer_types=[layer_type, "full_attention"],
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=16)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = g4.Gemma4TextDecoderLayer(conf, 0).to(torch.bfloat16)
+    x = torch.randn(b_, s_, a_ * d_, dtype=torch.bfloat16, requires_grad=True)
+    got = layer_saved_bytes(layer, conf, layer_type, x)
     # one norm of h by hand: Gemma 3's 8 tau h + 4 tau + 4 h and torch.pow's mean square
     tau, h_ = s_ * b_, a_ * d_
     assert got.groups["layer.input_layernorm"] == 8 * tau * h_ + 8 * tau + 4 * h_
@@ -442,7 +453,6 @@ def test_a_global_decoder_layer_is_memsym_plus_named_differences(shape, k_eq_v):
     transformers = pytest.importorskip("transformers")
     from transformers.models.gemma4 import modeling_gemma4 as g4
 
-    from memsym.measure import saved_bytes
     from memsym.symbols import d_hg, g_g
     from memsym.terms.global_attention import as_global
     from memsym.terms.mamba import hybrid_layer_activations
@@ -464,22 +474,8 @@ def test_a_global_decoder_layer_is_memsym_plus_named_differences(shape, k_eq_v):
     layer = g4.Gemma4TextDecoderLayer(conf, 1).to(torch.bfloat16)
     assert layer.self_attn.head_dim == 2 * d_ and layer.self_attn.k_proj.out_features == 2 * d_
     assert (layer.self_attn.v_proj is None) == k_eq_v
-    rope = g4.Gemma4TextRotaryEmbedding(conf)
     x = torch.randn(b_, s_, a_ * d_, dtype=torch.bfloat16, requires_grad=True)
-    pos = torch.arange(s_)[None].expand(b_, s_)
-
-    class Called(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer = layer
-
-        def forward(self, x):
-            with torch.no_grad():
-                tables = rope(x, pos, layer_type="full_attention")
-            return self.layer(x, position_embeddings=tables, position_ids=pos,
-                              shared_kv_states={}, attention_mask=None)
-
-    got = saved_bytes(Called(), (x,), depth=2)
+    got = layer_saved_bytes(layer, conf, "full_attention", x)
     ours = hybrid_layer_activations(("global", False), **_FLAGS).expr \
         + as_global(gemma4_norm_excess(_TAU, 1).expr)
     named = 2 * _TAU * f + as_global(2 * 2 * _TAU * d_h)

@@ -289,9 +289,9 @@ def _shared_dir(tmp_path, case: str) -> str:
     return str(folder)
 
 
-def _built(folder: str, names, *, meta: bool, rank: int = R, attention=("q_proj", "v_proj")):
+def hf_model(folder: str, *, peft_config=None, meta: bool = False):
     """transformers' model of the file (meta device, or bf16 on the CPU's grouped_mm path),
-    wrapped by PEFT at ``rank``: target_parameters ``names``, target_modules ``attention``."""
+    wrapped by PEFT with ``peft_config`` (None: full training)."""
     torch = pytest.importorskip("torch")
     import peft
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -305,7 +305,14 @@ def _built(folder: str, names, *, meta: bool, rank: int = R, attention=("q_proj"
         config._experts_implementation = "grouped_mm"     # as from_pretrained sets it
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
-    return peft.get_peft_model(model, peft.LoraConfig(
+    return model if peft_config is None else peft.get_peft_model(model, peft_config)
+
+
+def _built(folder: str, names, *, meta: bool, rank: int = R, attention=("q_proj", "v_proj")):
+    """:func:`hf_model` wrapped by PEFT at ``rank``: target_parameters ``names``,
+    target_modules ``attention``."""
+    peft = pytest.importorskip("peft")
+    return hf_model(folder, meta=meta, peft_config=peft.LoraConfig(
         r=rank, lora_alpha=8, lora_dropout=0.0, target_modules=list(attention),
         target_parameters=names))
 

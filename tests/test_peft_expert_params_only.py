@@ -32,7 +32,7 @@ import pytest
 from in_process import json_report, refused_line
 from memsym.model import from_hf_config, lora_parameter_count
 from test_peft_expert_params import (BATCH, BOTH, D_H, E, F_E, H, HEADS, KV, R, SEQ, SHARED, V,
-                                     _arch, _config, _saved_bytes, _transformers5, needs_peft)
+                                     _arch, _config, _saved_bytes, hf_model, needs_peft)
 
 TAU = BATCH * SEQ
 
@@ -54,25 +54,6 @@ def _folder(tmp_path, case: str, more: int = 0, **changes) -> str:
     (folder / "config.json").write_text(json.dumps({"model_type": case.split("-")[0], **cfg}),
                                         encoding="utf-8")
     return str(folder)
-
-
-def _model(folder: str, *, peft_config=None, meta: bool = False):
-    """transformers' model of the file (meta device, or bf16 on the CPU's grouped_mm path),
-    wrapped by PEFT with ``peft_config`` (None: full training)."""
-    torch = pytest.importorskip("torch")
-    import peft
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    _transformers5()
-    config = AutoConfig.from_pretrained(folder)
-    if meta:
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-    else:
-        config._experts_implementation = "grouped_mm"     # as from_pretrained sets it
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
-    return model if peft_config is None else peft.get_peft_model(model, peft_config)
 
 
 def _lora(names=BOTH, modules=None):
@@ -98,7 +79,7 @@ def _measured(tmp_path, case: str, *modules, peft: bool = True) -> int:
     ``modules`` adapted (full training without ``peft``)."""
     torch = pytest.importorskip("torch")
     ids = torch.randint(0, V, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
-    return sum(sign * _saved_bytes(_model(_folder(tmp_path, case, more), peft_config=_lora(
+    return sum(sign * _saved_bytes(hf_model(_folder(tmp_path, case, more), peft_config=_lora(
         modules=modules or None) if peft else None), ids) for sign, more in ((1, 1), (-1, 0)))
 
 
@@ -130,7 +111,7 @@ def test_peft_without_target_modules_adapts_the_experts_alone(kind):
 def test_peft_without_target_modules_beside_shared_experts(tmp_path, case):
     """The same on types with shared experts and dense layers (MLA's deepseek_v3 too): E
     adapters per MoE layer, none elsewhere."""
-    wrapped = _model(_folder(tmp_path, case), peft_config=_lora(), meta=True)
+    wrapped = hf_model(_folder(tmp_path, case), peft_config=_lora(), meta=True)
     assert not wrapped.peft_config["default"].target_modules
     _, f_e, moe_layers, _ = SHARED[case]
     trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
@@ -221,7 +202,7 @@ def test_frozen_mla_attention_keeps_what_memsym_does_not_count(tmp_path):
     2 tau a d_v); the fp32 log-sum-exp 4 a tau; the kernel's output 2 tau a d_v."""
     torch = pytest.importorskip("torch")
     folder = _folder(tmp_path, "deepseek_v3", 0, v_head_dim=16)
-    model = _model(folder, peft_config=_lora())
+    model = hf_model(folder, peft_config=_lora())
     model.enable_input_require_grads()      # every layer's input requires a gradient
     attention = model.base_model.model.model.layers[1]
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
