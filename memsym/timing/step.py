@@ -202,8 +202,11 @@ def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, 
     if "request" in entry or "pp" in entry:
         # priced by the grid that made the entry, ahead of this one in each round of
         # priced_together: its requests asked again (the same durations, priced once by
-        # interleaved._remembered), its pipeline taken when it has it
-        while "pp" not in entry:
+        # interleaved._remembered), its pipeline taken when it has it.  pipeline_parts asks
+        # once (makespan._pipeline_steps' one yield), so one round ends it; the bound says so
+        for _ in range(_FOLLOWER_ROUNDS):
+            if "pp" in entry:
+                break
             yield entry["request"]
         pp = entry["pp"]
     else:
@@ -244,6 +247,13 @@ def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, 
 _DP_SETTINGS = dict(distributed_optimizer=False, gather_per_microbatch=False,
                     reduce_per_microbatch=False, pipelined_fsdp=False)
 _DP_OVERLAPS = dict(grad_reduce=False, param_gather=False)
+
+
+#: The rounds of :func:`memsym.timing.interleaved.priced_together` a grid sharing another's
+#: pipeline waits for it: the pipeline asks one exact schedule (one round); a second round
+#: would be a bug, and the ``KeyError`` after the bound says so rather than a loop that
+#: never ends.
+_FOLLOWER_ROUNDS = 2
 
 
 def _shared_entry(shared: dict | None, inputs: tuple, arrays: tuple) -> dict:
