@@ -185,3 +185,12 @@ def test_a_command_pasted_in_quotes_is_one_clear_line(capsys, quoted):
 def test_arguments_pasted_in_quotes_are_one_clear_line(capsys):
     err = refused(capsys, "estimate", "llama3-8b", "--tp 2")
     assert "several arguments ('--tp 2')" in err and "without the quotes" in err
+
+
+@pytest.mark.parametrize("command", ["estimate", "solve", "latex"])
+def test_search_s_gpus_on_a_job_command_names_the_world_size(capsys, command):
+    # --gpus is memsym's option of search / min-gpus / time (their --help); pretrain_gpt.py
+    # has no such argument, and the job commands take the GPUs as --world-size
+    args = [command, *(["dp"] if command == "solve" else []), "llama3-8b", "--gpus", "8"]
+    err = refused(capsys, *args)
+    assert "'--gpus'" in err and "--world-size" in err

@@ -215,6 +215,11 @@ _HF_TRAINER = ("a Hugging Face Trainer script's argument, not Megatron-LM's: pas
                "the Trainer's job (memsym.readers.hf_trainer)")
 FOREIGN = {f"--{name}": _HF_TRAINER for name in (
     "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing")}
+#: ``--gpus`` is memsym's own option of ``search``, ``min-gpus`` and ``time``; a job command
+#: reading Megatron-LM's arguments takes the GPUs as ``--world-size`` (the launcher's world
+#: size, which pretrain_gpt.py reads from torchrun, not from an argument)
+FOREIGN["--gpus"] = ("memsym's option of search, min-gpus and time, not Megatron-LM's: a job "
+                     "command takes the GPUs as --world-size G")
 #: ``--deepspeed`` is also Megatron-DeepSpeed's switch beside its ``--deepspeed_config``.
 FOREIGN["--deepspeed"] = (
     "not Megatron-LM's: a Hugging Face Trainer script's (paste the whole launch to a job "
