@@ -182,9 +182,15 @@ def check_gemma4_moe(x, layout, training: Training) -> None:
     whole experts and hidden size (memsym.terms.gemma4_moe, measured on
     ``Gemma4TextDecoderLayer``); AutoTP's or AutoEP's split of its router, experts and the
     block's norms is not measured: refused in one line."""
-    if x.num_experts and framework_record(training.framework).hf_model_code \
-            and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES \
-            and (layout.t > 1 or layout.e > 1):
+    gemma4_code = framework_record(training.framework).hf_model_code \
+        and (x.extra or {}).get("hf_model_type") in GEMMA4_NORM_TYPES
+    if gemma4_code and training.states.precision == "fp32" and training.states.autocast is None:
+        # the norms' and the MoE block's terms are measured with 16-bit activations (an fp32
+        # run keeps its fp32 tensors once, no copies: their widths differ)
+        raise InvalidValueError("Gemma 4 under transformers' own code is counted with 16-bit "
+                                "activations (bf16 / fp16, or autocast over fp32 weights), "
+                                "not plain fp32: give --precision bf16 or an autocast")
+    if x.num_experts and gemma4_code and (layout.t > 1 or layout.e > 1):
         raise InvalidValueError("the activations of Gemma 4's MoE block (enable_moe_block) "
                                 "under transformers' own code are counted without tensor or "
                                 f"expert parallelism, not t={layout.t}, e={layout.e}: "

@@ -222,3 +222,18 @@ def test_the_26b_a4b_shapes_keep_the_measured_layers(tmp_path):
     rope = 25 * 4 * 8 * 256 + 5 * 4 * 8 * 512
     ours = _job_layers(arch, shape, more={d_hg: 512, g_g: 2, L: 30, h: 2816})
     assert ours == 25 * sliding + 5 * full - rope == 107_323_840
+
+
+def test_plain_fp32_under_transformers_code_is_refused_in_one_line(tmp_path, capsys):
+    # the norms' and the MoE block's terms were measured with bf16 activations; a plain fp32
+    # run keeps other widths (its fp32 inputs are the norms' fp32 copies): refused
+    from in_process import refused_line
+
+    path = write_config(tmp_path, {"model_type": "gemma4_text", "hidden_size": 64,
+                          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                          "global_head_dim": 16, "intermediate_size": 96,
+                          "num_hidden_layers": 2, "vocab_size": 32,
+                          "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 32})
+    err = refused_line(capsys, ["estimate", str(path), "--framework", "deepspeed",
+                                "--precision", "fp32"])
+    assert "16-bit activations" in err and "plain fp32" in err

@@ -475,3 +475,16 @@ def test_a_global_decoder_layer_is_memsym_plus_named_differences(shape, k_eq_v):
     at = {s: s_, b: b_, a: a_, g: g_, d_h: d_, d_hg: 2 * d_, g_g: 1, f: f_, h: a_ * d_,
           c: 1, t: 1}
     assert got.total == (ours + named).xreplace(at)
+
+
+@pytest.mark.torch
+def test_a_null_per_layer_config_keeps_every_layer_at_head_dim(tmp_path):
+    # configuration_gemma4.py:207 (transformers 5.25.0): a per_layer_config key, null
+    # included, skips the global_head_dim override, so the full-attention layer keeps head_dim
+    cfg = {"model_type": "gemma4_text", "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96,
+           "num_hidden_layers": 2, "vocab_size": 32, "per_layer_config": None,
+           "layer_types": ["sliding_attention", "full_attention"],
+           "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 32}
+    path = write_config(tmp_path, cfg)
+    assert parameter_count(from_hf_config(path)) == language_model_count(path)

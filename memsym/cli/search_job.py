@@ -539,6 +539,11 @@ def bridge_relaunch(sj: SearchJob, got):
     # the mode the job was read in: a fine-tuning recipe run_recipe.py refuses under another
     # (_validate_recipe_mode, run_recipe.py:300-304; a benchmark's, recipe_metadata.py:238-244)
     mode = recipe_mode(est.bridge_recipe, est.job_words.bridge)
+    if mode is None:    # every shipped recipe's name says one (a guard, not a path)
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError(f"recipe {est.bridge_recipe[:80]!r}: its run_recipe.py mode "
+                                "is not known; give --mode pretrain|sft|lora")
     arguments = ("--recipe", est.bridge_recipe, "--mode", mode, *kept, *layout)
     lines = [shlex.join(arguments[:2]), shlex.join(arguments[2:4])]
     lines += [shlex.quote(w) for w in arguments[4:]]

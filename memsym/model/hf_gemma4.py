@@ -63,6 +63,10 @@ def _layer_sizes(c: ConfigFields, kinds: list, head_dim: int, kv_heads: int,
     ``config.per_layer_config[layer_idx]``."""
     sizes = [(head_dim, kv_heads)] * len(kinds)
     plc = c.data.get("per_layer_config")
+    if "per_layer_config" in c.data and plc is None:
+        # a per_layer_config key, null included, skips __post_init__'s global overrides
+        # (configuration_gemma4.py:207): every layer keeps head_dim and its KV heads
+        return sizes
     if plc is None:
         # __post_init__: the full-attention layers get global_head_dim and, with
         # attention_k_eq_v, num_global_key_value_heads (when given)
