@@ -391,11 +391,11 @@ def from_hf_config(path) -> Architecture:
     dropout = {k: c.probability(k, dflt) for k, dflt in _DROPOUT[mtype].items()}
     kw.update(name=name, untie_embeddings_and_output_weights=not tied,
               extra={**_with_yarn(c, kw), "hf_model_type": file_type, "hf_dropout": dropout,
-                     "notes": tuple(notes), **_router_fields(c, mtype)})
+                     "notes": tuple(notes), **_router_fields(c, mtype, kw.get("num_experts"))})
     return resolve(Architecture(**kw))
 
 
-def _router_fields(c: ConfigFields, mtype: str) -> dict:
+def _router_fields(c: ConfigFields, mtype: str, experts) -> dict:
     # whether the router divides its top-k weights by their sum, where config.norm_topk_prob
     # says so (memsym.terms.hf_moe_routing.HF_ROUTERS; the config classes' default False:
     # transformers 5.25.0 configuration_qwen3_moe.py:98, configuration_qwen2_moe.py:97,
@@ -403,13 +403,40 @@ def _router_fields(c: ConfigFields, mtype: str) -> dict:
     if HF_ROUTERS.get(mtype, (True,))[0] is None:
         return {"hf_norm_topk_prob": c.bool("norm_topk_prob", False)}
     if mtype in HF_GROUPED_ROUTERS:
-        # the grouped sigmoid routers: their groups and their config class's own default
-        # (memsym.terms.hf_moe_routing.HF_GROUPED_ROUTERS; n_group, topk_group default 1,
-        # configuration_glm4_moe.py:108-109, configuration_dots1.py:89-90)
         return {"hf_norm_topk_prob": c.bool("norm_topk_prob", HF_GROUPED_ROUTERS[mtype]),
-                "hf_n_group": c.int("n_group", 1, null=1),
-                "hf_topk_group": c.int("topk_group", 1, null=1)}
+                **_router_groups(c, mtype, experts)}
     return {}
+
+
+#: The grouped routers' config-class defaults of (n_group, topk_group) where they are not
+#: (1, 1): transformers 5.25.0 configuration_deepseek_v3.py:99-100 and
+#: configuration_deepseek_v32.py:99-100 (8, 4); the others 1, 1
+#: (configuration_glm4_moe.py:108-109, configuration_dots1.py:89-90,
+#: configuration_solar_open.py:79-80, configuration_exaone_moe.py:119-120,
+#: configuration_glm4_moe_lite.py:94-95, configuration_glm_moe_dsa.py:104-105).
+_GROUP_DEFAULTS = {"deepseek_v3": (8, 4), "deepseek_v32": (8, 4)}
+
+
+def _router_groups(c: ConfigFields, mtype: str, experts: int) -> dict:
+    """A grouped router's ``n_group`` and ``topk_group``, refused in one line where
+    transformers' router cannot run them: it views the E expert scores as ``n_group`` groups of
+    ``E // n_group``, sums each group's top 2 and keeps the ``topk_group`` best groups
+    (``DeepseekV3TopkRouter.forward``, modeling_deepseek_v3.py:137-142), so ``n_group`` must
+    divide E into groups of at least 2 experts and ``topk_group <= n_group``; a null value
+    reaches ``view`` as None."""
+    groups_default, topk_default = _GROUP_DEFAULTS.get(mtype, (1, 1))
+    for key in ("n_group", "topk_group"):
+        if key in c.data and c.data[key] is None:
+            raise c._bad(f"field {key!r} is null: transformers' {mtype} router splits the "
+                         "experts into that many groups and needs a whole number")
+    groups, topk = c.int("n_group", groups_default), c.int("topk_group", topk_default)
+    if experts % groups or experts // groups < 2:
+        raise c._bad(f"n_group {groups} must divide the {experts} routed experts into groups "
+                     "of at least 2 (transformers' router sums each group's top 2 scores)")
+    if topk > groups:
+        raise c._bad(f"topk_group {topk} is more than n_group {groups} (transformers' router "
+                     "keeps the topk_group best of the n_group groups)")
+    return {"hf_n_group": groups, "hf_topk_group": topk}
 
 
 def _with_yarn(c: ConfigFields, kw: dict) -> dict:

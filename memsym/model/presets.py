@@ -61,7 +61,9 @@ PRESETS: dict = {
         multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
         qk_pos_emb_head_dim=64, v_head_dim=128, kv_channels=128, mtp_num_layers=1,
         moe_router_bias=True,   # e_score_correction_bias (noaux_tc routing), a parameter in HF
-        extra={"first_k_dense_replace": 3, "n_shared_experts": 1}),
+        # the router's groups, deepseek-ai/DeepSeek-V3 config.json n_group 8, topk_group 4
+        extra={"first_k_dense_replace": 3, "n_shared_experts": 1, "hf_n_group": 8,
+               "hf_topk_group": 4}),
     # moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, DeepseekV3ForCausalLM's
     # modules; Megatron-Bridge 067f987df0 models/kimi/kimi_bridge.py builds it as MLA with
     # moe_layer_freq [0] * first_k_dense_replace + [1] * 60, shared expert

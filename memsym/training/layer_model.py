@@ -423,8 +423,8 @@ def _hf_routing(x, training: Training, width: int) -> sp.Expr:
     casts = hf_router_casts(mtype in HF_FP32_ROUTER_WEIGHT and width != 4).expr
     gate = hf_shared_gate(mtype in HF_SHARED_GATES, width).expr
     if mtype in HF_GROUPED_ROUTERS:
-        # a config.json read gives them (memsym.model.hf_config); a preset: one group, and
-        # the config class's default norm_topk_prob
+        # a config.json read gives them (memsym.model.hf_config), a preset its file's groups
+        # (memsym.model.presets: DeepSeek-V3's 8 and 4) and its config class's norm_topk_prob
         return casts + gate + hf_grouped_router(
             groups=int(extra.get("hf_n_group", 1)), topk_groups=int(extra.get("hf_topk_group", 1)),
             normalized=bool(extra.get("hf_norm_topk_prob", HF_GROUPED_ROUTERS[mtype])),
