@@ -226,11 +226,15 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
     .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
     key = lower_choice("quantization", quantization, QUANTIZATIONS)
-    psi = N / (p * t) if params is None else as_expr(params)
-    expr = psi * quantization_bytes(key) / (d if sharded else 1)
+    expr = _frozen_params(params) * quantization_bytes(key) / (d if sharded else 1)
     src = _QLORA if key.startswith("nf4") else _FROZEN
     return Term("weights", expr, f"frozen base weights stored as {key}"
                 + (", sharded over data parallel" if sharded else ""), src, label="frozen weights")
+
+
+def _frozen_params(params):
+    """The frozen parameters on this GPU: ``params``, or the model-parallel shard ``N/(p t)``."""
+    return N / (p * t) if params is None else as_expr(params)
 
 
 def adapter_state(adapter_dtype: str = "fp32", params=N_a, *, main_grads: bool = False) -> Total:
@@ -330,14 +334,15 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
     .. [lora] arXiv:2106.09685, §4.1; §4.2; §5.1 (|Θ| = 2 × L̂_LoRA × d_model × r).
     .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
-    base = (frozen_weights(quantization, params, sharded=sharded),)
-    if unquantized is not None and lower_choice("quantization", quantization,
-                                                 QUANTIZATIONS) == unquantized_dtype:
+    folded = unquantized is not None and lower_choice(
+        "quantization", quantization, QUANTIZATIONS) == unquantized_dtype
+    base = () if folded else (frozen_weights(quantization, params, sharded=sharded),)
+    if folded:
         # nothing quantized: the embeddings, norms and output layer are stored as the frozen
         # linear layers are, so the frozen base is one row, not a "weights" and an
         # "unquantized" row of the same dtype
-        psi = N / (p * t) if params is None else as_expr(params)
-        whole = frozen_weights(quantization, psi + as_expr(unquantized), sharded=sharded)
+        whole = frozen_weights(quantization, _frozen_params(params) + as_expr(unquantized),
+                               sharded=sharded)
         src = _BRIDGE_FROZEN if params_dtype_base else _FROZEN
         said = " (the model's params_dtype)" if params_dtype_base else ""
         base = (replace(whole, description=f"{whole.description}{said}: linear layers, "
