@@ -194,3 +194,16 @@ def test_search_s_gpus_on_a_job_command_names_the_world_size(capsys, command):
     args = [command, *(["dp"] if command == "solve" else []), "llama3-8b", "--gpus", "8"]
     err = refused(capsys, *args)
     assert "'--gpus'" in err and "--world-size" in err
+
+
+def test_time_takes_the_world_size_as_the_job_commands_spell_it(capsys):
+    # --world-size is the job's GPU count on estimate / solve / latex; on time it is the same
+    # count as its --gpus: 8 T N / (G X) at G = 64 either way (Narayanan et al. 2021 Eq. 4,
+    # X = MFU 0.5 x the H100 SXM's 989.4 TFLOP/s dense BF16 of memsym gpus)
+    runs = []
+    for flag in ("--gpus", "--world-size"):
+        code, out, _ = run(capsys, "time", "llama3-8b", flag, "64", "--tokens", "1T", "--json")
+        assert code == 0
+        runs.append(json.loads(out))
+    assert runs[0] == runs[1] and runs[0]["gpus"] == 64
+    assert runs[0]["seconds"] == pytest.approx(8 * 10**12 * 8_030_261_248 / (64 * 494.7e12))

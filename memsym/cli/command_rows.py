@@ -124,9 +124,10 @@ def time_rows():
         option("--gpu", group="time", metavar="NAME", commands=tm, parser_default="h100-80gb",
            default="h100-80gb", source="memsym", effect="time",
            help="GPU from the catalogue (memsym gpus): its peak dense FLOP/s"),
-        option("--gpus", group="time", type=T.positive_int, metavar="G", commands=tm,
-           parser_default=8, default=8, source="memsym: one node", effect="time",
-           help="number of GPUs"),
+        # --world-size as estimate / solve / latex spell the job's GPU count
+        option(("--gpus", "--world-size"), "gpus", group="time", type=T.positive_int,
+           metavar="G", commands=tm, parser_default=8, default=8, source="memsym: one node",
+           effect="time", help="number of GPUs (the job's world size)"),
         option("--precision", group="time", type=T.choice("precision", ("bf16", "fp16", "fp8")),
            commands=tm, field="precision", parser_default="bf16", default="bf16", source=JOB_DEFAULTS,
            effect="time", help="which peak to use"),
