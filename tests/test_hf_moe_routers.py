@@ -20,7 +20,7 @@ import json
 import pytest
 
 from in_process import json_report
-from test_peft_expert_params import SHARED, V, _saved_bytes, _transformers5, needs_peft
+from test_peft_expert_params import _B, SHARED, V, _saved_bytes, _transformers5, needs_peft
 
 #: model_type -> its config.json's names of (E, k, f_e): the keys each shape changes
 _KEYS = {"qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
@@ -35,7 +35,13 @@ _GROUPED = ("glm4_moe", "dots1", "solar_open", "exaone_moe", "deepseek_v3", "glm
 _MLA = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
 _KEYS.update({case: _KEYS["glm4_moe"] for case in _MLA},
              afmoe=("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-             cohere2_moe=("num_experts", "num_experts_per_tok", "intermediate_size"))
+             cohere2_moe=("num_experts", "num_experts_per_tok", "intermediate_size"),
+             aria_text=("moe_num_experts", "moe_topk", "intermediate_size"))
+#: each type's small config.json: PEFT's expert-parameter tables', and Aria's language model
+#: (every layer MoE, two shared experts of intermediate_size), which PEFT's target conversion
+#: does not reach
+_BASES = {**{case: row[0] for case, row in SHARED.items()},
+          "aria_text": {**_B, "moe_num_experts": 4, "moe_topk": 2, "intermediate_size": 16}}
 
 #: (batch, seq, h, E, k, f_e, extra fields of a grouped router / of every type)
 SHAPES = [(2, 20, 64, 4, 2, 16, {}),
@@ -45,7 +51,7 @@ SHAPES = [(2, 20, 64, 4, 2, 16, {}),
 
 def _config(case: str, shape, more: int, **changes) -> dict:
     _, _, h, e, k, f_e, extra = shape
-    cfg = dict(SHARED[case][0])
+    cfg = dict(_BASES[case])
     names = _KEYS[case]
     cfg.update({"hidden_size": h, names[0]: e, names[1]: k, names[2]: f_e}, **changes)
     if case in _GROUPED:
@@ -101,7 +107,7 @@ def _layer(capsys, tmp_path, case: str, shape, **changes) -> tuple:
 @pytest.mark.parametrize("shape", SHAPES, ids=["tau40-h64-E4-k2", "tau48-h96-E8-k3-G2",
                                                "tau28-h32-E6-k1-G3"])
 @pytest.mark.parametrize("case", sorted(set(_KEYS) - {"glm4_moe", "ernie4_5_moe", "afmoe",
-                                                     "cohere2_moe", *_MLA}))
+                                                     "cohere2_moe", "aria_text", *_MLA}))
 def test_moe_layer_keeps_what_memsym_counts(capsys, tmp_path, case, shape):
     """One MoE layer's saved bytes in full training equal memsym's per-layer activations of
     the TRL job, exactly, at every shape: the polynomial in tau, h, E, k, f_e (and G, g_k)."""
@@ -265,3 +271,14 @@ def test_shared_gate_and_casts_by_hand():
     assert hf_shared_gate().evaluate(s=20, b=2, c=1, h=64) == 2 * 40 + 2 * 40 * 64
     assert hf_shared_gate(width=4).evaluate(s=20, b=2, c=1, h=64) == 4 * 40 * 65
     assert hf_router_casts(False).expr == 0
+
+
+@needs_peft
+@pytest.mark.xfail(strict=True, reason="measured gap 2,256 B at tau = 40, h 64, E 4, k 2, f_e 16 "
+                   "(3,680 B at tau 48, E 8, k 3; 360 B at tau 28, E 6, k 1): "
+                   "AriaTextTopKRouter's topk of the logits then a softmax of the k scores "
+                   "(modeling_aria.py:267-271) is not in memsym's router table; not derived")
+def test_aria_text_layer_exact(capsys, tmp_path):
+    """Aria's language-model layer at the first shape (its f_e is intermediate_size)."""
+    measured, counted = _layer(capsys, tmp_path, "aria_text", SHAPES[0])
+    assert measured == counted

@@ -28,7 +28,7 @@ from in_process import estimate
 
 # the model types this file covers
 TYPES = {"param2moe", "sarvam_moe", "sarvam_mla", "hy_v3", "minicpm5_moe", "mellum",
-         "kolibri1", "hyperclovax", "apertus1p5_text", "olmo_hybrid", "flint"}
+         "kolibri1", "hyperclovax", "apertus1p5_text", "olmo_hybrid", "flint", "aria_text"}
 
 _BASE = {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 64, **TOKENS}
@@ -53,6 +53,8 @@ _CLOVA = {"model_type": "hyperclovax", **_BASE, "intermediate_size": 96}
 _APERTUS = {"model_type": "apertus1p5_text", **_BASE, "intermediate_size": 96}
 _FLINT = {"model_type": "flint", **_MOE, "num_hidden_layers": 4, "num_experts": 4,
           "shared_expert_intermediate_size": 24}
+_ARIA = {"model_type": "aria_text", **_BASE, "intermediate_size": 24, "moe_num_experts": 4,
+         "moe_topk": 2}
 _OLMO_HYBRID = {"model_type": "olmo_hybrid", **_BASE, "intermediate_size": 96,
                 "num_hidden_layers": 4}
 
@@ -137,6 +139,14 @@ SMALL.update({
         "shared_expert_intermediate_size": 0, "attention_bias": True,
         "tie_word_embeddings": True},
     "flint-dense": {**_FLINT, "num_experts": 0},
+    # Aria's language model: every layer MoE, routed experts and two shared ones of
+    # intermediate_size; or one shared, biased attention, top-1, tied, head_dim given; or no
+    # shared experts, GELU (the shared MLP follows hidden_act, the routed experts stay SiLU)
+    "aria_text": _ARIA,
+    "aria_text-one-shared-bias-top1-tied": {
+        **_ARIA, "moe_num_shared_experts": 1, "attention_bias": True, "moe_topk": 1,
+        "tie_word_embeddings": True, "head_dim": 8},
+    "aria_text-no-shared-gelu": {**_ARIA, "moe_num_shared_experts": 0, "hidden_act": "gelu"},
 })
 
 
@@ -264,6 +274,15 @@ def test_apertus1p5_text_defaults_by_hand(tmp_path):
     assert _count(tmp_path, "apertus1p5_text") == total == 8_091_086_912
 
 
+@pytest.mark.torch
+def test_aria_text_defaults_by_hand(tmp_path):
+    # AriaTextConfig: h 4096, 32 layers, MHA a 32 (d 128, no q/k norm), every layer MoE: a router
+    # 8 x h, 8 SiLU-gated experts of f 4096 and a gated shared MLP of 2 x 4096; V 32000, untied
+    h, L, a, d, f, E, V = 4096, 32, 32, 128, 4096, 8, 32000
+    total = 2 * V * h + L * (_gqa(h, a, a, d, qk_norm=False) + _moe(h, E, f, 2 * f) + 2 * h) + h
+    assert _count(tmp_path, "aria_text") == total == 18_517_069_824
+
+
 def test_an_estimate_runs(tmp_path, capsys):
     code, out, err = estimate(capsys, write_config(tmp_path, SMALL["hy_v3"]), "--seq-length", 64)
     assert code == 0, err
@@ -275,6 +294,7 @@ def test_an_estimate_runs(tmp_path, capsys):
 
 @pytest.mark.parametrize("cfg,match", [
     ({**_HY3, "mlp_bias": True}, "mlp_bias true in a hy_v3 config"),
+    ({**_ARIA, "mlp_bias": True}, "mlp_bias true in an aria_text config"),
     ({**_HY3, "num_experts": None}, "field 'num_experts' null"),
     ({**_APERTUS, "output_vocab_size": 64}, "output_vocab_size 64 below vocab_size 128"),
     ({**_PARAM2, "num_experts": 8}, "fields 'n_routed_experts' and 'num_experts' name the same"),

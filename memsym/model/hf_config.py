@@ -292,7 +292,8 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "MellumForCausalLM": "mellum", "Kolibri1ForCausalLM": "kolibri1",
              "HyperCLOVAXForCausalLM": "hyperclovax",
              "Apertus1p5TextForCausalLM": "apertus1p5_text",
-             "OlmoHybridForCausalLM": "olmo_hybrid", "FlintForCausalLM": "flint"}
+             "OlmoHybridForCausalLM": "olmo_hybrid", "FlintForCausalLM": "flint",
+             "AriaTextForCausalLM": "aria_text"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 

@@ -105,6 +105,8 @@ DECODER_DEFAULTS = {
     "jais2": (False, None, None, 8192),
     "nanochat": (False, None, None, 2048),
     "youtu": (True, None, None, 131072),
+    # AriaTextConfig (rhymes-ai/Aria's language model)
+    "aria_text": (False, None, None, 2048),
     # XGLMConfig, BioGptConfig (transformers 5.25.0): both tie lm_head to the embedding
     "xglm": (True, None, None, 2048),
     "biogpt": (True, None, None, 1024),

@@ -153,6 +153,30 @@ def _read_flint(c: ConfigFields, mtype: str, notes: list) -> dict:
     return kw
 
 
+def _read_aria_text(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # transformers 5.25.0 modeling_aria.py: AriaTextAttention q, k, v, o bias=
+    # config.attention_bias (:421-432); AriaTextDecoderLayer (:490-494): AriaTextMoELayer in
+    # every layer (:319-326): a router weight E x h without bias (AriaTextTopKRouter, :263),
+    # E SiLU-gated experts of intermediate_size (AriaExperts, :285-286: no bias) and a gated
+    # shared MLP of intermediate_size x moe_num_shared_experts with bias=config.mlp_bias
+    # (AriaSharedExpertsMLP, :241-244); AriaTextConfig's defaults 8 experts, top-2, two shared
+    # (configuration_aria.py:99-101)
+    if c.bool("mlp_bias", False):
+        raise c._bad("mlp_bias true in an aria_text config (biases on the shared experts' "
+                     "projections but not on the routed experts') is not modelled")
+    kw = decoder_fields(c, mtype)
+    ffn = kw["ffn_hidden_size"]
+    n_layers = kw["num_layers"]
+    kw.update(attention_bias=c.bool("attention_bias", False),
+              num_experts=c.int("moe_num_experts", 8), moe_router_topk=c.int("moe_topk", 2),
+              moe_ffn_hidden_size=ffn,
+              moe_shared_expert_intermediate_size=ffn * c.int("moe_num_shared_experts", 2,
+                                                              allow_zero=True) or None,
+              moe_layer_freq=(1,) * n_layers, moe_router_bias=False)
+    return kw
+
+
 MORE_MOE_READERS = {"hy_v3": _read_hy_v3, "minicpm5_moe": _read_minicpm5_moe,
-                    "mellum": _read_mellum, "kolibri1": _read_kolibri1, "flint": _read_flint}
+                    "mellum": _read_mellum, "kolibri1": _read_kolibri1, "flint": _read_flint,
+                    "aria_text": _read_aria_text}
 """model_type -> its reader ``(c, mtype, notes) -> Architecture keyword arguments``."""
