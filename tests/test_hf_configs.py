@@ -595,7 +595,8 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
            "qwen3_5_moe_text": "qwen3_5_moe",
            # Param2 and Sarvam configs build GLM-4.5's and DeepSeek-V3's models
            "param2moe": "glm4_moe", "sarvam_moe": "glm4_moe", "sarvam_mla": "deepseek_v3",
-           "apertus1p5_text": "apertus1p5", "gemma4_text": "gemma4"}.get(mtype, mtype)
+           "apertus1p5_text": "apertus1p5", "gemma4_text": "gemma4",
+           "aria_text": "aria"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
     # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to
