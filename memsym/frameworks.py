@@ -50,6 +50,9 @@ class Framework:
         train (:data:`memsym.job_record.REPORTED_DEFAULTS` says so in every report).
     default_scheme_source : str
         Where :attr:`default_scheme` comes from.
+    attention_source : str
+        Why its attention keeps no score matrix when the user names no kernel (the report's
+        ``flash_attention`` default): the kernel its model code calls by default.
     overlap_schemes : tuple of str
         The schemes under which its data-parallel collectives overlap the backward (and the
         next forward's parameter gather) when the user sets nothing: none for Megatron-LM
@@ -255,6 +258,7 @@ class Framework:
     schemes: tuple
     default_scheme: str
     default_scheme_source: str
+    attention_source: str
     overlap_schemes: tuple
     launch_overlaps: str
     megatron_options: bool
@@ -357,6 +361,8 @@ FRAMEWORK = {
         default_scheme="distributed-optimizer",
         default_scheme_source="memsym.job.DEFAULTS: Megatron-core's distributed optimizer "
                               "(the recipes' --use-distributed-optimizer)",
+        attention_source="memsym.job.DEFAULTS: Megatron-core's --attention-backend auto picks "
+                         "a fused or flash kernel",
         overlap_schemes=(), launch_overlaps="flags", megatron_options=True,
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
         recipe_defaults=True, hf_model_code=False, layer_selective_ac=False,
@@ -376,6 +382,10 @@ FRAMEWORK = {
         name="deepspeed", title="DeepSpeed", schemes=("ddp", "zero1", "zero2", "zero3"),
         default_scheme="ddp",
         default_scheme_source="deepspeed's default (zero_optimization.stage 0)",
+        # transformers 5.25.0 modeling_utils.py:1856, get_correct_attn_implementation
+        attention_source="transformers' default attn_implementation 'sdpa' (modeling_utils.py, "
+                         "get_correct_attn_implementation): PyTorch's SDPA runs a flash or "
+                         "memory-efficient kernel on 16-bit inputs",
         overlap_schemes=("zero3",), launch_overlaps="overlap_comm", megatron_options=False,
         torch_pipelining=False, tp_userbuffers=True, dropout_layers=True,
         recipe_defaults=False, hf_model_code=True, layer_selective_ac=False,
@@ -403,6 +413,9 @@ FRAMEWORK = {
         name="torchtitan", title="torchtitan", schemes=("fsdp", "ddp"),
         default_scheme="fsdp",
         default_scheme_source="torchtitan's default (data_parallel_shard_degree -1)",
+        attention_source="torchtitan v0.2.2 models/attention.py, "
+                         "ScaledDotProductAttentionWrapper: SDPA with the cuDNN, then the flash "
+                         "kernel first",
         overlap_schemes=("fsdp", "ddp"), launch_overlaps="always", megatron_options=False,
         torch_pipelining=True, tp_userbuffers=False, dropout_layers=False,
         recipe_defaults=False, hf_model_code=False, layer_selective_ac=True,

@@ -224,7 +224,8 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev, clu, cap = _hardware(gpu, cluster, gpus_per_node, capacity)
     _fp8_layout_notes(trn, dev, notes)
-    framework_default = {"sharding": fw.default_scheme_source, "dropout": why}
+    framework_default = {"sharding": fw.default_scheme_source, "dropout": why,
+                         "flash_attention": fw.attention_source}
     defaulted = [k for k in defaulted if k not in SETTING_DEFAULTS or SETTING_DEFAULTS[k][1](x, trn)]
     applied = tuple(_defaults) + tuple(
         (k, trn.value(k) if k in FIELD_PARTS else getattr(lay, k),

@@ -296,3 +296,15 @@ def test_the_default_sharding_says_where_it_comes_from(name):
                                    FRAMEWORK[name].default_scheme_source)
     assert FRAMEWORK["megatron"].default_scheme_source == REPORTED_DEFAULTS["sharding"]
     assert "stage 0" in FRAMEWORK["deepspeed"].default_scheme_source
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_the_default_attention_kernel_cites_the_framework_s_own_code(name):
+    # each framework's model code picks its kernel: Megatron-core's --attention-backend auto,
+    # transformers' attn_implementation "sdpa" (modeling_utils.py:1856 at 5.25.0) under
+    # DeepSpeed, torchtitan's SDPA wrapper (cuDNN, flash, math: models/attention.py, v0.2.2)
+    applied = {k: (v, why) for k, v, why in job("llama3-8b", d=8, framework=name).defaults}
+    assert applied["flash_attention"] == (True, FRAMEWORK[name].attention_source)
+    assert FRAMEWORK["megatron"].attention_source == REPORTED_DEFAULTS["flash_attention"]
+    assert "sdpa" in FRAMEWORK["deepspeed"].attention_source
+    assert "ScaledDotProductAttentionWrapper" in FRAMEWORK["torchtitan"].attention_source
