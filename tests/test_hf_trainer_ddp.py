@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from in_process import json_report, refused_line
+from in_process import json_report, refused_line, run
 from tiny_llama import F, H, LAYERS, TINY, tiny_llama
 from memsym.cli import main
 from memsym.errors import InvalidValueError
@@ -194,12 +194,16 @@ def test_every_job_command_says_the_launchs_reading(capsys, tiny, ds_config, tmp
     assert (f"job: the Hugging Face Trainer launch run_clm.py, MODEL {tiny} (read as "
             f"{est['read_as']})") in out
     assert "ignored (no effect on memory or time): " + " ".join(est["ignored"]) in out
+    # the Trainer's default said; estimate's line adds the config's "auto" that takes it
+    # (search holds the launch's global batch: its accumulation is the layout's)
     row = launch_defaults[0]
-    assert f"default: {row['option']} = {row['value']} ({row['source']})" in out
+    trainer = row["source"].split("; ")[0]
+    assert f"default: {row['option']} = {row['value']} ({trainer}" in out
     rep = json_report(capsys, ["search", *_ds(tiny, ds_config), "--gpu", "h100-80gb", "--gpus", "2",
                          "--top", "1"])
     assert rep[0]["job"]["read_as"] == est["read_as"]      # one row per layout, each its job
-    assert launch_defaults[0] in rep[0]["job"]["defaults"]
+    assert any(r["option"] == row["option"] and r["source"].startswith(trainer)
+               for r in rep[0]["job"]["defaults"])
 
 
 def test_solve_and_plot_say_a_plain_ddp_launchs_reading(capsys, tiny, tmp_path):
@@ -349,3 +353,17 @@ def test_full_eval_is_no_training_autocast_under_plain_ddp(capsys, tiny):
     auto = json_report(capsys, ["estimate", *_ddp(tiny, "--bf16", dtype=fp32), "--gpu",
                                 "h100-80gb"])
     assert auto["training"]["autocast"] == "bf16"
+
+
+def test_a_default_and_its_reason_are_said_once(capsys, tiny, ds_config):
+    # TrainingArguments' gradient_accumulation_steps default 1 (training_args.py) is what the
+    # config's "auto" takes (trainer_config_process): one line naming both; the dropout's
+    # reason is said on its default's line, not again as a note
+    code, out, err = run(capsys, "estimate", *_ds(tiny, ds_config), "--gpu", "h100-80gb")
+    assert code == 0, err
+    text = " ".join(out.split())
+    accumulation = [line for line in out.splitlines()
+                    if line.startswith("default: gradient_accumulation_steps")]
+    assert len(accumulation) == 1
+    assert "training_args.py" in text and "<- --gradient_accumulation_steps" in text
+    assert text.count("DeepSpeed runs the transformers model") == 1

@@ -40,6 +40,7 @@ from ..limits import check_limit
 from ..readers.hf_trainer import load_dtype, read_hf_trainer_launch
 from ..readers.hf_trainer_args import ADAMW, RUN_CLM, TRAINING_ARGS
 from ..text import looks_like_option
+from .report_text import notes_and_defaults
 
 __all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read_as",
            "launch_of", "config_of"]
@@ -439,7 +440,16 @@ def hf_report(args, rep: dict) -> None:
         for mine, theirs in _SPELLED:
             source = source.replace(mine, theirs)
         rows.append({**row, "source": _trainer(source, r)})
-    rep["defaults"] = rows
+    # one line per value: the Trainer's default that a DeepSpeed "auto" then takes (an
+    # accumulation of 1 is TrainingArguments' default and the config's "auto") says both
+    merged: dict = {}
+    for row in rows:
+        key = (row["option"], repr(row["value"]))
+        if key in merged:
+            merged[key]["source"] += "; " + row["source"]
+        else:
+            merged[key] = dict(row)
+    rep["defaults"] = list(merged.values())
 
 
 def hf_reading(args, job=None):
@@ -474,10 +484,7 @@ def reading_lines(rep) -> list:
     out = [f"read as {rep['read_as']}"]
     if rep.get("ignored"):
         out.append("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
-    out += [f"note: {note}" for note in rep.get("notes", [])]
-    out += [f"default: {row['option']} = {row['value']} ({row['source']})"
-            for row in rep.get("defaults", [])]
-    return out
+    return out + notes_and_defaults(rep)
 
 
 def _trainer(text: str, r) -> str:

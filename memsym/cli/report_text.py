@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
-__all__ = ["WIDTH", "render_estimate", "render_step", "render_advice", "capacity_label",
+__all__ = ["WIDTH", "notes_and_defaults", "render_estimate", "render_step", "render_advice", "capacity_label",
            "tight_text",
            "margin_text", "render_markdown", "markdown_table",
            "markdown_references", "markdown_text", "render_sensitivity", "scheme_words"]
@@ -179,14 +179,28 @@ def _references(rep: dict) -> list:
     return list(dict.fromkeys(sources[k] for k in rep["bytes"] if sources.get(k)))
 
 
+def notes_and_defaults(rep: dict) -> list:
+    """A report's ``note:`` and ``default:`` lines; a note that only repeats why a default
+    was taken (the framework's dropout) is said once, on its default's line.
+
+    Examples
+    --------
+    >>> notes_and_defaults({"notes": ["n", "why"],
+    ...                     "defaults": [{"option": "o", "value": 1, "source": "why"}]})
+    ['note: n', 'default: o = 1 (why)']
+    """
+    defaults = rep.get("defaults", [])
+    said = {str(row["source"]) for row in defaults}
+    return ([f"note: {note}" for note in rep.get("notes", []) if note not in said]
+            + [f"default: {row['option']} = {row['value']} ({row['source']})" for row in defaults])
+
+
 def _said(rep: dict, device: int) -> list:
     """How the job was read, its notes, the defaults applied and the memory metric."""
     said = [f"read as {rep['read_as']}"] if rep.get("read_as") else []
     if rep.get("ignored"):
         said.append("ignored (no effect on memory or time): " + " ".join(rep["ignored"]))
-    said += [f"note: {note}" for note in rep.get("notes", [])]
-    said += [f"default: {row['option']} = {row['value']} ({row['source']})"
-             for row in rep.get("defaults", [])]
+    said += notes_and_defaults(rep)
     said.append(f"memory metric: {rep['metric']['name']}, {rep['metric']['sees']}")
     if rep["metric"]["name"] != "device":
         said.append(f"device total (what must fit): {device:,} bytes = {device / 1e9:.3f} GB")
