@@ -205,6 +205,12 @@ def test_an_unknown_recipe_is_named(capsys):
         read_bridge_recipe("llama3_8b_pretrain")
     code, out, err = cli(capsys, "estimate", "--bridge-recipe", "nope_config")
     assert code == 2 and out == "" and "nope_config" in err
+    # Bridge's private _nemotron_3_super_pretrain_64gpu_h100_bf16_config (recipes/nemotronh/
+    # h100/nemotron_3_super.py:160) is reached by its alias, never offered by name
+    with pytest.raises(UnknownNameError) as exc:
+        read_bridge_recipe("nemotron_3_super_pretrain_configg")
+    assert "nemotron_3_super_pretrain_config" in str(exc.value)
+    assert "_nemotron_3_super" not in str(exc.value) and " _" not in str(exc.value)
 
 
 MIRROR = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"

@@ -84,8 +84,11 @@ def recipe_row(name: str):
                                 "diffusion recipes are not modelled (memsym reads the language "
                                 "models' recipes)")
     if row is None:
+        # a private function (Bridge's _nemotron_3_super_pretrain_64gpu_h100_bf16_config,
+        # reached by its alias nemotron_3_super_pretrain_config) is no name to offer
         raise UnknownNameError("Megatron-Bridge recipe", name,
-                               sorted(set(RECIPE_TABLE) | set(ALIASES)))
+                               sorted(n for n in set(RECIPE_TABLE) | set(ALIASES)
+                                      if not n.startswith("_")))
     return full, row
 
 
