@@ -36,12 +36,17 @@ _MLA = ("deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
 _KEYS.update({case: _KEYS["glm4_moe"] for case in _MLA},
              afmoe=("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
              cohere2_moe=("num_experts", "num_experts_per_tok", "intermediate_size"),
-             aria_text=("moe_num_experts", "moe_topk", "intermediate_size"))
+             aria_text=("moe_num_experts", "moe_topk", "intermediate_size"),
+             mellum=("num_experts", "num_experts_per_tok", "moe_intermediate_size"))
 #: each type's small config.json: PEFT's expert-parameter tables', and Aria's language model
 #: (every layer MoE, two shared experts of intermediate_size), which PEFT's target conversion
 #: does not reach
 _BASES = {**{case: row[0] for case, row in SHARED.items()},
-          "aria_text": {**_B, "moe_num_experts": 4, "moe_topk": 2, "intermediate_size": 16}}
+          "aria_text": {**_B, "moe_num_experts": 4, "moe_topk": 2, "intermediate_size": 16},
+          # Mellum2: q/k norms, every layer MoE without a shared expert, norm_topk_prob True
+          # by default (configuration_mellum.py:99)
+          "mellum": {**_B, "num_experts": 4, "num_experts_per_tok": 2,
+                     "moe_intermediate_size": 16}}
 
 #: (batch, seq, h, E, k, f_e, extra fields of a grouped router / of every type)
 SHAPES = [(2, 20, 64, 4, 2, 16, {}),

@@ -400,9 +400,9 @@ def _router_fields(c: ConfigFields, mtype: str, experts) -> dict:
     # whether the router divides its top-k weights by their sum, where config.norm_topk_prob
     # says so (memsym.terms.hf_moe_routing.HF_ROUTERS; the config classes' default False:
     # transformers 5.25.0 configuration_qwen3_moe.py:98, configuration_qwen2_moe.py:97,
-    # configuration_olmoe.py:82)
+    # configuration_olmoe.py:82; True: configuration_mellum.py:99)
     if HF_ROUTERS.get(mtype, (True,))[0] is None:
-        return {"hf_norm_topk_prob": c.bool("norm_topk_prob", False)}
+        return {"hf_norm_topk_prob": c.bool("norm_topk_prob", mtype == "mellum")}
     if mtype in HF_GROUPED_ROUTERS:
         return {"hf_norm_topk_prob": c.bool("norm_topk_prob", HF_GROUPED_ROUTERS[mtype]),
                 **_router_groups(c, mtype, experts)}

@@ -61,9 +61,11 @@ __all__ = ["HF_FP32_ROUTER_WEIGHT", "HF_GROUPED_ROUTERS", "HF_ROUTERS", "HF_SHAR
 #: ``HunYuanMoEV1Gate`` (``modeling_hunyuan_v1_moe.py:234-242``) is the same: softmax, topk,
 #: always normalised, cast back to the logits' dtype; AFMoE's ``AfmoeTokenChoiceRouter``
 #: (``modeling_afmoe.py:141-153``: a sigmoid of the fp32 logits, topk of the biased scores,
-#: always normalised, left in fp32) keeps what Mixtral's does.
+#: always normalised, left in fp32) keeps what Mixtral's does.  Mellum's ``MellumTopKRouter``
+#: (``modeling_mellum.py:323-332``) is Qwen3-MoE's.
 HF_ROUTERS = {"qwen3_moe": (None, False), "qwen2_moe": (None, False), "olmoe": (None, False),
-              "mixtral": (True, True), "hunyuan_v1_moe": (True, False), "afmoe": (True, True)}
+              "mixtral": (True, True), "hunyuan_v1_moe": (True, False), "afmoe": (True, True),
+              "mellum": (None, False)}
 
 #: transformers ``model_type`` -> its config class's default ``norm_topk_prob``: DeepSeek-V3's
 #: grouped sigmoid router with ``e_score_correction_bias`` (``Glm4MoeTopkRouter``
