@@ -47,8 +47,9 @@ from ..term import Source, Term
 from .transformer_layer import token_split
 
 __all__ = ["HF_FP32_ROUTER_WEIGHT", "HF_GROUPED_ROUTERS", "HF_ROUTERS", "HF_SHARED_GATES",
-           "HF_UNCAST_ROUTERS", "hf_grouped_router", "hf_router_casts", "hf_routing_indices",
-           "hf_shared_gate", "hf_uncast_router"]
+           "HF_TOPK_SOFTMAX_ROUTERS", "HF_UNCAST_ROUTERS", "hf_grouped_router",
+           "hf_router_casts", "hf_routing_indices", "hf_shared_gate", "hf_topk_softmax_router",
+           "hf_uncast_router"]
 
 #: transformers ``model_type`` -> (the router normalises its top-k weights: True, or None
 #: where ``config.norm_topk_prob`` says; the sorted weights stay fp32): the MoE families
@@ -95,6 +96,10 @@ HF_FP32_ROUTER_WEIGHT = frozenset(HF_GROUPED_ROUTERS) | {"hunyuan_v1_moe"}
 #: False)``, softmax, topk of the biased scores, gather, division by the clamped sum, always;
 #: its fp32 ``gate.weight`` kept, :462).
 HF_UNCAST_ROUTERS = frozenset({"ernie4_5_moe"})
+
+#: The types whose router takes the top k of the logits, then a softmax of those k alone, with
+#: no dtype (``AriaTextTopKRouter``, ``modeling_aria.py:267-271``): :func:`hf_topk_softmax_router`.
+HF_TOPK_SOFTMAX_ROUTERS = frozenset({"aria_text"})
 
 #: The types whose shared expert's output is scaled by a sigmoid gate of one output
 #: (``Qwen2MoeSparseMoeBlock``, ``modeling_qwen2_moe.py:335,347``).
@@ -357,3 +362,44 @@ def hf_uncast_router(cast: bool = True) -> Term:
                        "(F.linear of hidden_states.float()), :353-355 (division by "
                        "torch.clamp(sum, min=norm_min)), :462 (fp32 gate.weight)"),
                 label="transformers fp32 router")
+
+
+def hf_topk_softmax_router(routed: bool = True) -> Term:
+    r"""A top-k-then-softmax router beside :func:`hf_routing_indices` [bytes per layer].
+
+    Aria's router (``AriaTextTopKRouter``) takes ``torch.topk`` of the 16-bit logits, then
+    ``softmax`` of the k values with no dtype: CUDA autocast runs ``softmax`` in fp32 (torch
+    2.13 ``aten/src/ATen/autocast_mode.h``, ``AT_FORALL_FP32_SET_OPT_DTYPE``), so the
+    softmax keeps its fp32 output, :math:`4\tau k`, and the weights it hands the experts
+    stay fp32 (:func:`hf_routing_indices` with ``weight_width`` 4, unnormalised); no fp32
+    probabilities over the E experts are kept, which memsym's layer counts as the router's
+    (:math:`4\tau E`, :mod:`memsym.terms.transformer_layer`):
+
+    .. math::
+
+        4\tau k - 4\tau E
+
+    Parameters
+    ----------
+    routed : bool
+        The layer is an MoE layer of transformers' model code on the ``grouped_mm`` path;
+        False: 0.
+
+    Examples
+    --------
+    >>> hf_topk_softmax_router().evaluate(s=4096, b=1, c=1, k=8, E=64) == 4 * 4096 * (8 - 64)
+    True
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/aria/modeling_aria.py:267-271``
+       (``AriaTextTopKRouter.forward``).
+    """
+    tok, _ = token_split(False)
+    return Term("hf_topk_softmax_router", 4 * tok * (k - E) if routed else sp.Integer(0),
+                "the fp32 softmax of the top-k logits, kept instead of fp32 probabilities "
+                "over every expert",
+                Source("hf-transformers-5-25",
+                       "models/aria/modeling_aria.py:267-271 (topk of the logits, softmax of "
+                       "the k values, no dtype: fp32 under CUDA autocast)"),
+                label="transformers top-k softmax router")

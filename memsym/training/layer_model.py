@@ -33,8 +33,9 @@ from ..terms.gemma4_moe import gemma4_moe_block
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.global_attention import SDPA_GQA_MAX_HEAD_DIM, as_global, sdpa_repeated_kv
 from ..terms.hf_moe_routing import (HF_FP32_ROUTER_WEIGHT, HF_GROUPED_ROUTERS, HF_ROUTERS,
-                                    HF_SHARED_GATES, HF_UNCAST_ROUTERS, hf_grouped_router,
-                                    hf_router_casts, hf_routing_indices, hf_shared_gate,
+                                    HF_SHARED_GATES, HF_TOPK_SOFTMAX_ROUTERS, HF_UNCAST_ROUTERS,
+                                    hf_grouped_router, hf_router_casts, hf_routing_indices,
+                                    hf_shared_gate, hf_topk_softmax_router,
                                     hf_uncast_router)
 from ..terms.mamba import ATTENTION_KEYS, MLP_KEYS, MOE_KEYS
 from ..terms.op_sac import sac_attention_recomputed
@@ -429,6 +430,10 @@ def _hf_routing(x, training: Training, width: int) -> sp.Expr:
             groups=int(extra.get("hf_n_group", 1)), topk_groups=int(extra.get("hf_topk_group", 1)),
             normalized=bool(extra.get("hf_norm_topk_prob", HF_GROUPED_ROUTERS[mtype])),
             width=width).expr
+    if mtype in HF_TOPK_SOFTMAX_ROUTERS:
+        # the fp32 softmax of the k logits and the fp32 weights it hands the experts
+        return hf_topk_softmax_router().expr + hf_routing_indices(
+            normalized=False, weight_width=4).expr
     if mtype in HF_UNCAST_ROUTERS:
         # fp32 outside autocast: the top-k weights and their sum fp32, cast to the compute
         # dtype for the experts
