@@ -33,8 +33,8 @@ from .vocabulary import MEGATRON_FSDP_OPTIMIZERS
 from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
                          MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, microbatches, whole
-from .job_checks_hf import (check_autocast, check_chunked_loss, check_gemma4_moe,
-                            check_peft_variants, check_torch_ddp)
+from .job_checks_hf import (check_autocast, check_chunked_loss, check_gemma4_layers,
+                            check_gemma4_moe, check_peft_variants, check_torch_ddp)
 
 __all__ = ["check_fields", "canonical", "validate", "compile_changes_recompute"]
 
@@ -345,6 +345,7 @@ def validate(x, layout: Layout, training: Training):
     check_autocast(x, layout, training)
     check_chunked_loss(x, layout, training)
     check_gemma4_moe(x, layout, training)
+    check_gemma4_layers(x, layout, training)
     check_zero_buckets(training.states.zero_buckets)
     check_recipe_fields(training.states, training.memory, training.framework, x.num_layers, layout.p)
     mods = training.memory.cuda_graph_modules

@@ -14,7 +14,7 @@ from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable
 
 __all__ = ["check_peft_variants", "check_expert_params_alone", "check_torch_ddp",
-           "check_autocast", "check_chunked_loss", "check_gemma4_moe"]
+           "check_autocast", "check_chunked_loss", "check_gemma4_moe", "check_gemma4_layers"]
 
 
 def check_peft_variants(training: Training, x=None) -> None:
@@ -196,3 +196,22 @@ def check_gemma4_moe(x, layout, training: Training) -> None:
                                 f"expert parallelism, not t={layout.t}, e={layout.e}: "
                                 f"framework {training.framework} runs that code; a Megatron "
                                 "framework's layer of the same shapes is counted")
+
+
+def check_gemma4_layers(x, layout, training: Training) -> None:
+    """Gemma 4's per-layer input embeddings and KV-sharing layers are counted as transformers'
+    code keeps them in 16-bit activations (memsym.terms.gemma4_ple, memsym.terms.kv_sharing);
+    a pipeline stage of KV-sharing layers away from the layers storing their keys and values
+    (transformers' pipeline plan passes the hidden states alone) is refused in one line, as is
+    plain fp32."""
+    reuse = any(m in ("kv_reuse", "global_kv_reuse") for m in (x.layer_mixers or ()))
+    if not (reuse or getattr(x, "per_layer_input_size", None)):
+        return
+    if training.states.precision == "fp32" and training.states.autocast is None:
+        raise InvalidValueError("Gemma 4's per-layer inputs and KV-sharing layers are counted "
+                                "with 16-bit activations, not plain fp32: give --precision "
+                                "bf16 or an autocast")
+    if reuse and layout.p > 1:
+        raise InvalidValueError(f"Gemma 4's KV-sharing layers (num_kv_shared_layers) over "
+                                f"pipeline stages (p={layout.p}) are not modelled: their keys "
+                                "and values come from an earlier layer's stage; give --pp 1")

@@ -323,6 +323,7 @@ FIELD_LIMITS = MappingProxyType({
     "gdn_value_head_dim": "head_dim", "gdn_conv_kernel": "head_dim",
     "short_conv_kernel": "head_dim", "lightning_block_size": "sequence",
     "global_kv_channels": "head_dim", "global_num_query_groups": "heads",
+    "per_layer_input_size": "hidden", "per_layer_input_vocab": "vocab",
     "shared_blocks": "layers", "shared_adapter_rank": "rank", "shared_adapter_sets": "layers",
     # Layout: every parallel degree is a number of GPUs
     "t": "gpus", "p": "stages", "d": "gpus", "c": "gpus", "e": "gpus", "t_e": "gpus", "v": "layers",

@@ -177,6 +177,18 @@ d_hg = _register("d_hg", r"d_{\mathrm{hglb}}", "the global attention layers' hea
                  "(global_head_dim)", "1", "positive integer")
 g_g = _register("g_g", r"g_{\mathrm{glb}}", "the global attention layers' key/value heads "
                 "(num_global_key_value_heads)", "1", "positive integer")
+# --- layers reusing an earlier layer's keys and values (memsym/model/kv_sharing.py; Gemma 4) --
+L_kvr = _register("L_kvr", r"L_{\mathrm{kvr}}", "number of layers reusing an earlier layer's keys "
+                  "and values, of the model's attention shape (num_kv_shared_layers)", "1",
+                  "nonnegative")
+L_kvrg = _register("L_kvrg", r"L_{\mathrm{kvrg}}", "number of global attention layers reusing an "
+                   "earlier global layer's keys and values", "1", "nonnegative")
+# --- Gemma 4's per-layer input embeddings (memsym/model/counts.py; hidden_size_per_layer_input) -
+p_pl = _register("p_pl", r"p_{\mathrm{pl}}", "per-layer input width "
+                 "(hidden_size_per_layer_input: Gemma 4's per-layer embeddings)", "1",
+                 "positive integer")
+V_pl = _register("V_pl", r"V_{\mathrm{pl}}", "per-layer input embedding vocabulary "
+                 "(vocab_size_per_layer_input)", "tokens", "positive integer")
 # --- Gated DeltaNet linear-attention mixers (memsym/model/token_mixers.py; Qwen3-Next) ------
 L_gdn = _register("L_gdn", r"L_{\mathrm{gdn}}", "number of layers with a Gated DeltaNet "
                   "(linear-attention) mixer", "1", "nonnegative")

@@ -5,8 +5,9 @@ of the very file memsym reads, on the meta device, and ``sum(p.numel())`` of its
 (the vision and audio towers and their embedders left out) must equal memsym's count; the
 shared checks of ``tests/test_hf_type_tables.py`` take this file's ``SMALL``.  The
 full-attention layers' own head width and KV heads and their missing v_proj under
-``attention_k_eq_v`` are memsym's ``"global"`` layers; KV sharing and per-layer input
-embeddings are refused in one line naming them.  No network: every config is written here.
+``attention_k_eq_v`` are memsym's ``"global"`` layers; per-layer input embeddings are
+``tests/test_gemma4_ple.py``'s, KV sharing ``tests/test_gemma4_kv_sharing.py``'s.  No
+network: every config is written here.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ SMALL = {
     "gemma4-text-config-tie-ignored": {"model_type": "gemma4", "text_config": {
         **_TEXT, "tie_word_embeddings": False}},
 }
-# every published Gemma 4 config.json has full-attention layers of another head size (refused
-# below): no published file to count
+# no published Gemma 4 config.json is stored here (no network): the dicts shaped as the
+# 26B-A4B's (below) and the E2B's and E4B's (tests/test_gemma4_kv_sharing.py) stand in
 REAL: dict = {}
 
 
@@ -139,16 +140,6 @@ def test_an_estimate_runs(tmp_path, capsys):
         assert code == 0 and "GPU memory" in out, err
 
 
-# (config, the words the one-line refusal holds)
-_E2B_SHAPED = {"model_type": "gemma4", "text_config": {
-    "model_type": "gemma4_text", "hidden_size": 1536, "num_hidden_layers": 35,
-    "intermediate_size": 6144, "num_attention_heads": 8, "num_key_value_heads": 1,
-    "head_dim": 256, "global_head_dim": 512, "vocab_size": 262144,
-    "num_kv_shared_layers": 20, "hidden_size_per_layer_input": 256,
-    "vocab_size_per_layer_input": 262144, "use_double_wide_mlp": True,
-    "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7}}
-
-
 # shaped as google/gemma-4-26B-A4B's text_config (its sizes as public readers of that file
 # transcribe them: transformers' model of this very dict, not a published total, is what any
 # count here is checked against): the MoE block beside a dense MLP, full-attention
@@ -164,18 +155,9 @@ _26B_SHAPED = {"model_type": "gemma4", "text_config": {
 
 
 @pytest.mark.parametrize("cfg,match", [
-    # Gemma4TextConfig's own defaults: head_dim 256, global_head_dim 512, PLE of 256
-    ("defaults", "per-layer input embeddings .hidden_size_per_layer_input 256"),
-    (_E2B_SHAPED, "num_kv_shared_layers .* and their double-wide MLP"),
     # one sliding layer unlike the others: Gemma4TextConfig.get_full_layer_config refuses it
     ({**_TEXT, "per_layer_config": {"1": {"head_dim": 8}}},
      "layer 1 .sliding_attention. another head size.*not homogeneous"),
-    ({**_TEXT, "num_kv_shared_layers": 2}, "num_kv_shared_layers .* is not modelled"),
-    ({**_TEXT, "num_kv_shared_layers": 2, "use_double_wide_mlp": True}, "double-wide MLP"),
-    ({**_TEXT, "hidden_size_per_layer_input": 8}, "per-layer input embeddings "
-                                                  ".hidden_size_per_layer_input 8"),
-    ({k: v for k, v in _TEXT.items() if k != "hidden_size_per_layer_input"},
-     "per-layer input embeddings .hidden_size_per_layer_input 256"),
     ({**_TEXT, "per_layer_config": {"5": {"intermediate_size": 8}}}, "overrides other than"),
     ({**_TEXT, "per_layer_config": {"6": {"head_dim": 16}}}, "keys must be layer indices"),
     ({**_TEXT, "per_layer_config": [1]}, "'per_layer_config' must be an object"),
@@ -186,8 +168,6 @@ _26B_SHAPED = {"model_type": "gemma4", "text_config": {
     ({**_TEXT, **_MOE, "top_k_experts": None}, "without 'top_k_experts'"),
 ])
 def test_what_memsym_does_not_model_is_refused_in_one_line(tmp_path, cfg, match):
-    if cfg == "defaults":
-        cfg = class_defaults("gemma4_text")
     with pytest.raises(InvalidValueError, match=match) as err:
         from_hf_config(write_config(tmp_path, cfg))
     assert "\n" not in str(err.value) and "did you mean" not in str(err.value)
@@ -228,11 +208,7 @@ def test_the_class_defaults_without_per_layer_inputs_match_transformers(tmp_path
     arch = from_hf_config(path)
     assert parameter_count(arch) == language_model_count(path) == 3_010_758_400
     assert arch.layer_mixers.count("global") == 5
-    # with its per-layer input embeddings (256) transformers builds 5,077,177,856: refused
-    full = write_config(tmp_path, class_defaults("gemma4_text"), "full")
-    assert language_model_count(full) == 5_077_177_856
-    with pytest.raises(InvalidValueError, match="per-layer input embeddings"):
-        from_hf_config(full)
+    # with its per-layer input embeddings (256): tests/test_gemma4_ple.py
 
 
 @pytest.mark.torch

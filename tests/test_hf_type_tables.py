@@ -35,9 +35,8 @@ REAL = {case: cfg for f in FILES for case, cfg in f.REAL.items()}
 # the types whose config class's own defaults are counted here; left out: DbrxConfig's (its
 # DbrxAttentionConfig has no rope_theta, so transformers 5.25.0 builds no model of them:
 # refused, tests/test_hf_class_defaults.py) and Lfm2MoeConfig's (no default layer_types:
-# refused, tests/test_hf_layer_kinds.py) and Gemma4TextConfig's (per-layer input embeddings,
-# hidden_size_per_layer_input 256: refused, tests/test_hf_gemma4.py)
-_DEFAULTS = sorted(TYPES - {"dbrx", "lfm2_moe", "gemma4_text", "gemma4"})
+# refused, tests/test_hf_layer_kinds.py)
+_DEFAULTS = sorted(TYPES - {"dbrx", "lfm2_moe"})
 # the files whose types' modules read attention_dropout alone (the classic types read more:
 # tests/test_hf_classic_types.py checks theirs)
 _ATTENTION_DROPOUT_ONLY = one_case_per_type({**dense.SMALL, **moe.SMALL, **swa.SMALL,

@@ -18,7 +18,7 @@ from ..text import printable
 from .sizes import inert_name, padded_vocab_size, pos_int
 
 __all__ = ["Architecture", "Resolved", "resolve", "padded_vocab_size", "LIMITS", "MIXERS",
-           "check_limit", "printable"]
+           "check_limit", "printable", "norm_params"]
 
 # Every size an architecture carries is bounded (memsym.limits, the one table of limits): a
 # hostile or mistyped value is refused at once, not built into a 10^8-entry layer pattern.
@@ -98,7 +98,10 @@ class Architecture:
       convolution, LFM2), ``"lightning"`` (lightning attention, of the attention's heads and
       head dim, MiniMax-01), ``"global"`` (softmax attention of its own head width and KV
       heads, ``global_kv_channels`` and ``global_num_query_groups``, without v_proj unless
-      ``global_v_proj``: Gemma 4's full-attention layers) or ``"none"`` (an MLP/MoE-only
+      ``global_v_proj``: Gemma 4's full-attention layers), ``"kv_reuse"`` /
+      ``"global_kv_reuse"`` (an attention / global layer that reuses an earlier layer's keys
+      and values and builds no k_proj, v_proj, k_norm: Gemma 4's ``num_kv_shared_layers``;
+      their MLP 2f wide with ``kv_reuse_wide_mlp``) or ``"none"`` (an MLP/MoE-only
       layer, Nemotron-H); None: every layer has attention.
     * ``ffn_layers``: a tuple of L 0/1 entries, 1 where the layer has an MLP or MoE block
       (Nemotron-H's Mamba and attention layers have none); None: every layer.  A MoE pattern
@@ -114,6 +117,11 @@ class Architecture:
       attention layers' q_proj also gives a sigmoid gate of a d_h on the output (Qwen3-Next).
     * ``short_conv_kernel``, ``short_conv_bias``: the short-convolution mixers' depthwise conv
       taps and biases (in_proj, conv, out_proj).
+    * ``per_layer_input_size`` p and ``per_layer_input_vocab`` V_p (Gemma 4's per-layer input
+      embeddings, ``hidden_size_per_layer_input``, ``vocab_size_per_layer_input``): a packed
+      V_p x L p embedding table, a model projection h -> L p with a norm of p, and in every
+      layer a gate h -> p, a projection p -> h and a norm of h, all whole on every TP rank;
+      None: none.
     * ``shared_blocks`` (Zamba, Zamba2): the distinct shared transformer blocks that the
       ``"shared"`` layers (a Mamba layer run after one use of a shared block) cycle through;
       ``shared_adapter_rank`` the per-use LoRA rank on the shared MLP's gate/up projection (None:
@@ -209,6 +217,10 @@ class Architecture:
     global_kv_channels: Optional[int] = None       # global_head_dim; None: kv_channels
     global_num_query_groups: Optional[int] = None  # their KV heads; None: num_query_groups
     global_v_proj: bool = True                     # False: attention_k_eq_v (keys as values)
+    # --- per-layer input embeddings (Gemma 4's hidden_size_per_layer_input, issue 32) ---
+    per_layer_input_size: Optional[int] = None     # p_pl; None: none
+    per_layer_input_vocab: Optional[int] = None    # V_pl; None: vocab_size
+    kv_reuse_wide_mlp: bool = False                # the KV-reusing layers' MLP is 2f wide
     shared_blocks: Optional[int] = None            # Zamba's shared transformer blocks; None: none
     shared_adapter_rank: Optional[int] = None      # Zamba2's per-use MLP LoRA rank; None: none
     shared_attention_adapters: bool = False        # Zamba2's per-use LoRA on Q, K, V
@@ -241,18 +253,19 @@ _INT_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_gr
                "gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim",
                "gdn_conv_kernel", "short_conv_kernel", "lightning_block_size", "shared_blocks",
                "shared_adapter_rank", "shared_adapter_sets", "moe_latent_size",
-               "global_kv_channels", "global_num_query_groups")
+               "global_kv_channels", "global_num_query_groups", "per_layer_input_size",
+               "per_layer_input_vocab")
 _BOOL_FIELDS = ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias",
                 "multi_latent_attention", "qk_layernorm", "moe_shared_expert_gate", "attention_sinks",
                 "off_by_one_softmax", "norm_affine", "output_layer_bias", "embedding_norm",
                 "parallel_attention", "xielu_activation", "mamba_conv_bias", "mamba_in_proj_bias",
                 "mamba_out_proj_bias", "mamba_gated_norm", "mamba_inner_norms", "mtp_repeated",
                 "attention_output_gate", "short_conv_bias", "shared_attention_adapters",
-                "global_v_proj")
+                "global_v_proj", "kv_reuse_wide_mlp")
 _OPTIONAL_BOOL_FIELDS = ("moe_router_bias", "norm_bias", "attention_bias", "attention_out_bias")
 _QK_NORM_WIDTHS = ("head", "full")
 MIXERS = ("attention", "mamba", "parallel", "gdn", "conv", "lightning", "global", "shared",
-          "none")
+          "none", "kv_reuse", "global_kv_reuse")
 """The ``layer_mixers`` entries: a layer's token mixer(s)."""
 
 
@@ -317,6 +330,8 @@ def resolve(arch: Architecture, seq_length: Optional[int] = None) -> Architectur
         raise InvalidValueError("moe_latent_size (latent MoE projections) needs routed "
                                 "experts (num_experts)")
     _resolve_hybrid(arch, upd)
+    if upd.get("per_layer_input_size") and not upd.get("per_layer_input_vocab"):
+        upd["per_layer_input_vocab"] = upd["vocab_size"]
     fields = {f.name: getattr(arch, f.name) for f in dataclasses.fields(Architecture)}
     fields.update(upd)
     _MAKING.ok = True
@@ -446,8 +461,16 @@ def _resolve_hybrid(arch: Architecture, upd: dict) -> None:
         for name in ("gdn_key_heads", "gdn_value_heads", "gdn_key_head_dim", "gdn_value_head_dim"):
             if name not in upd:
                 raise InvalidValueError(f"Gated DeltaNet layers need {name}")
-    if mixers is not None and "global" in mixers:
+    if mixers is not None and ("global" in mixers or "global_kv_reuse" in mixers):
         _resolve_global(arch, upd)
+    reuse = mixers is not None and any(m in ("kv_reuse", "global_kv_reuse") for m in mixers)
+    if reuse and (arch.multi_latent_attention or not arch.qk_layernorm
+                  or arch.qk_norm_width != "head"):
+        raise InvalidValueError("KV-reusing layers (kv_reuse) are modelled with per-head q/k "
+                                "norms (qk_layernorm, qk_norm_width head) and without MLA")
+    if arch.kv_reuse_wide_mlp and arch.num_experts:
+        raise InvalidValueError("kv_reuse_wide_mlp (the KV-reusing layers' double-wide MLP) "
+                                "with MoE layers is not modelled")
 
 
 def _resolve_global(arch: Architecture, upd: dict) -> None:
@@ -502,3 +525,12 @@ def lenient(arch: Architecture) -> Architecture:
     return resolve(arch, seq_length=1 if isinstance(arch, Architecture)
                    and arch.max_position_embeddings is None else None)
 
+
+def norm_params(x: Architecture) -> int:
+    """Parameters per normalised element: 0, 1 or 2 (``norm_affine``, ``norm_bias``)."""
+    # parameters per normalised element: RMSNorm has a scale only, LayerNorm scale and shift;
+    # norm_affine=False (OLMo's LayerNorm) has neither, norm_bias=False (Cohere's) no shift.
+    if not x.norm_affine:
+        return 0
+    shift = x.normalization == "LayerNorm" if x.norm_bias is None else x.norm_bias
+    return 1 + int(bool(shift))

@@ -6,12 +6,15 @@ from __future__ import annotations
 import sympy as sp
 
 from ..errors import InvalidValueError, UnknownNameError
-from .architecture import Architecture, lenient, padded_vocab_size, resolve
+from .architecture import Architecture, lenient, norm_params, padded_vocab_size, resolve
+from .kv_sharing import kv_reuse_parts
+from .per_layer_inputs import per_layer_model_parts
 from .layer_patterns import (is_hybrid, mixer_counts, mixer_layer_count, moe_layer_count,
                              moe_layer_pattern)
-from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_glb, L_lin, L_m,
-                       L_ssm, N_ssm, V, a, d_h, d_hg, d_idx, d_qk, d_r, d_ssm, d_v, f, f_e, f_sh, g,
-                       g_g, h, h_lat, k, k_conv, n_mtp, r_dt, r_kv, r_q, s_max)
+from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L_glb, L_kvr,
+                       L_kvrg, L_lin, L_m, L_ssm, N_ssm, V, V_pl, a, d_h, d_hg, d_idx, d_qk, d_r,
+                       d_ssm, d_v, f, f_e, f_sh, g, g_g, h, h_lat, k, k_conv, n_mtp, p_pl, r_dt,
+                       r_kv, r_q, s_max)
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from .lora_counts import lora_parameter_count
 from .shared_blocks import shared_parameter_parts
@@ -35,21 +38,12 @@ _doc = shared_doc(count_params="""
     """)
 
 
-COMPONENTS = ("embedding", "position_embedding", "attention", "mamba", "linear_attention",
-              "short_conv", "mlp", "norms", "router", "latent_projections",
+COMPONENTS = ("embedding", "position_embedding", "per_layer_inputs", "attention", "mamba",
+              "linear_attention", "short_conv", "mlp", "norms", "router", "latent_projections",
               "shared_experts", "experts", "output_layer", "mtp", "mtp_experts")
 """Keys of :func:`parameter_expression` / :func:`parameter_counts`, in model order."""
 
 ZERO = sp.Integer(0)
-
-
-def norm_params(x: Architecture) -> int:
-    # parameters per normalised element: RMSNorm has a scale only, LayerNorm scale and shift;
-    # norm_affine=False (OLMo's LayerNorm) has neither, norm_bias=False (Cohere's) no shift.
-    if not x.norm_affine:
-        return 0
-    shift = x.normalization == "LayerNorm" if x.norm_bias is None else x.norm_bias
-    return 1 + int(bool(shift))
 
 
 def _attention_bias(x: Architecture) -> bool:
@@ -202,6 +196,11 @@ def layer_parts(x: Architecture, moe: bool) -> dict:
     at, ar = _attention_parts(x)
     parts = {"attention": (at, ar, ZERO),
              "norms": (ZERO, x.norms_per_layer * norm_params(x) * h, ZERO)}
+    if x.per_layer_input_size:
+        # Gemma4TextDecoderLayer (transformers 5.25.0 modeling_gemma4.py:1345-1350):
+        # per_layer_input_gate h -> p, per_layer_projection p -> h (no bias) and
+        # post_per_layer_input_norm of h; outside the TP plan, whole on every rank
+        parts["per_layer_inputs"] = (ZERO, 2 * h * p_pl + norm_params(x) * h, ZERO)
     if not moe:
         mt, mr = _mlp_parts(x, f)
         parts["mlp"] = (mt, mr, ZERO)
@@ -327,6 +326,9 @@ def parameter_expression(arch: Architecture) -> dict:
         out["short_conv"] = L_conv * sum(conv_parts(x), ZERO)
     if mixer_layer_count(x, "global"):
         out["attention"] += L_glb * sum(global_attention_parts(x), ZERO)
+    if x.per_layer_input_size:
+        out["per_layer_inputs"] = L * layer_parts(x, any_moe)["per_layer_inputs"][1] \
+            + per_layer_model_parts(x)
     if x.shared_blocks:                          # Zamba's shared blocks: each weight once
         for key, expr in shared_parameter_parts(x).items():
             out[key] += expr
@@ -335,6 +337,13 @@ def parameter_expression(arch: Architecture) -> dict:
         out["norms"] += norm_params(x) * h
     if any_dense:
         out["mlp"] = n_dense * sum(dense_parts["mlp"], ZERO)
+    for sym, mixer in ((L_kvr, "kv_reuse"), (L_kvrg, "global_kv_reuse")):
+        if mixer_layer_count(x, mixer):           # layers reusing keys and values (Gemma 4)
+            glob = mixer == "global_kv_reuse"
+            base = global_attention_parts(x) if glob else _attention_parts(x)
+            out["attention"] += sym * sum(kv_reuse_parts(x, base, glob), ZERO)
+            if x.kv_reuse_wide_mlp:               # their MLP of 2f: once more its f-wide part
+                out["mlp"] += sym * _mlp_parts(x, f)[0]
     for key in ("router", "latent_projections", "shared_experts", "experts"):
         if key in moe_parts:
             out[key] = n_moe * sum(moe_parts[key], ZERO)
@@ -402,11 +411,14 @@ def parameter_values(arch: Architecture, t: int = 1, pad_vocab: bool = False) ->
             vals[r_q] = x.q_lora_rank
         if x.dsa_index_heads:
             vals.update({H_idx: x.dsa_index_heads, d_idx: x.dsa_index_head_dim})
-    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv"), (L_lin, "lightning"), (L_glb, "global")):
+    for sym, mixer in ((L_gdn, "gdn"), (L_conv, "conv"), (L_lin, "lightning"), (L_glb, "global"),
+                       (L_kvr, "kv_reuse"), (L_kvrg, "global_kv_reuse")):
         if mixer_layer_count(x, mixer):
             vals[sym] = mixer_layer_count(x, mixer)
-    if mixer_layer_count(x, "global"):
+    if mixer_layer_count(x, "global") or mixer_layer_count(x, "global_kv_reuse"):
         vals.update({d_hg: x.global_kv_channels, g_g: x.global_num_query_groups})
+    if x.per_layer_input_size:
+        vals.update({p_pl: x.per_layer_input_size, V_pl: x.per_layer_input_vocab})
     vals.update(mixer_values(x))
     return {sym: sp.Integer(val) for sym, val in vals.items()}
 
@@ -543,6 +555,7 @@ def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:
 
 
 _PER_LAYER = {"attention": False, "mamba": False, "norms": False, "mlp": False, "layer": False,
+              "per_layer_inputs": False,
               "router": True, "latent_projections": True, "shared_experts": True,
               "experts": True, "moe_layer": True}
 

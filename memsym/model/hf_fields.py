@@ -96,6 +96,7 @@ FIELD_LIMITS = {
     # Gemma 4 (memsym.model.hf_gemma4)
     "global_head_dim": "kv_channels", "num_global_key_value_heads": "num_query_groups",
     "num_kv_shared_layers": "num_layers", "hidden_size_per_layer_input": "hidden_size",
+    "vocab_size_per_layer_input": "vocab_size",
     "top_k_experts": "moe_router_topk",
 }
 

@@ -10,12 +10,15 @@ The full-attention layers' own head width and KV heads (``global_head_dim``, wit
 ``attention_k_eq_v`` ``num_global_key_value_heads``, or an explicit ``per_layer_config``) and
 their missing v_proj under ``attention_k_eq_v`` make them ``"global"`` entries of
 ``layer_mixers`` (:func:`memsym.model.counts.global_attention_parts`), the sliding layers
-``"attention"`` of the model's shape.  Refused in one line naming them:
-
-* ``num_kv_shared_layers`` (the last layers reuse an earlier layer's keys and values and build
-  no k_proj, v_proj, k_norm; with ``use_double_wide_mlp`` their MLP is twice as wide);
-* per-layer input embeddings (``hidden_size_per_layer_input``: a packed
-  ``vocab_size_per_layer_input`` x L p table, a model projection and per-layer gates).
+``"attention"`` of the model's shape.  Per-layer input embeddings
+(``hidden_size_per_layer_input`` p, default 256: a packed ``vocab_size_per_layer_input`` x L p
+table, a model projection h -> L p with a norm of p, each layer's gate h -> p, projection
+p -> h and norm of h) are ``per_layer_input_size`` and ``per_layer_input_vocab``
+(:func:`memsym.model.per_layer_inputs.per_layer_model_parts`, their activations
+:mod:`memsym.terms.gemma4_ple`).  ``num_kv_shared_layers`` (the last layers reuse an earlier
+layer's keys and values and build no k_proj, v_proj, k_norm; with ``use_double_wide_mlp``
+their MLP is twice as wide) are ``"kv_reuse"`` / ``"global_kv_reuse"`` layers
+(:mod:`memsym.model.kv_sharing`, their activations :mod:`memsym.terms.kv_sharing`).
 
 ``enable_moe_block`` is every layer alike: the dense MLP beside the experts is held as a
 shared expert of ``intermediate_size`` (no gate), ``Gemma4TextRouter``'s weightless norm times
@@ -117,19 +120,52 @@ def _global_layers(c: ConfigFields, kinds: list, sizes: list, k_eq_v: bool) -> d
     return kw
 
 
-def _refuse_per_layer(c: ConfigFields) -> None:
-    """Refuse, in one line naming it, what of Gemma 4 memsym does not build."""
-    if c.int("num_kv_shared_layers", 0, allow_zero=True):
-        raise c._bad("Gemma 4's num_kv_shared_layers (layers reusing an earlier layer's keys "
-                     "and values, without k_proj, v_proj and k_norm"
-                     + (", and their double-wide MLP" if c.bool("use_double_wide_mlp", False)
-                        else "") + ") is not modelled")
+def _kv_sharing(c: ConfigFields, kinds: list, kw: dict, notes: list) -> None:
+    """``num_kv_shared_layers``: the last layers reuse the keys and values of the last earlier
+    layer of their type (``Gemma4TextConfig.kv_sharing_modes``), ``"kv_reuse"`` (or
+    ``"global_kv_reuse"`` where the full-attention layers are ``"global"``) entries of
+    ``layer_mixers``; ``use_double_wide_mlp`` makes their MLP 2f wide."""
+    n_layers = len(kinds)
+    shared = c.int("num_kv_shared_layers", 0, allow_zero=True)
+    if not shared:
+        return
+    first = n_layers - shared
+    if first <= 0:
+        # configuration_gemma4.py:225-227 (kv_sharing_modes): every layer "reuse", none
+        # computing keys and values to reuse
+        raise c._bad(f"num_kv_shared_layers {shared} of {n_layers} layers leaves no layer "
+                     "computing the keys and values the shared layers reuse")
+    missing = sorted(set(kinds) - set(kinds[:first]))
+    if missing:
+        # configuration_gemma4.py:223-238 (kv_sharing_modes) raises ValueError on it
+        raise c._bad(f"num_kv_shared_layers {shared}: no layer before the shared ones is "
+                     f"{missing[0]}; transformers refuses it (the layer types producing a "
+                     "cache differ from those using it)")
+    mixers = kw.get("layer_mixers") or ("attention",) * n_layers
+    # Gemma4TextAttention: a "reuse" layer builds q_proj, q_norm, o_proj alone; Gemma4TextMLP:
+    # intermediate_size * 2 where use_double_wide_mlp and the layer reuses (lines 1051-1060)
+    kw.update(layer_mixers=tuple(("global_kv_reuse" if m == "global" else "kv_reuse")
+                                 if i >= first else m for i, m in enumerate(mixers)),
+              kv_reuse_wide_mlp=c.bool("use_double_wide_mlp", False))
+    notes.append(f"num_kv_shared_layers {shared}: the last {shared} layers reuse keys and "
+                 "values without k_proj, v_proj, k_norm; what they keep as transformers' "
+                 "Gemma4TextDecoderLayer keeps it, under any framework")
+
+
+def _per_layer_inputs(c: ConfigFields, kw: dict, notes: list) -> None:
+    """Per-layer input embeddings (``hidden_size_per_layer_input`` p, Gemma4TextConfig's
+    default 256; 0 or null builds none): Architecture's ``per_layer_input_size`` and
+    ``per_layer_input_vocab`` (``vocab_size_per_layer_input``, default 262144)."""
+    # Gemma4TextModel.__init__ / Gemma4TextDecoderLayer.__init__ build them where
+    # config.hidden_size_per_layer_input is truthy (modeling_gemma4.py:1346, 1566)
     ple = c.int("hidden_size_per_layer_input", 256, allow_zero=True, null=0)
     if ple:
-        raise c._bad(f"Gemma 4's per-layer input embeddings (hidden_size_per_layer_input {ple}: "
-                     "a packed per-layer embedding table, its model projection and each layer's "
-                     "gate and projection) are not modelled; hidden_size_per_layer_input 0 "
-                     "builds none")
+        kw.update(per_layer_input_size=ple,
+                  per_layer_input_vocab=c.int("vocab_size_per_layer_input", 262144))
+        notes.append(f"per-layer input embeddings (hidden_size_per_layer_input {ple}): "
+                     "their activations as transformers' Gemma4TextModel keeps them, under "
+                     "any framework; their GEMMs and the table's gather are not in the step "
+                     "time")
 
 
 def read_gemma4(fields: ConfigFields, mtype: str, notes: list) -> dict:
@@ -137,8 +173,8 @@ def read_gemma4(fields: ConfigFields, mtype: str, notes: list) -> dict:
 
     Parameters and result as :func:`~memsym.model.hf_decoders.read_llama_like`'s (``mtype`` is
     ``"gemma4_text"``).  Full-attention layers of their own head sizes or without v_proj are
-    ``"global"`` mixers; refused in one line naming the feature: KV sharing, per-layer input
-    embeddings.
+    ``"global"`` mixers, KV-sharing layers ``"kv_reuse"`` / ``"global_kv_reuse"``, per-layer
+    input embeddings ``per_layer_input_size``.
 
     References
     ----------
@@ -167,8 +203,9 @@ def read_gemma4(fields: ConfigFields, mtype: str, notes: list) -> dict:
     kinds = _layer_types(c, n_layers)
     k_eq_v = c.bool("attention_k_eq_v", False)
     sizes = _layer_sizes(c, kinds, kw["kv_channels"], kw["num_query_groups"], k_eq_v)
-    _refuse_per_layer(c)
     kw.update(_global_layers(c, kinds, sizes, k_eq_v))
+    _kv_sharing(c, kinds, kw, notes)
+    _per_layer_inputs(c, kw, notes)
     # Gemma4TextAttention: q, k, v, o bias=config.attention_bias; q_norm, k_norm
     # Gemma4RMSNorm(head_dim), v_norm with_scale=False (no weight); Gemma4RMSNorm: the fp32
     # normalised tensor times weight.float().  Gemma4TextMLP: gate, up, down, bias=False.

@@ -15,6 +15,7 @@ import functools
 from .architecture import Architecture, lenient
 from .layer_patterns import is_hybrid, moe_layer_pattern
 from .counts import ZERO, as_int, global_attention_parts, layer_parts, mamba_parts, parameter_values
+from .kv_sharing import kv_reuse_parts
 from .shared_blocks import shared_use_parts
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from ..symbols import G_ssm, H_ssm, N_ssm, d_hg, d_ssm, g_g, k_conv, k_sc, r_dt
@@ -28,7 +29,10 @@ _HAS_ATTENTION = ("attention", "parallel")
 _HAS_MAMBA = ("mamba", "mamba1", "parallel", "shared")
 #: The other token mixers' parameter parts (memsym.model.token_mixers), by layer_mixers entry.
 _OTHER_MIXERS = {"gdn": gdn_parts, "conv": conv_parts, "lightning": lightning_parts,
-                 "global": global_attention_parts}
+                 "global": global_attention_parts,
+                 # Gemma 4's layers reusing an earlier layer's keys and values
+                 "kv_reuse": lambda x: kv_reuse_parts(x, layer_parts(x, False)["attention"][:2]),
+                 "global_kv_reuse": lambda x: kv_reuse_parts(x, global_attention_parts(x), True)}
 
 
 def layer_kind_pattern(arch: Architecture) -> tuple:
@@ -105,7 +109,8 @@ def hybrid_layer_parameters(x, kind: tuple) -> tuple:
     # norms (norms_per_layer in every layer), its mixer(s), its MLP or MoE block
     mixer, ffn = kind
     parts = layer_parts(x, bool(ffn))
-    tp, rep, ex = ZERO, parts["norms"][1], ZERO
+    # Gemma 4's per-layer input gate, projection and norm (memsym.model.counts.layer_parts)
+    tp, rep, ex = ZERO, parts["norms"][1] + parts.get("per_layer_inputs", (0, ZERO))[1], ZERO
     if mixer in _HAS_ATTENTION:
         tp, rep = tp + parts["attention"][0], rep + parts["attention"][1]
     if mixer in _HAS_MAMBA:
@@ -123,6 +128,8 @@ def hybrid_layer_parameters(x, kind: tuple) -> tuple:
                 else ("mlp",):
             if key in parts:
                 tp, rep, ex = tp + parts[key][0], rep + parts[key][1], ex + parts[key][2]
+        if mixer in ("kv_reuse", "global_kv_reuse") and x.kv_reuse_wide_mlp:
+            tp += parts["mlp"][0]        # the double-wide MLP: its f-wide part once more
     vals = parameter_values(x)
     return (("tp", as_int(tp, vals)), ("replicated", as_int(rep, vals)),
             ("experts", as_int(ex, vals)))
@@ -176,7 +183,7 @@ def mamba_values(arch: Architecture) -> dict:
     out = {sym: vals[sym] for sym in (k_sc,) if "conv" in kinds}
     if "gdn" in kinds or "lightning" in kinds:
         out.update(mixer_values(x))
-    if "global" in kinds:
+    if "global" in kinds or "global_kv_reuse" in kinds:
         # Gemma 4's global attention layers' head width and KV heads
         out.update({sym: vals[sym] for sym in (d_hg, g_g)})
     if x.mamba_version == 2 and any(kind in _HAS_MAMBA for kind in kinds):

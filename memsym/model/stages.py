@@ -13,6 +13,7 @@ from .. import rules   # the one rule table; it reads only the architecture
 from ..errors import DivisibilityError, InvalidValueError
 from .architecture import Architecture, lenient, pos_int, resolve
 from .counts import ZERO, as_int, norm_params, layer_parts, mtp_extra, parameter_values
+from .per_layer_inputs import per_layer_model_parts
 from .shared_blocks import shared_model_parts
 from .hybrid_layers import (hybrid_kinds, hybrid_layer_parameters, layer_kind_pattern,
                             mamba_values, mtp_layer_kinds)
@@ -417,6 +418,8 @@ def stage_parameters(arch: Architecture, t: int = 1, p: int = 1, stage: int = 0,
             rep += x.max_position_embeddings * x.hidden_size
         if x.embedding_norm:                    # BLOOM's norm after the word embedding
             rep += norm_params(x) * x.hidden_size
+        if x.per_layer_input_size:              # Gemma 4's per-layer table and projection
+            rep += as_int(per_layer_model_parts(x), vals)
         if x.shared_blocks:                     # Zamba's shared blocks (p = 1: check_layout)
             shared = shared_model_parts(x)
             tp += as_int(shared["attention"] + shared["mlp"], vals)

@@ -278,12 +278,17 @@ _PRE_NORM = {"conv": ("models/lfm2/modeling_lfm2.py Lfm2DecoderLayer.forward "
 
 
 def _pair(kind) -> tuple:
-    """A hybrid layer's ``(mixer, ffn)``, refused in one line when it is not a pair."""
+    """A hybrid layer's ``(mixer, ffn)`` (a KV-reusing mixer as its base's), refused in one
+    line when it is not a pair."""
     if not isinstance(kind, (tuple, list)) or len(kind) != 2:
         raise InvalidValueError("kind must be a (mixer, ffn) pair: mixer 'attention', 'mamba', "
                                 "'conv', 'gdn', 'lightning', 'shared' or 'none', ffn None, False "
                                 f"or True; got {kind!r:.40}")
-    return tuple(kind)
+    # a layer reusing keys and values (Gemma 4): its base layer's here, less what it does not
+    # keep in the job's add-ons (memsym.terms.kv_sharing, memsym.training.layer_model)
+    mixer = kind[0]
+    return ({"kv_reuse": "attention", "global_kv_reuse": "global"}.get(mixer, mixer)
+            if isinstance(mixer, str) else mixer, kind[1])
 
 
 def _refuse_unmodelled(kind: tuple, recompute: str, context_parallel: bool, common: dict,

@@ -103,7 +103,7 @@ class Shape:
         Attention's output gate (``attention_output_gate``, Qwen3-Next): linear_qkv also
         projects a d_qk gate channels (Megatron-LM attention.py:1689-1691).
     kv_proj, glob : int, tuple
-        KV projections (2; 1: attention_k_eq_v) [1]; "global" layers' (g_g, d_hg, kv_proj) [1].
+        KV projections (2; 1: attention_k_eq_v) [1]; linear_attention.global_shape's tuple [1].
     h_lat : int
         A latent MoE's width (``moe_latent_size``; 0: none) [1]: the experts' and dispatch's.
     last_moe : bool
@@ -142,7 +142,7 @@ class Shape:
     gdn: tuple = ()
     output_gate: bool = False
     kv_proj: int = 2    # projections of the KV heads: k and v, or k alone (attention_k_eq_v)
-    glob: tuple = ()    # the global layers' (g_g, d_hg, kv_proj) (linear_attention.global_shape)
+    glob: tuple = ()    # (g_g, d_hg, kv_proj, reuse MLP factor) (linear_attention.global_shape)
 
 
 def shape_of(arch) -> Shape:

@@ -56,7 +56,7 @@ GDN_CHUNK = 64
 
 #: The hybrid token mixers the time model prices (Mamba-2, Gated DeltaNet, attention, none,
 #: global attention: attention at its own head width and KV heads, :func:`kind_shape`).
-PRICED_MIXERS = ("attention", "mamba", "gdn", "none", "global")
+PRICED_MIXERS = ("attention", "mamba", "gdn", "none", "global", "kv_reuse", "global_kv_reuse")
 
 _NAMES = {"mamba1": "Mamba-1", "parallel": "parallel Mamba/attention",
           "conv": "short-convolution", "lightning": "lightning-attention",
@@ -118,9 +118,12 @@ def priced_kinds(x) -> tuple:
 
 
 def global_shape(x) -> tuple:
-    r"""``(g_g, d_hg, kv projections)`` of a resolved model's global attention layers [1].
+    r"""``(g_g, d_hg, kv projections, MLP factor)``: the global and KV-reusing layers' shapes.
 
-    .. math:: (g_g,\; d_{hg},\; 2 \text{ or } 1)
+    The global attention layers' KV heads, head width and KV projections, and the KV-reusing
+    layers' MLP width factor of a resolved model [1].
+
+    .. math:: (g_g,\; d_{hg},\; 2 \text{ or } 1,\; 1 \text{ or } 2)
 
     Parameters
     ----------
@@ -131,7 +134,8 @@ def global_shape(x) -> tuple:
     -------
     tuple of int
         Their KV heads, head width and the projections of their KV heads: 2 (k_proj, v_proj)
-        or 1 (``attention_k_eq_v``: the keys' projection read as the values) [1].
+        or 1 (``attention_k_eq_v``: the keys' projection read as the values), and the
+        KV-reusing layers' MLP width over f: 2 with ``kv_reuse_wide_mlp``, else 1 [1].
 
     Examples
     --------
@@ -139,16 +143,17 @@ def global_shape(x) -> tuple:
     >>> global_shape(Architecture(num_layers=2, hidden_size=8, num_attention_heads=2,
     ...     position_embedding_type="rope", layer_mixers=("attention", "global"),
     ...     global_kv_channels=8, global_num_query_groups=1, global_v_proj=False))
-    (1, 8, 1)
+    (1, 8, 1, 1)
 
     References
     ----------
     .. [hf-transformers-5-25] transformers 5.25.0 ``models/gemma4/modeling_gemma4.py``,
        ``Gemma4TextAttention.__init__`` (k_proj of its own head width and KV heads, no
-       v_proj under ``attention_k_eq_v``).
+       v_proj under ``attention_k_eq_v``), ``Gemma4TextMLP.__init__`` (``use_double_wide_mlp``).
     """
     return (x.global_num_query_groups or x.num_query_groups,
-            x.global_kv_channels or x.kv_channels, 2 if x.global_v_proj else 1)
+            x.global_kv_channels or x.kv_channels, 2 if x.global_v_proj else 1,
+            2 if getattr(x, "kv_reuse_wide_mlp", False) else 1)
 
 
 def kind_shape(x, mixer: str) -> tuple:
@@ -157,8 +162,10 @@ def kind_shape(x, mixer: str) -> tuple:
     .. math:: (g, d_{qk}, d_v, n_{kv}) \to (g_g, d_{hg}, d_{hg}, n_{kv,g})
 
     A ``"global"`` layer is attention at its own head width and KV heads (and its KV
-    projections: one under ``attention_k_eq_v``), priced as attention on that shape; any
-    other mixer as it is.
+    projections: one under ``attention_k_eq_v``), priced as attention on that shape; a
+    ``"kv_reuse"`` / ``"global_kv_reuse"`` layer (Gemma 4's ``num_kv_shared_layers``) as
+    attention / a global layer without KV projections, its MLP at the factor of
+    :func:`global_shape`; any other mixer as it is.
 
     Parameters
     ----------
@@ -176,20 +183,27 @@ def kind_shape(x, mixer: str) -> tuple:
     --------
     >>> from memsym.timing.gemm import Shape
     >>> x = Shape(L=2, h=8, a=2, g=2, d_qk=4, d_v=4, f=16, gated=True, V=32, E=0, k=0,
-    ...           f_e=0, f_sh=0, L_moe=0, mla=(), untied=False, glob=(1, 8, 1))
+    ...           f_e=0, f_sh=0, L_moe=0, mla=(), untied=False, glob=(1, 8, 1, 2))
     >>> y, mixer = kind_shape(x, "global")
     >>> (y.g, y.d_qk, y.d_v, y.kv_proj, mixer)
     (1, 8, 8, 1, 'attention')
+    >>> y, mixer = kind_shape(x, "kv_reuse")
+    >>> (y.g, y.kv_proj, y.f, mixer)
+    (2, 0, 32, 'attention')
 
     References
     ----------
     .. [hf-transformers-5-25] transformers 5.25.0 ``models/gemma4/modeling_gemma4.py``,
-       ``Gemma4TextAttention`` (the layer's own head_dim and num_key_value_heads).
+       ``Gemma4TextAttention`` (the layer's own head_dim and num_key_value_heads; a "reuse"
+       layer's q_proj and o_proj alone), ``Gemma4TextMLP`` (``use_double_wide_mlp``).
     """
-    if mixer != "global":
+    if mixer not in ("global", "kv_reuse", "global_kv_reuse"):
         return x, mixer
-    g_g, d_hg, kv = x.glob
-    return replace(x, g=g_g, d_qk=d_hg, d_v=d_hg, kv_proj=kv), "attention"
+    g_g, d_hg, kv, wide = x.glob
+    y = replace(x, g=g_g, d_qk=d_hg, d_v=d_hg, kv_proj=kv) if mixer != "kv_reuse" else x
+    if mixer == "global":
+        return y, "attention"
+    return replace(y, kv_proj=0, f=y.f * wide), "attention"
 
 
 def gdn_shape(x) -> tuple:

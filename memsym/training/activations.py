@@ -20,6 +20,7 @@ from .. import model as models
 from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
 from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
+from ..terms.gemma4_ple import gemma4_ple_model
 from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered_inputs,
                                  mtp_input_activations, output_activations)
 from ..terms.adapters import LORA_TARGETS
@@ -351,6 +352,16 @@ def _embedding_term(schedule: str, training: Training, sp_on: bool, *, vv, mm, g
                 label="embedding")
 
 
+def _per_layer_projection_term(x, schedule: str, *, vv, mm, group, live) -> Term:
+    """Gemma 4's model-level per-layer input projection (memsym.terms.gemma4_ple) of the
+    first stage's in-flight micro-batches, beside the embedding they run."""
+    n_emb = embedding_microbatches(schedule, pp=p, vv=vv, mm=mm, group=group) \
+        if live is None else sp.Integer(live[0])
+    one = gemma4_ple_model(x.num_layers)
+    return Term(one.key, n_emb * one.expr, one.description + ", x the micro-batches in "
+                "flight on the first stage", one.source, label=one.label)
+
+
 def _output_terms(x, layout: Layout, training: Training, schedule: str, mm, layer_model: tuple,
                   layers: _StageLayers, recompute: str) -> list:
     """The output stage's ``output_activations`` (final norm, output layer, logits) and, with
@@ -543,6 +554,10 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     if stage == 0:
         terms.append(_embedding_term(schedule, training, sp_on, vv=vv, mm=mm, group=group,
                                      live=live))
+        if x.per_layer_input_size and training.adapters.finetune == "full":
+            # under LoRA nothing of it needs a gradient (memsym.terms.gemma4_ple)
+            terms.append(_per_layer_projection_term(x, schedule, vv=vv, mm=mm, group=group,
+                                                    live=live))
     if stage == output_stage(layout, training):
         terms += _output_terms(x, layout, training, schedule, mm, layer_model, layers,
                                recompute)

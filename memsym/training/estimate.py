@@ -20,8 +20,8 @@ from ..job import (Job, Layout, Training, check_fields, job as make_job, microba
                    validate as _validate_job)
 from ..limits import LIMITS
 from .. import model as models
-from ..symbols import (E, L, V, a, b, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, h_lat, k, m, p, s,
-                       t, t_e, v)
+from ..symbols import (E, L, V, a, b, c, c_f, d, d_h, e, f, f_e, f_sh, g, h, h_lat, k, m, p,
+                       p_pl, s, t, t_e, v)
 from ..term import Total
 from ..terms.allowances import ALLOWANCE_TERMS, METRICS, allowance_values
 from ..unchecked_job import unchecked
@@ -51,6 +51,8 @@ def arch_values(arch, t_: int = 1) -> dict:
                      f_sh: x.moe_shared_expert_intermediate_size or 0})
         if x.moe_latent_size:
             vals[h_lat] = x.moe_latent_size
+    if x.per_layer_input_size:           # Gemma 4's per-layer inputs (memsym.terms.gemma4_ple)
+        vals[p_pl] = x.per_layer_input_size
     return {key: sp.Integer(val) for key, val in {**vals, **models.stages.mamba_values(x)}.items()}
 
 

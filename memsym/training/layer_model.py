@@ -19,7 +19,7 @@ import sympy as sp
 from ..frameworks import framework as framework_record
 from ..job import Training, dropout_kept, recompute_modules_of
 from ..model.presets import PRESET_MODEL_TYPES
-from ..symbols import c, r_lora
+from ..symbols import c, f, r_lora
 from ..term import Total
 from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
@@ -30,6 +30,8 @@ from ..terms.context_parallel import a2a_attention_output
 from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
 from ..terms.gemma4_moe import gemma4_moe_block
+from ..terms.gemma4_ple import gemma4_ple_layer
+from ..terms.kv_sharing import kv_reuse_saving
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.global_attention import SDPA_GQA_MAX_HEAD_DIM, as_global, sdpa_repeated_kv
 from ..terms.hf_moe_routing import (HF_FP32_ROUTER_WEIGHT, HF_GROUPED_ROUTERS, HF_ROUTERS,
@@ -172,6 +174,12 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
     # Gemma 4 with global layers is a hybrid: its norms go with each attention layer's
     # add-ons (every Gemma 4 layer holds attention and an MLP), a plain layer's in per_layer
     hybrid_norms = own_norms if x.layer_mixers is not None else 0
+    # Gemma 4's per-layer input path (memsym.terms.gemma4_ple), in every layer, at the
+    # compute width it was measured in (Gemma 4 in plain fp32 under transformers' code is
+    # refused: memsym.job_checks_hf.check_gemma4_moe)
+    frozen = training.adapters.finetune != "full"       # PEFT's frozen base: LoRA, QLoRA
+    ple = {mode: gemma4_ple_layer(mode, frozen=frozen).expr
+           if getattr(x, "per_layer_input_size", None) else 0 for mode in ("none", "full")}
 
     @functools.lru_cache(maxsize=None)   # (kind, mode): a handful per layer model
     def addons(kind: tuple, mode: str = recompute) -> sp.Expr:
@@ -180,6 +188,15 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
         # mixer's own terms hold what its module keeps (a shared block's too); a global
         # attention layer's at its own head width and KV heads
         mixer, ffn = kind
+        if mixer in _KV_REUSE:
+            # a layer reusing an earlier layer's keys and values: its base layer's add-ons
+            # less what it does not keep (memsym.terms.kv_sharing), its MLP 2f wide where
+            # kv_reuse_wide_mlp (the f-wide MLP part once more: its terms are linear in f)
+            base, saving = _KV_REUSE[mixer], kv_reuse_saving(mode).expr
+            wide = _wide_mlp(layer_of(False, mode), ffn_side(layer_of(False, mode), False, mode)) \
+                if x.kv_reuse_wide_mlp and ffn is False and mode != "full" else 0
+            return addons((base, ffn), mode) + wide \
+                - (as_global(saving) if base == "global" else saving)
         if ffn and g4_moe:
             # Gemma 4's MoE layer under transformers' code: its dense layer (attention, the
             # gated MLP of intermediate_size) and, beside it, the MoE block's own tensors
@@ -191,7 +208,9 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
         if mixer == "global" and mode != "full" and repeated_kv:
             att = att + sdpa_repeated_kv(w).expr      # already at the global layer's shapes
         return (as_global(att) if mixer == "global" else att) \
-            + (ffn_side(layer, bool(ffn), mode) if ffn is not None else 0)
+            + (ffn_side(layer, bool(ffn), mode) if ffn is not None else 0) \
+            + (ple["full" if mode == "full" else "none"] if mixer in ("attention", "global")
+               else 0)
 
     @functools.lru_cache(maxsize=None)   # (moe, mode): a handful per layer model
     def per_layer(moe: bool, mode: str = recompute) -> sp.Expr:
@@ -203,6 +222,17 @@ def _layer_model(x, extra: str, sp_on: bool, training: Training, recompute: str,
             + autocast.get(mode, 0) + (own_norms if mode != "full" else 0)
 
     return per_layer, MappingProxyType(common), mods, shared, addons
+
+
+#: the mixers reusing an earlier layer's keys and values, and their base layer's mixer
+_KV_REUSE = {"kv_reuse": "attention", "global_kv_reuse": "global"}
+
+
+def _wide_mlp(layer: Total, side) -> sp.Expr:
+    """What an MLP 2f wide keeps beyond the f-wide one of ``layer`` (its MLP terms and the
+    framework's MLP add-ons ``side``, all linear in f) [bytes]."""
+    part = _layer_part(layer, MLP_KEYS).expr + side
+    return sp.expand(part.xreplace({f: 2 * f}) - part)
 
 
 def _part_addons(x, sp_on: bool, training: Training, recompute: str, cp_a2a: bool | None,
