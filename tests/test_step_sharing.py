@@ -2,6 +2,7 @@
 together (issue 29 item 6: a cold search), and each gets what it gets priced alone."""
 
 import numpy as np
+import pytest
 
 from memsym.model import preset
 from memsym.timing import step as step_mod
@@ -51,3 +52,27 @@ def test_layer_and_pipeline_priced_once_for_dp_variants(monkeypatch):
     grids[1]["t"] = np.array([4.0, 8.0, 4.0])      # other rows: priced apart
     step_time_grids(grids)
     assert sorted(calls) == ["mean_layer"] * 2 + ["pipeline_parts"] * 2
+
+
+def test_the_shared_prices_cannot_be_changed_in_place(monkeypatch):
+    # every grid of a group reads the same layer and pipeline arrays: they are read-only, so
+    # a later in-place change by one grid (a bug) raises rather than moving another's step
+    seen = []
+    real = step_mod._shared_entry
+
+    def kept(*args):
+        entry = real(*args)
+        seen.append(entry)
+        return entry
+
+    monkeypatch.setattr(step_mod, "_shared_entry", kept)
+    together = step_time_grids(_grids())
+    shared = seen[0]
+    arrays = [a for a in (*shared["layer"], *shared["pp"].values()) if isinstance(a, np.ndarray)]
+    assert arrays and not any(a.flags.writeable for a in arrays)
+    with pytest.raises(ValueError, match="read-only"):
+        arrays[0] += 1
+    # and what each grid returns is its own: changing one grid's step changes no other's
+    before = together[1]["step"].copy()
+    together[0]["step"] += 1
+    assert np.array_equal(together[1]["step"], before)

@@ -196,8 +196,8 @@ def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, 
                                    exact_schedule, chunk_layers),
                           (t, p, d, c, e, t_e_, v, b, m, first_stage_layers, last_stage_layers))
     if "layer" not in entry:
-        entry["layer"] = _layer_prices(x, st, dev, clu, overlap, (t, c, e, t_e_, b, d),
-                                       eta_gemm, mtp_layers)
+        entry["layer"] = _read_only(_layer_prices(x, st, dev, clu, overlap,
+                                                  (t, c, e, t_e_, b, d), eta_gemm, mtp_layers))
     lf, lb, raw_layer, ep_alone, mtp, bf_f, bf_b = entry["layer"]
     if "request" in entry or "pp" in entry:
         # priced by the grid that made the entry, ahead of this one in each round of
@@ -292,9 +292,24 @@ def _noted(entry: dict, steps):
         try:
             entry["request"] = steps.send(sent)
         except StopIteration as done:
-            entry["pp"] = done.value
-            return done.value
+            entry["pp"] = _read_only(done.value)
+            return entry["pp"]
         sent = yield entry["request"]
+
+
+def _read_only(value):
+    """``value`` with every numpy array in it (through dicts, tuples and lists) made read-only:
+    the grids that share an entry (:func:`_shared_entry`) read the same arrays, so an in-place
+    change by one would move another's step time; it raises instead."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, dict):
+        for item in value.values():
+            _read_only(item)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _read_only(item)
+    return value
 
 
 def _layer_prices(x, st, dev, clu, overlap, knobs: tuple, eta_gemm, mtp_layers: int) -> tuple:
