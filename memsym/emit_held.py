@@ -224,6 +224,8 @@ REFUSED = {
         "activation_func_fp8_input_store": "TransformerConfig.activation_func_fp8_input_store "
                                            "is no Megatron-LM argument at d98e8a64dd "
                                            "(Megatron-Bridge's model. field)",
+        "fp8_attention": "Megatron-LM has no --fp8-dot-product-attention at d98e8a64dd "
+                         "(Megatron-Bridge's mixed_precision.fp8_dot_product_attention)",
         "zero_buckets": "DeepSpeed's ZeRO buffers; Megatron-LM has no argument for them",
         **{k: _TORCHTITAN_ONLY for k in ("compiled_loss", "compiled_model", "loss_parallel")},
         "sac_saves_attention": "torchtitan's per-op SAC (the torchtitan version and GPU decide "

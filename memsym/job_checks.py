@@ -137,6 +137,7 @@ def check_fields(layout: Layout, training: Training) -> None:
     whole(training.states.muon_num_ns_steps, "muon_num_ns_steps")
     flag(training.memory.mla_down_proj_fusion, "mla_down_proj_fusion")
     flag(training.memory.activation_func_fp8_input_store, "activation_func_fp8_input_store")
+    flag(training.memory.fp8_attention, "fp8_attention")
     for name in ("overlap_grad_reduce", "overlap_param_gather"):
         if training.value(name) is not None:
             flag(training.value(name), name)
@@ -157,6 +158,19 @@ def _check_fp8_glu_input(x, training: Training) -> None:
         raise InvalidValueError("activation_func_fp8_input_store: Megatron-core stores the "
                                 "activation input in FP8 for SwiGLU only (TransformerConfig "
                                 "refuses another activation)")
+
+
+def _check_fp8_attention(training: Training) -> None:
+    """``fp8_attention`` is Transformer Engine's ``fp8_dpa`` under Megatron-core (Bridge's
+    ``mixed_precision.fp8_dot_product_attention``), a field of an FP8 or FP4 recipe."""
+    if not training.memory.fp8_attention:
+        return
+    if not framework_record(training.framework).megatron_options:
+        raise InvalidValueError("fp8_attention is Transformer Engine's fp8_dpa under "
+                                f"Megatron-core (framework megatron), not {training.framework}'s")
+    if training.states.precision not in ("fp8", "fp4"):
+        raise InvalidValueError("fp8_attention needs precision fp8 (or fp4): it is a field of "
+                                f"Transformer Engine's FP8 recipe, got {training.states.precision!r}")
 
 
 def _check_fp32_residual(x, training: Training) -> None:
@@ -361,6 +375,7 @@ def validate(x, layout: Layout, training: Training):
         raise InvalidValueError("mla_down_proj_fusion (--mla-down-proj-fusion) needs "
                                 "multi-latent attention (Megatron-LM's validate_args)")
     _check_fp8_glu_input(x, training)
+    _check_fp8_attention(training)
     _check_fp32_residual(x, training)
     _check_bf16_layers(x, training)
     if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format

@@ -254,8 +254,9 @@ class Memory:
     bias_activation_fusion : bool
         Megatron's fused gated unit (True; False: ``memsym.terms.activations.unfused_glu_products``,
         clamped ``memsym.terms.eager_glu``; fused and clamped, GPT-OSS's: ``clamped_glu_copy``).
-    activation_func_fp8_input_store : bool
-        Megatron-core's FP8 SwiGLU input (False): :func:`memsym.terms.activations.fp8_glu_input`.
+    activation_func_fp8_input_store, fp8_attention : bool
+        Megatron-core's FP8 SwiGLU input (False): :func:`memsym.terms.activations.fp8_glu_input`;
+        TE's FP8 attention (``fp8_dpa``, False): :mod:`memsym.terms.fp8_attention`.
     cross_entropy_fusion_impl, cpu_offloading_num_layers : str, int
         Megatron's loss ("native", or Transformer Engine's "te") and its first k layers'
         activations on the host (0): :mod:`memsym.terms.recipe_buffers`.
@@ -301,6 +302,7 @@ class Memory:
     capacity_factor: int | Rational = 1
     bias_activation_fusion: bool = True
     activation_func_fp8_input_store: bool = False
+    fp8_attention: bool = False
     cross_entropy_fusion_impl: str = "native"
     cpu_offloading_num_layers: int = 0
     cuda_graph_impl: str = "none"
@@ -372,7 +374,7 @@ FIELD_PARTS: dict = {name: part for name, part in (
     *((n, "memory") for n in ("cross_entropy_fusion_impl", "cpu_offloading_num_layers", "moe_dispatcher",
         "cuda_graph_impl", "cuda_graph_modules", "batch_attention_mask", "optimizer_cuda_graph", "compiled_model",
         "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store",
-        "chunked_loss", "fp32_residual_connection")),
+        "chunked_loss", "fp32_residual_connection", "fp8_attention")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
                               "torch_ddp_buckets", "autocast")))}
 

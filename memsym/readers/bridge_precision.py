@@ -162,6 +162,8 @@ def recipe_precision(values, notes) -> dict:
                          "the run's 16-bit dtype: the same 2 bytes and rate")
     if prec in ("fp8", "fp4") and gather:
         out[prec + "_param_gather"] = True
+    if recipe_fp8_attention(values) in ("delayed", "tensorwise", "mxfp8"):
+        out["fp8_attention"] = True     # NVFP4's: counted 16-bit (memsym.terms.fp8_attention)
     if prec == "fp8":
         fp8_recipe = fields["fp8_recipe"]
         if fp8_recipe not in FP8_RECIPE_COUNTED_AS:

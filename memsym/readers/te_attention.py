@@ -56,9 +56,7 @@ def fp8_attention_notes(kind: str, dpa_recipe: str | None, gpu=None) -> list:
     """
     if dpa_recipe is None:
         return []
-    notes = [f"mixed_precision.fp8_dot_product_attention ({dpa_recipe}): the attention's saved "
-             "Q, K, V and output are counted in 16 bits (Transformer Engine's FP8 attention "
-             "keeps FP8 copies: not modelled)"]
+    notes = [_saved_note(dpa_recipe)]
     if kind == "vanilla":
         return notes
     what = f"a {kind} softmax under FP8 attention"
@@ -89,6 +87,28 @@ def fp8_attention_notes(kind: str, dpa_recipe: str | None, gpu=None) -> list:
     return notes + [f"{where}: Transformer Engine runs it in cuDNN's fused attention, the one "
                     f"backend left (with cuDNN >= 9.21, {_WHERE}), which keeps no s x s scores "
                     "(counted so)"]
+
+
+def _saved_note(dpa_recipe: str) -> str:
+    """What the fused attention's saved tensors are counted as under FP8 attention
+    (:mod:`memsym.terms.fp8_attention`)."""
+    head = f"mixed_precision.fp8_dot_product_attention ({dpa_recipe}): the fused attention's saved "
+    if dpa_recipe == "nvfp4":
+        return head + ("Q, K, V and output are counted in 16 bits (under NVFP4 Transformer Engine "
+                       "runs FP8 attention only where NVTE_DPA_FP8_RECIPE picks an FP8 recipe, "
+                       "dot_product_attention.py:615-680 at 366798ef8a, an env_vars field memsym "
+                       "does not read)")
+    if dpa_recipe == "mxfp8":
+        return head + ("Q, K and V are counted as Transformer Engine main (d0067d0da6) keeps them, "
+                       "rowwise and columnwise MXFP8 copies (2 + 1/16 bytes an element), the "
+                       "output in 16 bits, one fp32 statistic per query row and head; TE 2.14.1 "
+                       "(366798ef8a) and 2.9 refuse MXFP8 attention (dot_product_attention.py:"
+                       "676-680)")
+    kept = "Q, K, V and output in FP8" if dpa_recipe == "delayed" else \
+        "Q, K and V in FP8, the output in 16 bits (NVTE_DPA_FP8CS_O_in_F16=1)"
+    return head + (f"{kept}, 1 byte an element, and fp32 M and ZInv per query row and head, as "
+                   "Transformer Engine 2.14.1 saves them (backends.py:1314-1322, csrc/extensions/"
+                   "attention.cpp:263-276 at 366798ef8a)")
 
 
 def recipe_attention_notes(values: dict, model, gpu=None) -> list:

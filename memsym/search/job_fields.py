@@ -75,7 +75,7 @@ HELD_FIELDS = (
     "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion",
     "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion",
     "sac_saves_attention", "activation_func_fp8_input_store", "bf16_layers",
-    "fp32_residual_connection")
+    "fp32_residual_connection", "fp8_attention")
 
 
 def held_of(tr) -> tuple:

@@ -62,7 +62,8 @@ FP8 compute in Transformer Engine (``fp8_inputs``) saves each GEMM's input for t
 weight gradient as the quantized FP8 tensor it multiplied, 1 byte per element instead of
 2: the QKV, fc1 (their norm outputs), output-projection and fc2 inputs and the experts'
 fc1/fc2 inputs.  The fused attention still keeps its own 16-bit output for its backward,
-so without recompute the output projection's input costs :math:`2 + 1` bytes.  MXFP8
+so without recompute the output projection's input costs :math:`2 + 1` bytes (FP8 attention,
+``fp8_attention``: its own saved widths, :mod:`memsym.terms.fp8_attention`).  MXFP8
 (``fp8_inputs="mxfp8"``) saves the columnwise copy the weight gradient reads with its E8M0
 scales, one byte per 32 elements: :math:`1 + 1/32` bytes (TE ``linear.py``: the rowwise data
 is discarded, ``update_usage(rowwise_usage=False, columnwise_usage=True)``;
@@ -128,6 +129,7 @@ from ..errors import InvalidValueError, choose
 from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, h_lat, k, s, t, t_e
 from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
+from .fp8_attention import FP8_ATTENTION_SOURCE, fp8_attention_widths
 from .hf_norms import fp32_input_copies, fp32_scale_norms, fp32_scale_qk_norms, post_norms
 from .op_sac import op_sac_layer
 from .recompute_sources import RECOMPUTE_MODULE_SOURCES
@@ -238,6 +240,13 @@ class _Layer:
     norm_fp32: bool = False        # main norms scale by 1 + weight in fp32 (transformers' Gemma)
     post_norms: bool = False       # post-attention and post-MLP norms (Gemma 2/3, GLM-4)
     w: int = 2                     # bytes of a 16-bit-compute tensor (4 training in fp32)
+    fp8_dpa: str | None = None     # TE's FP8 attention recipe (memsym.terms.fp8_attention)
+
+    @property
+    def dpa(self):
+        """(Q/K/V, O, statistics) widths of FP8 attention; None: 16-bit or none kept."""
+        kept = self.fp8_dpa is not None and self.flash and not self.drop_core
+        return fp8_attention_widths(self.fp8_dpa) if kept else None
 
     @property
     def gx(self):
@@ -262,17 +271,20 @@ class _Layer:
 
 
 def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
-           attention_dropout, qk_norm, output_gate, hf_qwen3_next, qk_fp32, mla, moe,
-           shared_expert, combine_kept, latent=False, norm_fp32=False,
-           post_norms=False, width=2) -> _Layer:
+           att_drop, qk_norm, output_gate, hf_qwen3_next, qk_fp32, mla, moe,
+           shared, combine_kept, latent=False, norm_fp32=False,
+           post_norms=False, width=2, dpa=None) -> _Layer:
     """The options of one layer with what each recomputed module no longer keeps."""
+    if dpa is not None and fp8 not in (True, "mxfp8"):
+        raise InvalidValueError("fp8_attention: Transformer Engine's FP8 attention runs under "
+                                "an FP8 recipe (fp8_inputs True or 'mxfp8')")
     # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
     # spec only the norms before MLA and before an MoE layer are TENorm modules that
     # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
     return _Layer(
         tok, sig, gated, flash, fp8, norm, norm_statistics, dropout,
-        dropout if attention_dropout is None else attention_dropout, qk_norm, output_gate,
-        hf_qwen3_next, qk_fp32 or hf_qwen3_next, mla, moe, shared_expert,
+        dropout if att_drop is None else att_drop, qk_norm, output_gate,
+        hf_qwen3_next, qk_fp32 or hf_qwen3_next, mla, moe, shared,
         drop_core=recompute == "selective" and "core_attn" in mods,
         drop_in_norm="layernorm" in mods and bool(mla),
         drop_pre_mlp_norm="layernorm" in mods and moe,
@@ -282,7 +294,7 @@ def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistic
         drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
         drop_shared=("shared_experts" in mods or "moe" in mods) and moe,
         combine_kept=combine_kept, latent=latent, norm_fp32=norm_fp32, post_norms=post_norms,
-        w=width)
+        w=width, fp8_dpa=dpa)
 
 
 def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
@@ -320,7 +332,9 @@ def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
 
 def _qkv_terms(ly: _Layer, terms: _Terms):
     """Queries, keys and values (MLA: and its latents); returns the attention output's width."""
-    tok, mla = ly.tok, ly.mla
+    tok, mla, dpa = ly.tok, ly.mla, ly.dpa
+    qkw = dpa[0] if dpa else ly.w      # FP8 attention saves its own quantized Q, K, V
+    fp8 = f" (FP8 attention, {ly.fp8_dpa})" if dpa else ""
     if mla:
         r_q, r_kv = mla.get("q_lora_rank"), mla["kv_lora_rank"]
         d_qk, d_r, d_v = (sp.Integer(mla[x])
@@ -334,12 +348,14 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
             terms.add("mla_latents", 2 * ly.w * tok * rank, "MLA latents: inputs of the q/kv "
                       "up-projections and of their norms (down-projections are replicated over t)",
                       _DERIVED)
-            terms.add("qk", ly.w * tok * 2 * a * (d_qk + d_r) / t,
-                      "MLA queries and keys, a(d_qk + d_r) wide each", _DERIVED)
-            terms.add("v", ly.w * tok * a * d_v / t, "MLA values, a d_v wide", _DERIVED)
+            src = FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else _DERIVED
+            terms.add("qk", qkw * tok * 2 * a * (d_qk + d_r) / t,
+                      "MLA queries and keys, a(d_qk + d_r) wide each" + fp8, src)
+            terms.add("v", qkw * tok * a * d_v / t, "MLA values, a d_v wide" + fp8, src)
         return a * d_v
-    terms.add("qk", ly.w * tok * (a + g) * d_h / t,
-              "queries (a d_h wide) and keys (g d_h: GQA) for QK^T")
+    terms.add("qk", qkw * tok * (a + g) * d_h / t,
+              "queries (a d_h wide) and keys (g d_h: GQA) for QK^T" + fp8,
+              FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else _TK)
     if ly.qk_norm:
         # one fp32 statistic per head and token ("head", Qwen3), or per token for Q and
         # for K when the norm spans the whole projection ("full", OLMo 2)
@@ -351,15 +367,20 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
         if ly.qk_fp32:
             # transformers' Qwen3NextRMSNorm and Gemma3RMSNorm: output * (1.0 + weight.float())
             terms.append(fp32_scale_qk_norms(tok, qwen3_next=ly.hf_qwen3_next, width=ly.w))
-    terms.add("v", ly.w * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V")
+    terms.add("v", qkw * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V" + fp8,
+              FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else _TK)
     return a * d_h
 
 
 def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
     """The attention scores (or flash statistics), the output projection's input, the mask."""
-    tok = ly.tok
+    tok, dpa = ly.tok, ly.dpa
     if not ly.drop_core:
-        if ly.flash:
+        if dpa:
+            terms.add("softmax_stats", dpa[2] * a * tok / t, "FP8 fused attention: fp32 softmax "
+                      f"statistics per query row and head ({ly.fp8_dpa}; no s^2 tensors)",
+                      FP8_ATTENTION_SOURCE[ly.fp8_dpa])
+        elif ly.flash:
             terms.add("softmax_stats", 4 * a * tok / t,
                       "flash attention: one fp32 logsumexp per query row and head (no s^2 tensors)",
                       Source("flash-attention", "FlashAttention-2 §3.1.1 (logsumexp); "
@@ -370,18 +391,21 @@ def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
                       "softmax output" + (", its dropout mask and dropout output" if ly.att_drop
                                           else "")
                       + " (a x s/c x s per micro-batch)", Source(_K, "§4.1, attention: 5as^2b"))
-    # FP8: the projection keeps an FP8 copy; the fused attention's own 16-bit output stays
-    # saved for its backward unless the attention is recomputed (core_attn)
-    o_bytes = ly.gx + (ly.w if ly.fp8 and ly.flash and not ly.drop_core else 0)
+    # FP8: the projection keeps an FP8 copy; the fused attention's own output stays saved for
+    # its backward unless the attention is recomputed (core_attn): 16-bit, or under FP8
+    # attention the width its recipe saves (delayed: FP8)
+    att_o = dpa[1] if dpa else ly.w if ly.fp8 and ly.flash and not ly.drop_core else 0
+    o_bytes = ly.gx + att_o
     terms.add("proj_input", o_bytes * tok * proj_width / t, "attention output, input of the "
-              "output projection" + (" (FP8 copy" + (" beside the attention's 16-bit output)"
-                                                     if o_bytes > 1 else ")")
-                                     if ly.fp8 else ""), ly.gsrc)
+              "output projection" + (" (FP8 copy" + (f" beside the attention's {8 * att_o}-bit "
+                                                     "output)" if att_o else ")")
+                                     if ly.fp8 else ""),
+              FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else ly.gsrc)
     if ly.output_gate:
         # attn_output * sigmoid(gate): the sigmoid keeps its output, the product its two
         # operands (that output and the ungated attention output); o_proj keeps the product.
         # Under FP8 with flash, proj_input already holds the attention's 16-bit output.
-        ungated = 0 if o_bytes > ly.gx else ly.w
+        ungated = 0 if att_o == ly.w else ly.w
         terms.add("output_gate", (ly.w + ungated) * tok * proj_width / t,
                   "output gate: sigmoid(gate), kept by the sigmoid and the product"
                   + (", and the ungated attention output the product keeps" if ungated else ""),
@@ -464,7 +488,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
                       output_gate: bool = False, compiled: bool = False, norm_fp32: bool = False,
                       hf_qwen3_next: bool = False, qk_norm_fp32: bool = False, latent: bool = False,
                       post_norms: bool = False, combine_kept: bool = True, hf_norms=False,
-                      width: int = 2) -> Total:
+                      width: int = 2, fp8_attention: str | None = None) -> Total:
     r"""Activations one transformer layer keeps for its backward, term by term [bytes].
 
     Per micro-batch and GPU, :math:`\tau = sb/c` tokens on this context-parallel rank,
@@ -512,9 +536,9 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
         ``Qwen3NextAttention`` (fp32 Q/K norms, a copied output); fp32 ``1 + w`` Q/K, main norms;
         post-norms (Gemma 2/3, GLM-4); RMSNorms' fp32 input copies (:mod:`memsym.terms.hf_norms`;
         ``"fp32_product"``: with the fp32 ``weight *`` product, OLMo 2, GPT-OSS).
-    fp8_inputs, width : bool or {"mxfp8", "nvfp4"}, {2, 4}
-        TE FP8 compute: saved GEMM inputs in FP8 (1 byte; ``"mxfp8"``: 1 + 1/32 with the block
-        scales; ``"nvfp4"``: 1/2 + 1/16); a tensor's bytes in the compute dtype (4: fp32) [bytes].
+    fp8_inputs, width, fp8_attention : bool or {"mxfp8", "nvfp4"}, {2, 4}, str or None
+        TE FP8 compute: saved GEMM inputs in FP8 (1 byte; ``"mxfp8"`` 1 + 1/32, ``"nvfp4"`` 1/2
+        + 1/16) [bytes]; a tensor's bytes (4: fp32); FP8 attention's recipe (``fp8_attention``).
     mla : dict, optional
         Multi-latent attention sizes ``q_lora_rank`` (may be None), ``kv_lora_rank``,
         ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (exact integers).
@@ -553,7 +577,7 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
                 norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
                 output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32, moe=moe,
-                attention_dropout=attention_dropout, shared_expert=shared_expert, latent=latent,
+                att_drop=attention_dropout, shared=shared_expert, latent=latent, dpa=fp8_attention,
                 combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms, width=width)
     return _layer_total(ly, recompute, mods, copies=hf_norms if norm == "rmsnorm" else False)
 

@@ -108,6 +108,9 @@ def _layer_options(x, sp_on: bool, training: Training, recompute: str, nvfp4: bo
                   **({"fp8_inputs": "nvfp4" if training.states.precision == "fp4" else
                       "mxfp8" if training.states.fp8_recipe == "mxfp8" else True}
                      if fp8_in else {}))
+    if fp8_in and training.memory.fp8_attention and training.states.precision == "fp8":
+        # TE's fp8_dpa under the FP8 recipe (None: Megatron's default, delayed); NVFP4: 16-bit
+        common["fp8_attention"] = training.states.fp8_recipe or "delayed"
     if activation_width(training) != 2:
         common["width"] = activation_width(training)     # fp32 compute: every tensor 4 bytes
     if getattr(x, "qk_layernorm", False) and recompute != "selective-op":
