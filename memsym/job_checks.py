@@ -344,7 +344,7 @@ def validate(x, layout: Layout, training: Training):
     if training.states.fp4_param_gather and not (
             framework_record(training.framework).megatron_options
             and training.states.sharding == "distributed-optimizer"):
-        # NVFP4 parameters: Megatron's --fp4-param-gather (memsym.terms.widths.nvfp4_weight_bytes),
+        # NVFP4 parameters: Megatron's --fp4-param-gather (memsym.terms.low_precision.nvfp4_weight_bytes),
         # modelled under the distributed optimizer only; its precision is a rule (memsym.rules)
         raise InvalidValueError("fp4_param_gather is Megatron's NVFP4 parameters: framework "
                                 "megatron and the distributed optimizer, not "

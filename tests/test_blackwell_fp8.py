@@ -29,7 +29,7 @@ import sympy as sp
 
 from memsym.hardware import gpu
 from memsym.job import job
-from memsym.terms.widths import fp8_weight_bytes, saved_input_bytes
+from memsym.terms.low_precision import fp8_weight_bytes, saved_input_bytes
 from memsym.training import job_memory
 
 # Llama-3 8B (meta-llama/Meta-Llama-3-8B config.json): hidden 4096, 32 layers, FFN 14336,

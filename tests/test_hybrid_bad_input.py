@@ -10,7 +10,7 @@ from memsym.errors import InvalidValueError
 from memsym.symbols import r_lora
 from memsym.terms.mamba import hybrid_layer_activations, mamba_layer_activations
 from memsym.terms.shared_block import shared_block_activations
-from memsym.terms.widths import saved_input_bytes
+from memsym.terms.low_precision import saved_input_bytes
 
 
 @pytest.mark.parametrize("kind", ["mamba", ("mamba",), ("mamba", None, True), None])

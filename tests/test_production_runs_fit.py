@@ -146,7 +146,7 @@ for _rel in ("26.04.01", "26.04", "26.02.01"):
 
 #: MXFP8 (bf16_with_mxfp8_mixed: fp8_param_gather) keeps each linear weight as an MXFP8
 #: parameter with rowwise and columnwise data and their 1-per-32 scales, 33/16 bytes where
-#: per-tensor FP8 parameters take 1 on Blackwell (memsym.terms.widths.fp8_weight_bytes; TE
+#: per-tensor FP8 parameters take 1 on Blackwell (memsym.terms.low_precision.fp8_weight_bytes; TE
 #: module/base.py reset_parameters: the weight quantizer's columnwise usage under grad).
 _MX = "MXFP8's columnwise weight copy and block scales (33/16 B per linear weight)"
 #: Megatron-Core's MoE paged stash (moe_paged_stash; qwen/common.py
@@ -178,7 +178,7 @@ for _rel in _MXRELS:
         f"{_FRAG} takes it over, with {_MX} (+21.4 GB): 269.0 GB without the margin, "
         "295.8 GB with it, against 279 GB (PP 4 VP 5, MBS 1)")
 #: NVFP4 (precision fp4) with the recipes' fp4_param_gather: NVFP4 linear weights only,
-#: rowwise + columnwise, 9/8 B each (memsym.terms.widths.nvfp4_weight_bytes); every NVFP4
+#: rowwise + columnwise, 9/8 B each (memsym.terms.low_precision.nvfp4_weight_bytes); every NVFP4
 #: row at the recipe's layout fits (26.02.01's GB200 405B row at its VP 4: 185.0 GB of 186;
 #: its GB300 70B row at its release's config, PP 4 VP 5 MBS 1, as the TOML's table_note says).
 

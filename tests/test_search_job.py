@@ -57,7 +57,7 @@ def _same_row(capsys, job, pins, estimate_job=None):
 # --micro-batch-size 1 --use-distributed-optimizer (64 GPUs: its README's 8 nodes);
 # train_llama3_8b_h100_fp8.sh TP_SIZE=1 CP_SIZE=1 (no PP), MICRO_BATCH_SIZE=1,
 # --use-distributed-optimizer, on its torchrun's 8 x 1 GPUs.  With the FP8 parameters'
-# transpose on Hopper (memsym.terms.widths.fp8_weight_bytes) its layout is tight: 91.7 GB with
+# transpose on Hopper (memsym.terms.low_precision.fp8_weight_bytes) its layout is tight: 91.7 GB with
 # the fragmentation margin, within the H100 without it; the search lists only layouts that fit,
 # so both sides price it with --fragmentation 0 (the row and the estimate must still agree)
 PINNED = {

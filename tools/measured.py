@@ -750,7 +750,7 @@ _EXPLANATIONS = [
     "`float8_tensor_storage.py:267-277` at d0067d0da6; the master-weight cast only marks it "
     "stale, and `update_usage` drops it only for `columnwise_usage=False`, which `linear.py` "
     "never asks of a weight: 1 + 1 bytes per linear weight, +4.3 GB at the baseline, +2.1 GB "
-    "at PP 8 and TP 8; `memsym.terms.widths.fp8_weight_bytes`), the whole bf16 gradient "
+    "at PP 8 and TP 8; `memsym.terms.low_precision.fp8_weight_bytes`), the whole bf16 gradient "
     "buffer, fp32 main parameters and Adam moments over d = 2, Transformer Engine's FP8 saved "
     "GEMM inputs, the output layer's deferred weight-gradient inputs "
     "(`CommOverlapConfig(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=22)`: 16 × "

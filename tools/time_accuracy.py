@@ -893,7 +893,7 @@ def accuracy_markdown() -> str:
               "peak and a ceiling of their own per class, fixed on the parenthesised FP8-MX",
               "value of the two rows the fp8 ceilings are fixed on (the same job, model and",
               "layout under MXFP8BlockScaling: what block scaling costs beyond the casts and",
-              "the scale bytes memsym prices, memsym.terms.widths.MXFP8_BLOCK, and the norm",
+              "the scale bytes memsym prices, memsym.terms.low_precision.MXFP8_BLOCK, and the norm",
               "outputs' own MXFP8 casts, memsym.timing.quantize.cast_kernels); they are 7 and",
               "9 % below the fp8 ones.  Before (MXFP8 at the class's fp8 ceiling; this page at",
               "9ab9768) the 89 MXFP8 validation runs' mean absolute error was 12.3 % (blackwell",

@@ -68,7 +68,7 @@ _BF16_COUNTS = ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
 
 #: The named configs memsym reads -> (precision, whether its FP8/FP4 parameters are gathered):
 #: fp8 for any fp8 format (bf16 or fp16 16-bit weights with FP8 GEMMs), fp4 for NVFP4 (e2m1:
-#: memsym.terms.widths.nvfp4_weight_bytes).
+#: memsym.terms.low_precision.nvfp4_weight_bytes).
 PRECISION_RECIPES = {
     name: ("fp8" if f.get("fp8") else "fp4" if f.get("fp4") else base,
            bool(f.get("fp4_param_gather") if f.get("fp4") else f.get("fp8_param_gather")))

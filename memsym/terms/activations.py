@@ -54,11 +54,11 @@ from ..values import as_expr
 from ..vocabulary import RECOMPUTE, RECOMPUTE_MODULES, recompute_modules  # noqa: F401
 from .eager_glu import glu_elements
 from .korthikanti import PARALLEL, korthikanti, korthikanti_terms
+from .low_precision import saved_input_bytes
 from .schedule import first_stage_layers
 # one layer's derivation, term by term, re-exported: every name stays importable from here
 from .recompute_sources import RECOMPUTE_MODULE_SOURCES
 from .transformer_layer import NORMS, layer_activations, token_split
-from .widths import saved_input_bytes
 
 __all__ = [
     "PARALLEL", "RECOMPUTE", "NORMS", "RECOMPUTE_MODULES", "RECOMPUTE_MODULE_SOURCES",
@@ -231,7 +231,7 @@ def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layer
     ``hidden_states`` and ``decoder_input``) only the two norms' inputs, the checkpoint's
     arguments, stay (:math:`\kappa = 0`); else :math:`\kappa = 1`.  The concatenation runs
     in the FP8 context under FP8 (lines 1387-1397): ``eh_proj`` keeps it quantized,
-    :math:`b_x` bytes an element (:func:`memsym.terms.widths.saved_input_bytes`; 2 at 16 bits
+    :math:`b_x` bytes an element (:func:`memsym.terms.low_precision.saved_input_bytes`; 2 at 16 bits
     and under FP4, which the MTP layer ignores).
 
     Parameters
@@ -245,7 +245,7 @@ def mtp_input_activations(*, sequence_parallel: bool = False, norm: str = "layer
     checkpointed : bool
         Whether the MTP layer runs under Megatron's MTP checkpoint.
     fp8_inputs : bool or {"mxfp8"}
-        Transformer Engine FP8 compute (:func:`memsym.terms.widths.saved_input_bytes`).
+        Transformer Engine FP8 compute (:func:`memsym.terms.low_precision.saved_input_bytes`).
     width : {2, 4}
         Bytes of a tensor in the compute dtype (every 2 above; 4 in fp32) [bytes/element].
 

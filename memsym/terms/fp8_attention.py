@@ -43,7 +43,7 @@ columnwise usage besides the rowwise (``dot_product_attention/utils.py:2720-2724
 backends.py:1484; utils.py:3059-3072 narrow the usages only for forward-only or
 backward-only), backends.py:1583-1584 save ``(q_fp8, k_fp8, v_fp8)`` with the 16-bit O, and
 the FP8 backend keeps one fp32 ``S`` (attention.cpp:275): Q, K and V cost two MXFP8 copies,
-each an E8M0 scale byte per 32 elements (:data:`memsym.terms.widths.MXFP8_BLOCK`), more than
+each an E8M0 scale byte per 32 elements (:data:`memsym.terms.low_precision.MXFP8_BLOCK`), more than
 their 16-bit tensors.
 
 Context parallelism runs its own autograd functions (``context_parallel.py``), which save FP8
@@ -58,7 +58,7 @@ import sympy as sp
 
 from ..errors import choose
 from ..term import Source
-from .widths import MXFP8_BLOCK
+from .low_precision import MXFP8_BLOCK
 
 __all__ = ["FP8_ATTENTION_RECIPES", "fp8_attention_widths", "FP8_ATTENTION_SOURCE"]
 

@@ -56,10 +56,10 @@ from .activations import layer_activations
 from .gated_deltanet import gdn_activations
 from .global_attention import as_global
 from .lightning import lightning_activations
+from .low_precision import saved_input_bytes
 from .mamba1 import mamba1_layer_terms, refuse_mamba1
 from .shared_block import shared_block_activations
 from .short_conv import short_conv_activations
-from .widths import saved_input_bytes
 
 __all__ = ["mamba_layer_activations", "hybrid_layer_activations", "hybrid_stack",
            "ATTENTION_KEYS", "MLP_KEYS", "MOE_KEYS"]
@@ -98,7 +98,7 @@ def mamba_layer_activations(*, sequence_parallel: bool = False, dropout: bool = 
 
     (:math:`\delta` = 1 with hidden dropout; without the gated RMSNorm, out_proj keeps the
     kernel's gated output and the norm terms drop).  :math:`b_x` is the width of the two
-    GEMM inputs in_proj and out_proj save (:func:`~memsym.terms.widths.saved_input_bytes`):
+    GEMM inputs in_proj and out_proj save (:func:`~memsym.terms.low_precision.saved_input_bytes`):
     2 in 16 bits; under Transformer Engine FP8 the fused norm's output is saved quantized
     (``_LayerNormLinear``: ``ln_out``, columnwise only) and out_proj's input too (``_Linear``:
     ``saved_inputmat``), 1 byte (MXFP8 :math:`1 + 1/32`, NVFP4 :math:`1/2 + 1/16`); the norm

@@ -267,8 +267,8 @@ def te_weight_cache(linear_params, fmt: str = "FP8 ", *, frozen: bool = False,
     (the transpose under per-tensor scaling) that dgrad reads: TE asks for it whenever the
     GEMM's input needs a gradient, whether or not the weight does, so a frozen base weight
     under LoRA keeps the same two copies as a trained one (``frozen``: that is what it
-    cites).  :math:`b_{f8}` is :func:`memsym.terms.widths.fp8_weight_bytes` or
-    :func:`memsym.terms.widths.nvfp4_weight_bytes`.  Neglected: on the stage that holds the
+    cites).  :math:`b_{f8}` is :func:`memsym.terms.low_precision.fp8_weight_bytes` or
+    :func:`memsym.terms.low_precision.nvfp4_weight_bytes`.  Neglected: on the stage that holds the
     embedding, without full recompute (Megatron-Bridge's peft/recompute.py makes the block
     input require grad only then), a frozen ``Linear`` or ``GroupedLinear`` of the first layer
     with no adapter upstream of its input (linear_proj when q, k and v carry none) keeps the

@@ -131,9 +131,9 @@ from ..term import Source, Term, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
 from .fp8_attention import FP8_ATTENTION_SOURCE, fp8_attention_widths
 from .hf_norms import fp32_input_copies, fp32_scale_norms, fp32_scale_qk_norms, post_norms
+from .low_precision import saved_input_bytes
 from .op_sac import op_sac_layer
 from .recompute_sources import RECOMPUTE_MODULE_SOURCES
-from .widths import saved_input_bytes
 
 __all__ = ["NORMS", "layer_activations", "token_split"]
 

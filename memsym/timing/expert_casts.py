@@ -89,7 +89,7 @@ def _grouped(path) -> bool:
 
 
 def _width():
-    # MXFP8: a 1-byte element and an E8M0 scale per 32 (memsym.terms.widths.MXFP8_BLOCK)
+    # MXFP8: a 1-byte element and an E8M0 scale per 32 (memsym.terms.low_precision.MXFP8_BLOCK)
     return 1 + 1 / 32
 
 

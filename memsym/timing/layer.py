@@ -31,7 +31,7 @@ from .quantize import cast_bytes, cast_copies, cast_kernels, cast_rate, current_
 from .records import Overlap, Settings
 from .recompute import module_recompute
 from .userbuffers import UB_COMM_SMS, UB_PIPELINE_SPLITS, ub_config
-from ..terms.widths import MXFP8_BLOCK, NVFP4_BLOCK
+from ..terms.low_precision import MXFP8_BLOCK, NVFP4_BLOCK
 
 __all__ = ["BACKWARD_MEMORY", "FLASH_FORWARD", "FLASH_BACKWARD", "UB_COMM_SMS",
            "UB_PIPELINE_SPLITS", "fp8_element_bytes"]
