@@ -18,7 +18,8 @@ from memsym.cli import main
 from memsym.errors import StepTimeNotModelledError
 from memsym.hardware import cluster_for, gpu
 from memsym.model import Architecture
-from memsym.timing.gemm import forward_flops_per_token, layer_gemms, shape_of
+from memsym.timing.gemm import layer_gemms, shape_of
+from memsym.timing.model_counts import forward_flops_per_token
 from memsym.timing.layer import layer_time
 from memsym.timing.linear_attention import GDN_CHUNK, gdn_flops, gdn_kernels
 from memsym.timing.records import Overlap, Settings

@@ -232,7 +232,8 @@ def test_full_recompute_keeps_the_same_inputs(tmp_path):
 
 
 def test_the_step_times_gemms_by_hand(tmp_path):
-    from memsym.timing.gemm import forward_flops_per_token, shape_of
+    from memsym.timing.gemm import shape_of
+    from memsym.timing.model_counts import forward_flops_per_token
 
     # three reusing layers of six: no k, v projections 2 x [T, h] x [h, g d_h] each, and an
     # MLP of 2f: 3 x [T, h] x [h, f] more each (gate, up, down)

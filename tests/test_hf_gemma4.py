@@ -362,7 +362,8 @@ def test_global_layers_of_the_models_shapes_take_the_plain_step_time(tmp_path, f
 
 
 def test_a_wider_global_layers_extra_flops_by_hand(tmp_path):
-    from memsym.timing.gemm import forward_flops_per_token, shape_of
+    from memsym.timing.gemm import shape_of
+    from memsym.timing.model_counts import forward_flops_per_token
 
     # the global layer (one of six) of 2 d_h = 32 and one KV head, keys read as values:
     # qkv [T, h] x [h, (a + g_g) d_hg], o_proj [T, a d_hg] x [a d_hg, h], the attention core

@@ -13,9 +13,9 @@ from memsym.errors import StepTimeNotModelledError
 from memsym.hardware import cluster_for, gpu
 from memsym.model import Architecture, active_parameter_count, parameter_count, preset
 from memsym.timing.efficiency import ceiling
-from memsym.timing.gemm import (Shape, attention_flops, forward_flops_per_token, layer_gemms,
-                                memory_bytes, shape_of)
+from memsym.timing.gemm import Shape, attention_flops, layer_gemms, memory_bytes, shape_of
 from memsym.timing.layer import layer_time
+from memsym.timing.model_counts import forward_flops_per_token
 from memsym.timing.records import Overlap, Settings
 from memsym.timing.efficiency import memory_time
 from memsym.timing.ssm import (MAMBA_CHUNK, layout_copy_bytes, ssd_flops, ssd_kernel_flops,

@@ -40,7 +40,8 @@ from memsym.readers.bridge_names import recipe_for_source  # noqa: E402
 from memsym.readers.recipe_mechanisms import recipe_dispatcher  # noqa: E402
 from memsym.readers.jobs import torchtitan_positions  # noqa: E402
 from memsym.timing import efficiency, expert_casts, moe_host  # noqa: E402
-from memsym.timing.gemm import forward_flops_per_token, shape_of  # noqa: E402
+from memsym.timing.gemm import shape_of  # noqa: E402
+from memsym.timing.model_counts import forward_flops_per_token  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.layer import layer_time  # noqa: E402
 from memsym.timing.step import Overlap, Settings, overlap_of, step_time_grid  # noqa: E402

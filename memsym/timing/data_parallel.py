@@ -26,7 +26,7 @@ from ..terms.widths import param_gather_bytes
 from .collectives import (collective_bytes, collective_time, group_bandwidth, group_link,
                           nvlink_domain)
 from .efficiency import memory_time
-from .gemm import layer_params
+from .model_counts import layer_params
 from .muon import muon_parameters, muon_step_bytes, muon_step_time
 from .records import Overlap, Settings
 

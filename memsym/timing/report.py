@@ -21,7 +21,8 @@ from ..terms.compute import DEFAULT_EFFICIENCY, bubble_fraction, flops_per_itera
 from ..terms.model_state import byte_widths
 from ..terms.pipeline_order import bubble_fraction as schedule_bubble
 from ..values import as_expr, as_values, positive
-from .gemm import forward_flops_per_token, shape_of
+from .gemm import shape_of
+from .model_counts import forward_flops_per_token
 from .step import step_time as predicted_step
 
 __all__ = ["step_report"]
@@ -89,7 +90,7 @@ def step_report(values: dict, *, cluster=None, gpu=None, precision: str = "bf16"
         without them, the closed forms :func:`step_time` and :mod:`memsym.terms.communication`.
     mfu_flops : {"gemm", "6n"}
         The MFU numerator with ``arch``: the GEMM shapes' and causal attention's FLOPs
-        (:func:`memsym.timing.gemm.forward_flops_per_token` x 3) or 6N per token.
+        (:func:`memsym.timing.model_counts.forward_flops_per_token` x 3) or 6N per token.
     m : int, optional
         Micro-batches per step and pipeline [1] with ``arch`` (default: from ``training``).
 
