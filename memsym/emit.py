@@ -6,8 +6,8 @@
   (:func:`megatron_script`; Megatron-LM ``megatron/training/arguments.py``
   at ``d98e8a64dd``, the commit :mod:`memsym.readers.megatron` reads), the layout, batch,
   precision, sharding, recompute, dropout and overlap arguments only (the model stays the
-  MODEL the user named), plus ``--world-size`` (memsym's addition: Megatron reads
-  ``WORLD_SIZE`` from the launcher); ``--overlap-param-gather`` only where ``validate_args``
+  MODEL the user named; each setting's flags: :mod:`memsym.emit_megatron_flags`), plus
+  ``--world-size`` (memsym's addition: Megatron reads ``WORLD_SIZE`` from the launcher); ``--overlap-param-gather`` only where ``validate_args``
   allows it (:func:`memsym.emit_rules.megatron_overlaps`: left out on plain DDP, which
   gathers no parameters);
 * ``torchtitan``: a job TOML fragment with the ``[parallelism]``, ``[training]`` and
@@ -41,13 +41,15 @@ from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .emit_held import NotExpressible, check_held, deepspeed_held, megatron_held, torchtitan_held
+from .emit_megatron_flags import (megatron_dispatcher, megatron_precision, megatron_recompute,
+                                  megatron_sharding)
 from .emit_rules import AUTOEP_NOTE, AUTOTP_NOTE, ULYSSES_NOTE, megatron_overlaps, ulysses_section
 from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.deepspeed_notes import MODEL_CHECKPOINTING
 from .readers.jobs import DEEPSPEED_SCHEMES
 from .readers.megatron_userbuffers import ub_yaml
 from .search import launch_overlaps
-from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
+from .search.space import recompute_layers
 
 __all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "check_emittable",
            "emit", "megatron_script"]
@@ -272,105 +274,6 @@ def emit(framework: str, row: dict, space, gpus: int, model=None, folder=None,
 # ---------------------------------------------------------------------------------------------
 # Megatron-LM
 # ---------------------------------------------------------------------------------------------
-def _megatron_sharding(scheme: str, double_buffer: bool = False) -> list:
-    """Megatron-LM's sharding arguments of a row's scheme: none for DDP, the distributed
-    optimizer's flag, or Megatron-FSDP's strategy (:data:`MEGATRON_FSDP_STRATEGY`: ``no_shard``
-    and ``optim`` rows by name, zero2 and fsdp as ``optim_grads`` / ``optim_grads_params``)
-    with its double buffer where the search carried it.
-
-    Examples
-    --------
-    >>> _megatron_sharding("no_shard", double_buffer=True)[:4]
-    ['--use-megatron-fsdp', '--data-parallel-sharding-strategy', 'no_shard', '--ckpt-format']
-    >>> _megatron_sharding("optim", double_buffer=True)[-1]
-    '--fsdp-double-buffer'
-    """
-    if scheme == "ddp":
-        return []                     # Megatron-LM's DDP: no flag (arguments.py store_true)
-    if scheme == "distributed-optimizer":
-        return ["--use-distributed-optimizer"]
-    strategy = MEGATRON_FSDP_STRATEGY.get(scheme)
-    if strategy is None:
-        spelled = {"zero3": "Megatron-FSDP optim_grads_params reads back as fsdp with its own "
-                            "buffers, not as ZeRO-3; search --sharding fsdp prices it so",
-                   "zero1": "--use-distributed-optimizer reads back as Megatron's distributed "
-                            "optimizer (its whole fp32 gradient buffer), not as ZeRO-1"}
-        raise NotExpressible(f"sharding {scheme} (DeepSpeed's ZeRO, as the search priced it) has "
-                             f"no Megatron-LM flag: {spelled.get(scheme, 'none reads it back')}")
-    # validate_args asserts the fsdp_dtensor checkpoint format under Megatron-FSDP (and
-    # turns the distributed optimizer on itself: Megatron-FSDP v1)
-    return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
-            "--ckpt-format", "fsdp_dtensor"] + (["--fsdp-double-buffer"] if double_buffer else [])
-
-
-def _megatron_dispatcher(space) -> list:
-    """Megatron-LM's MoE token dispatcher arguments of the search's dispatcher, on an MoE
-    model (none on a dense one): written out even for alltoall, since Megatron's own default
-    is allgather (``TransformerConfig.moe_token_dispatcher_type``); DeepEP and HybridEP as
-    the flex dispatcher with that backend (``--moe-flex-dispatcher-backend``).
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace as NS
-    >>> _megatron_dispatcher(NS(arch=NS(num_experts=8), moe_dispatcher="deepep"))
-    ['--moe-token-dispatcher-type', 'flex', '--moe-flex-dispatcher-backend', 'deepep']
-    >>> _megatron_dispatcher(NS(arch=NS(num_experts=None), moe_dispatcher="alltoall"))
-    []
-    """
-    if not space.arch.num_experts:
-        return []
-    name = space.moe_dispatcher
-    if name in ("deepep", "hybridep"):
-        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", name]
-    return ["--moe-token-dispatcher-type", name]
-
-
-def _megatron_recompute(rc: str) -> list:
-    got = recompute_layers(rc)
-    if got is not None:
-        method, n = got
-        if method != "block":
-            raise NotExpressible(f"recompute {rc} is torchtitan's; Megatron-LM recomputes "
-                                 "blocks (block-N) or uniform chunks")
-        return ["--recompute-granularity", "full", "--recompute-method", "block",
-                "--recompute-num-layers", str(n)]
-    if rc == "none":
-        return []
-    if rc == "selective":
-        return ["--recompute-granularity", "selective"]
-    if rc == "full":
-        # Megatron's full recompute needs a method (transformer_block.py raises without
-        # one): uniform chunks of 1 layer checkpoint every layer's input
-        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
-                "--recompute-num-layers", "1"]
-    raise NotExpressible(f"recompute {rc} is torchtitan's per-op checkpointing; Megatron-LM "
-                         "has none")
-
-
-def _megatron_precision(precision: str, fp8_recipe) -> list:
-    """Megatron-LM's precision arguments: ``--bf16``/``--fp16`` (fp32 has none), FP8 with
-    its recipe, NVFP4 as ``--fp4-format e2m1`` (whose ``--fp4-recipe`` defaults to nvfp4).
-
-    MXFP8 is E4M3 only (Transformer Engine's MXFP8BlockScaling: ``fp8_format=E4M3``), so it
-    is spelled ``--fp8-format e4m3 --fp8-recipe mxfp8``; a per-tensor recipe keeps hybrid and
-    names itself unless it is Megatron's default (``--fp8-recipe delayed``).
-
-    Examples
-    --------
-    >>> _megatron_precision("fp8", "mxfp8")
-    ['--bf16', '--fp8-format', 'e4m3', '--fp8-recipe', 'mxfp8']
-    >>> _megatron_precision("fp8", None)
-    ['--bf16', '--fp8-format', 'hybrid']
-    """
-    if precision == "fp8":
-        if fp8_recipe == "mxfp8":
-            return ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
-        recipe = [] if fp8_recipe in (None, "delayed") else ["--fp8-recipe", fp8_recipe]
-        return ["--bf16", "--fp8-format", "hybrid", *recipe]
-    return {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [],
-            "fp4": ["--bf16", "--fp4-format", "e2m1"]}[precision]
-
-
 def _overlaps(space, row) -> dict:
     """The data-parallel overlaps a row's step was priced with: the launch's
     (:func:`memsym.search.launch_overlaps`), or a searched job's own (``space.overlaps``)."""
@@ -407,11 +310,11 @@ def _megatron(row, space, gpus, folder=None, held=True) -> Emitted:
                           UB_FILE if folder is None else os.path.join(str(folder), UB_FILE)]
     words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
               "--micro-batch-size", str(b), "--global-batch-size", str(B)]
-    words += _megatron_precision(space.precision, space.fp8_recipe)
+    words += megatron_precision(space.precision, space.fp8_recipe)
     words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
-    words += _megatron_sharding(row["sharding"], space.fsdp_double_buffer)
-    words += _megatron_dispatcher(space)
-    words += _megatron_recompute(row["recompute"])
+    words += megatron_sharding(row["sharding"], space.fsdp_double_buffer)
+    words += megatron_dispatcher(space)
+    words += megatron_recompute(row["recompute"])
     rate = _MEGATRON_DROPOUT if space.dropout else "0.0"
     words += ["--hidden-dropout", rate, "--attention-dropout", rate]
     if not space.flash_attention:

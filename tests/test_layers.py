@@ -68,6 +68,7 @@ LAYERS = (
     ("outputs", ("memsym.document", "memsym.document_time", "memsym.job_parts", "memsym.plotting",
                  "memsym.plot_base", "memsym.plot_time",
                  "memsym.plot_breakdown", "memsym.bench", "memsym.emit", "memsym.emit_rules",
+                 "memsym.emit_megatron_flags",
                  "memsym.emit_held")),
     # the package's own namespace (``from memsym import ...``)
     ("package", ("memsym",)),
