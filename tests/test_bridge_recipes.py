@@ -15,7 +15,8 @@ import pytest
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.job import job
 from memsym.training import job_stage_parameters
-from memsym.readers.bridge import bridge_job_options, parse_override, read_bridge_recipe
+from memsym.readers.bridge import bridge_job_options, read_bridge_recipe
+from memsym.readers.bridge_command import parse_override
 from in_process import run as cli
 
 #: Keys that say how the job was read (they differ between a recipe and a command by design).

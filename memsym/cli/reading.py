@@ -216,7 +216,7 @@ def _refuse_bridge_words(model: str, extra, bridge: bool):
                                     f"give it as --bridge-recipe {model[:80]} "
                                     "[section.field=value ...]")
     if extra is not None and "." in extra.partition("=")[0] and "=" in extra:
-        from ..readers.bridge import looks_like_override
+        from ..readers.bridge_command import looks_like_override
         if looks_like_override(extra):
             raise InvalidValueError(f"{extra[:60]!r} is a Megatron-Bridge override: it follows "
                                     "--bridge-recipe NAME (the recipe it changes)")
@@ -346,7 +346,7 @@ def _bridge_word(words, i, w, convenience, overrides):
     """The index after ``w`` when it is a Megatron-Bridge word (an override, or one of
     run_recipe.py's options and its value), else None."""
     from ..errors import InvalidValueError
-    from ..readers.bridge import RUN_RECIPE_FLAGS, RUN_RECIPE_OPTIONS, SECTIONS, looks_like_override
+    from ..readers.bridge_command import RUN_RECIPE_FLAGS, RUN_RECIPE_OPTIONS, SECTIONS, looks_like_override
     from ..readers.bridge_models import is_model_word
 
     if not looks_like_option(w):

@@ -149,7 +149,8 @@ def _bridge_job(args):
     preset, a config.json or a Hub id) replaces the recipe's model (said in the notes)."""
     from ..errors import InvalidValueError
     from ..job import job
-    from ..readers.bridge import bridge_job_options, launcher_world_size, read_bridge_recipe
+    from ..readers.bridge import bridge_job_options, read_bridge_recipe
+    from ..readers.bridge_command import launcher_world_size
     from ..readers.te_attention import recipe_attention_notes
 
     words = args.job_words
