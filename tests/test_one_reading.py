@@ -932,7 +932,7 @@ def test_a_search_options_value_is_never_read_as_a_launcher(value):
     ``--framework deepspeed`` is memsym's own option: its value is the option's, so the search
     stays a MODEL's search (no job read from pasted words, its own defaults not held)."""
     from memsym.cli import build_parser
-    from memsym.cli.reading import prepare_search
+    from memsym.cli.search_words import prepare_search
 
     raw = ["search", "llama2-7b", "--framework", value, "--gpu", "h100-80gb", "--gpus", "8"]
     argv, words = prepare_search(build_parser("search"), raw)

@@ -67,7 +67,8 @@ def _search_words(parser, raw):
     """``memsym search``'s words: with a job, the search's own for its parser, and the job's
     read as ``memsym estimate`` reads them (its parser, named ``memsym search`` in its
     errors), carried in ``words.reading`` (:mod:`memsym.cli.search_job`)."""
-    from .reading import prepare_argv, prepare_search, subparser
+    from .reading import prepare_argv, subparser
+    from .search_words import prepare_search
 
     ordered, words = prepare_search(parser, raw)
     if words is not None:

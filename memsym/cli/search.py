@@ -293,7 +293,7 @@ def _problem(args):
     from ..errors import InvalidValueError
     from .search_job import search_job
 
-    # a job beside the search's words (memsym.cli.reading.SearchWords, read by memsym.cli.main)
+    # a job beside the search's words (memsym.cli.search_words.SearchWords, read by memsym.cli.main)
     sj = search_job(args, search_options(args)) \
         if getattr(getattr(args, "job_words", None), "reading", None) is not None else None
     if sj is not None:

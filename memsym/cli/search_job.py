@@ -4,7 +4,7 @@ A job is what ``memsym estimate`` reads: a launch script (``--launch-script``), 
 file (``--args-file``), a pasted Megatron-LM command, a Megatron-Bridge recipe with its
 overrides (``--bridge-recipe``), a DeepSpeed config or a torchtitan config beside a MODEL, or
 a MODEL (a preset or a Hugging Face config.json) with memsym's options.  The command line is
-split once (:func:`memsym.cli.reading.prepare_search`): the search's own words (the searched
+split once (:func:`memsym.cli.search_words.prepare_search`): the search's own words (the searched
 knobs as pins, the GPU count, the machine and the output) stay the search's; every other
 word is the job's, read by ``estimate``'s parser and readers (:mod:`memsym.cli.reading`,
 :func:`memsym.cli.training_options.job_from_args`: one reading, the same conflicts refused).
@@ -69,7 +69,7 @@ class SearchJob:
         The job as ``estimate`` reads it.
     reading : argparse.Namespace
         ``estimate``'s parsed options of the job's words (``job_words``: their sorting).
-    words : memsym.cli.reading.SearchWords
+    words : memsym.cli.search_words.SearchWords
     options : dict
         :func:`memsym.search.search` keywords: the search's own (pins, capacity, cluster),
         the job's overlaps, recompute and offload unless the command line lists them.
