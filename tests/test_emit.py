@@ -22,7 +22,7 @@ import shlex
 
 import pytest
 
-from memsym.cli.search import bytes_json
+from memsym.cli.search_report import bytes_json
 from memsym.emit import Emitted, NotExpressible, emit
 from memsym.search import search
 from in_process import run

@@ -31,7 +31,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from memsym.cli import main
-from memsym.cli.search import bytes_json
+from memsym.cli.search_report import bytes_json
 from memsym.emit import NotExpressible, emit
 from memsym.emit_held import (DEEPSPEED_HELD, MEGATRON_HELD, REFUSED, TORCHTITAN_HELD,
                               deepspeed_held, megatron_flag, megatron_held)

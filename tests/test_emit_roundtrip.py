@@ -39,7 +39,7 @@ import subprocess
 import pytest
 
 from memsym.cli import main
-from memsym.cli.search import bytes_json
+from memsym.cli.search_report import bytes_json
 from memsym.emit import NotExpressible, emit
 from memsym.readers.launch_script import parse_launch_script
 from memsym.search import search

@@ -31,7 +31,7 @@ def test_plain_ddp_rows_run_without_the_parameter_gather():
     # a job's overlaps both on: the plain DDP row has no parameter all-gather to overlap
     # (arguments.py l. 1024-1026 refuses the flag there; memsym.emit leaves it out), the
     # distributed optimizer's row keeps it; Megatron-FSDP no_shard keeps it (accepted)
-    from memsym.cli.search import layout_json
+    from memsym.cli.search_report import layout_json
     from memsym.search import search
 
     on = {"overlap_grad_reduce": True, "overlap_param_gather": True}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..job import muon_no_effect_note
 from .option_table import add_command
 from .options import emit_json
-from .search import (Progress, bytes_json, layout_json, search_model, search_options,
-                     sharding_words)
+from .search import Progress, search_model, search_options
+from .search_report import bytes_json, layout_json, sharding_words
 
 
 def add_parser(sub) -> None:
@@ -57,11 +57,11 @@ def run(args) -> int:
 
 
 def layout_text(lay: dict, optimizer: str | None = None) -> str:
-    """The text of a :func:`memsym.cli.search.layout_json` layout: its knobs as ``name value``
+    """The text of a :func:`memsym.cli.search_report.layout_json` layout: its knobs as ``name value``
     (the launch overlaps left to the JSON, as the search table leaves them), a Megatron-FSDP
     scheme in Megatron-LM's words, its ``--data-parallel-sharding-strategy`` beside it (what
     ``memsym search --emit megatron`` launches), any other scheme as ``memsym estimate`` says
-    it under ``optimizer`` (:func:`memsym.cli.search.sharding_words`).
+    it under ``optimizer`` (:func:`memsym.cli.search_report.sharding_words`).
 
     Examples
     --------

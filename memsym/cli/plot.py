@@ -115,7 +115,7 @@ def stage_bytes(estimate, job=None) -> dict:
     pipeline stage the estimate compares (:func:`memsym.training.candidate_stages`), the
     most-loaded named; without the job, the most-loaded stage alone."""
     from ..training import candidate_stages, job_memory
-    from .search import bytes_json
+    from .search_report import bytes_json
 
     def label(i, p):
         role = "only" if p == 1 else "first" if i == 0 else "last" if i == p - 1 else "middle"
