@@ -27,9 +27,9 @@ ALIASES = {"seq_length": "s", "micro_batch_size": "b", "global_batch_size": "B",
 #: Parameters named like a registered symbol that mean something else there (documented
 #: with their own meaning, not the symbol's unit): (function, parameter) -> why.
 EXCEPTIONS = {
-    ("memsym.terms.pipeline_order.rank_order", "N"):
+    ("memsym.terms.pipeline_rank_order.rank_order", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
-    ("memsym.terms.pipeline_order.schedule_table", "N"):
+    ("memsym.terms.pipeline_rank_order.schedule_table", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",
     ("memsym.terms.pipeline_order.chunk_peak", "N"):
         "the microbatch group size (microbatch_group_size_per_vp_stage), not parameters",

@@ -7,7 +7,8 @@ the interleaved order from ``get_schedule_table`` with ``microbatch_group_size_p
 N), each as soon as its input has arrived.  The makespan gives the bubble exactly — for
 m not a multiple of p, m < p, uneven stages and any N — and the peak count of forwards
 not yet backwarded gives the in-flight activations.  GPipe's order, and over v chunks per rank
-torch's breadth-first ``ScheduleLoopedBFS``, run on the same dependencies.
+torch's breadth-first ``ScheduleLoopedBFS``, run on the same dependencies.  Each rank's order
+is :mod:`memsym.terms.pipeline_rank_order`'s.
 
 References
 ----------
@@ -30,10 +31,10 @@ import sympy as sp
 from ..errors import InvalidValueError, choose
 from . import pipeline
 from ..text import shared_doc
+from .pipeline_rank_order import rank_order
 
-__all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "schedule_table", "rank_order", "pass_dependency",
-           "ready_passes", "live_by_held_gradients", "simulate",
-           "Simulation", "bubble_fraction", "chunk_peak"]
+__all__ = ["SCHEDULES", "MAX_OPS", "schedule_rule", "pass_dependency", "ready_passes",
+           "live_by_held_gradients", "simulate", "Simulation", "bubble_fraction", "chunk_peak"]
 
 _doc = shared_doc(schedule_params="""
     p : int
@@ -96,97 +97,6 @@ def schedule_rule(p, m, v=1, group_size=None) -> str | None:
     if 0 < rest < p:
         return f"m mod N = {rest} must be 0 or >= p = {p} (dependency bubbles)"
     return None
-
-
-def schedule_table(m: int, v: int, N: int) -> list:
-    """Megatron's ``get_schedule_table``: (microbatch, chunk) of each virtual forward.
-
-    Parameters
-    ----------
-    m : int
-        Micro-batches per step [1].
-    v : int
-        Model chunks per rank [1].
-    N : int
-        ``microbatch_group_size_per_vp_stage``: micro-batches per group (not parameters).
-
-    Returns
-    -------
-    list of (int, int)
-        ``(microbatch, chunk)`` in issue order.
-
-    Examples
-    --------
-    The docstring example of schedules.py (PP2, N3, M5, VP2):
-
-    >>> [mb for mb, _ in schedule_table(5, 2, 3)], [ch for _, ch in schedule_table(5, 2, 3)]
-    ([0, 1, 2, 0, 1, 2, 3, 4, 3, 4], [0, 0, 0, 1, 1, 1, 0, 0, 1, 1])
-    """
-    out = []
-    for lo in range(0, m, N):
-        hi = m if lo + N >= m else lo + N
-        out.extend((mb, ch) for ch in range(v) for mb in range(lo, hi))
-    return out
-
-
-@_doc
-def rank_order(rank: int, p: int, m: int, v: int = 1, N=None, gpipe: bool = False) -> list:
-    """Ops of one rank in issue order: ('F'|'B', microbatch, chunk).
-
-    GPipe (``gpipe=True``, v = 1): every forward, then every backward in micro-batch order
-    (torch.distributed.pipelining ScheduleGPipe).  With v > 1 chunks, breadth-first as torch's
-    ``ScheduleLoopedBFS`` orders it (``_calculate_single_rank_operations``): every micro-batch
-    through chunk 0, then chunk 1, ...; then the backwards chunk by chunk from the last, each
-    chunk's micro-batches in reverse.
-
-    Parameters
-    ----------
-    rank : int
-        The pipeline rank, 0 .. p−1.
-    {schedule_params}
-    N : int, optional
-        ``microbatch_group_size_per_vp_stage``: micro-batches per group (default p; not
-        parameters).
-    gpipe : bool
-        GPipe's order (breadth-first over the chunks when v > 1) instead of (interleaved)
-        1F1B.
-
-    Returns
-    -------
-    list of (str, int, int)
-        ``('F'|'B', microbatch, chunk)`` in issue order.
-
-    Examples
-    --------
-    >>> rank_order(0, 2, 3)
-    [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('F', 2, 0), ('B', 1, 0), ('B', 2, 0)]
-    >>> rank_order(0, 2, 2, gpipe=True)
-    [('F', 0, 0), ('F', 1, 0), ('B', 0, 0), ('B', 1, 0)]
-    >>> rank_order(0, 2, 2, 2, gpipe=True)    # LoopedBFS
-    [('F', 0, 0), ('F', 1, 0), ('F', 0, 1), ('F', 1, 1), ('B', 1, 1), ('B', 0, 1), ('B', 1, 0), ('B', 0, 0)]
-    """
-    N = p if N is None else N
-    if gpipe and v == 1:
-        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
-    if gpipe:
-        return [("F", i, ch) for ch in range(v) for i in range(m)] + \
-            [("B", i, ch) for ch in reversed(range(v)) for i in reversed(range(m))]
-    total = m * v
-    if v == 1:
-        table = [(i, 0) for i in range(m)]
-        warm = min(p - rank - 1, m)
-    else:
-        table = schedule_table(m, v, N)
-        warm = 2 * (p - rank - 1) + (v - 1) * N
-    warm = min(warm, total)
-    fwd = [("F", mb, ch) for mb, ch in table]
-    bwd = [("B", mb, v - 1 - ch) for mb, ch in table]
-    order = fwd[:warm]
-    for i in range(total - warm):
-        order.append(fwd[warm + i])
-        order.append(bwd[i])
-    order.extend(bwd[total - warm:])
-    return order
 
 
 def chunk_peak(rank: int, p: int, m: int, v: int, weights, N=None, gpipe: bool = False) -> tuple:

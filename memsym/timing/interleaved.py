@@ -34,7 +34,7 @@ import numpy as np
 from .. import compile_cache
 from ..errors import InvalidValueError
 from ..numeric import unique_rows
-from ..terms.pipeline_order import rank_order
+from ..terms.pipeline_rank_order import rank_order
 from .one_f_one_b import pass_durations
 from .pipeline import microbatch_group
 
@@ -59,7 +59,7 @@ def schedule_levels(p: int, m: int, v: int, group: int) -> tuple:
     each pass :math:`\pi` (a forward or backward of one micro-batch through one chunk) one
     level after its rank's previous pass and its dependency (the previous virtual stage's
     forward; the next one's backward, or its own forward on the last), in Megatron's op order
-    (:func:`memsym.terms.pipeline_order.rank_order`).
+    (:func:`memsym.terms.pipeline_rank_order.rank_order`).
 
     Parameters
     ----------

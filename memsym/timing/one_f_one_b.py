@@ -1,7 +1,7 @@
 r"""The exact makespan of 1F1B (v = 1) with a first, middle and last stage of their own.
 
 Megatron-LM's non-interleaved 1F1B (``forward_backward_pipelining_without_interleaving``,
-memsym's op order :func:`memsym.terms.pipeline_order.rank_order`) run on its data
+memsym's op order :func:`memsym.terms.pipeline_rank_order.rank_order`) run on its data
 dependencies is a longest path through a DAG of 2 p m passes.  Where the first stage, the
 p - 2 middle stages and the last stage each take their own forward f and backward b of a
 micro-batch (the step time's stages, :func:`memsym.timing.pipeline.stage_times`), that longest
