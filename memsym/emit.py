@@ -49,7 +49,7 @@ from .readers.deepspeed_notes import MODEL_CHECKPOINTING
 from .readers.jobs import DEEPSPEED_SCHEMES
 from .readers.megatron_userbuffers import ub_yaml
 from .search import launch_overlaps
-from .search.space import recompute_layers
+from .search.choices import recompute_layers
 
 __all__ = ["EMIT_FRAMEWORKS", "FILE_SUFFIX", "Emitted", "NotExpressible", "check_emittable",
            "emit", "megatron_script"]

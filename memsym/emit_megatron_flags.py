@@ -10,7 +10,8 @@ reads the words back as the same thing; a setting Megatron-LM cannot spell so is
 from __future__ import annotations
 
 from .emit_held import NotExpressible
-from .search.space import MEGATRON_FSDP_STRATEGY, recompute_layers
+from .search.choices import recompute_layers
+from .search.space import MEGATRON_FSDP_STRATEGY
 
 __all__ = ["megatron_sharding", "megatron_dispatcher", "megatron_recompute", "megatron_precision"]
 

@@ -35,7 +35,7 @@ MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
 #: l. 1150: ``args.optimizer in ('sgd', 'adam')``; Megatron's adam is AdamW, memsym's adamw).
 MEGATRON_FSDP_OPTIMIZERS = ("adam", "adamw", "sgd")
 #: The sharding a search can be asked for: every scheme, and (in a Megatron-LM search)
-#: Megatron-FSDP's strategies by their own names (memsym.search.space.scheme_row).
+#: Megatron-FSDP's strategies by their own names (memsym.search.choices.scheme_row).
 SEARCH_SHARDING = SCHEMES + tuple(MEGATRON_FSDP_SCHEMES)
 #: How model states are counted.  ``framework`` (default): what the framework's code allocates
 #: (ddp and distributed-optimizer: Megatron-core; zero1/2/3: DeepSpeed; fsdp: FSDP2).

@@ -795,7 +795,7 @@ def test_torchtitan_search_memory_is_estimate_memory():
     import numpy as np
 
     from memsym.job import job
-    from memsym.search.space import recompute_fields
+    from memsym.search.choices import recompute_fields
     from memsym.training import job_memory
 
     res = search("llama3-70b", "h100-80gb", 64, seq_length=4096, global_batch_size=128,

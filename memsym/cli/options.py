@@ -324,7 +324,7 @@ _RECOMPUTE_MODES = choice("recompute", ("none", "selective", "full", "selective-
 def recompute_mode(text: str) -> str:
     """``memsym search --recompute``: a granularity, or ``block-N`` / ``every-N`` (Megatron's
     --recompute-method block --recompute-num-layers N; torchtitan's selective_ac_option N)."""
-    from ..search.space import recompute_layers
+    from ..search.choices import recompute_layers
 
     key = str(text).strip().lower()
     if recompute_layers(key) is not None:

@@ -19,7 +19,7 @@ def layout_json(row: dict, framework: str | None = None, overlaps=None) -> dict:
     or ``overlaps``, a job's own, :attr:`memsym.search.Space.overlaps`)."""
     from ..search import launch_overlaps
     from ..search.job_fields import row_overlaps
-    from ..search.space import recompute_fields
+    from ..search.choices import recompute_fields
 
     out = {"tp": row["t"], "pp": row["p"], "cp": row["c"], "dp": row["d"], "ep": row["e"],
            "etp": row.get("t_e") or row["t"], "vpp": row["v"], "micro_batch_size": row["b"],

@@ -23,7 +23,8 @@ References
 .. [narayanan] arXiv:2104.04473 (layouts, bubble, step time; §3.2 Takeaway #1: tensor
    parallelism stays inside a node, t <= GPUs per node).
 
-The package: :mod:`.space` (the problem), :mod:`.grid` (the raw grid and the rules),
+The package: :mod:`.space` (the problem), :mod:`.choices` (its sharding and recompute
+choices), :mod:`.grid` (the raw grid and the rules),
 :mod:`.templates` (compiled pieces), :mod:`.evaluate` (the vectorized evaluation),
 :mod:`.step_times` (the rows' step times),
 :mod:`.exact` (one layout's exact bytes), :mod:`.results` (:func:`search`), :mod:`.sizing`
@@ -33,7 +34,8 @@ vectorized smallest d of every candidate layout, for :func:`min_gpus`).
 
 from __future__ import annotations
 
-from .space import RULES, SCHEMES, Space, make_space  # noqa: F401 (make_space: used by callers)
+from .choices import SCHEMES
+from .space import RULES, Space, make_space  # noqa: F401 (make_space: used by callers)
 from .grid import explain, raw_grid, rule_masks, stage_splits  # noqa: F401
 from .step_times import TIME_PARTS, launch_overlaps
 from .exact import group_bytes  # noqa: F401

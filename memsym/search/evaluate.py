@@ -17,7 +17,8 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUT
                         allowance_values, arch_values)
 
 from ..model import moe_layer_pattern
-from .space import Space, CHOICE_RULES, KNOBS, recompute_layers
+from .choices import recompute_layers
+from .space import Space, CHOICE_RULES, KNOBS
 from .grid import choice_knobs, grid_knobs, splits_of, with_split
 from .exact import TERM_COLUMNS as _TERM_COLUMNS
 from .templates import (allowance_function, call_stage, check_stages,

@@ -12,7 +12,8 @@ import sympy as sp
 from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
                         STATE_KEYS as _STATE_KEYS, training_values)
 
-from .space import Space, KNOBS, scheme_row
+from .choices import scheme_row
+from .space import Space, KNOBS
 from .grid import with_split
 from .templates import check_stages, stage_count_items, choice_template, template_rep
 from ..symbols import lookup, m as m_sym

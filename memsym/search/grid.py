@@ -16,8 +16,9 @@ from ..errors import InvalidValueError
 from .. import rules as _rules
 from ..numeric import unique_rows
 
-from .space import (Space, CHOICE_RULES, KNOBS, MEGATRON_FSDP_STRATEGY, divisors_of, scheme_row,
-                    make_space, states_scheme)
+from .choices import scheme_row
+from .space import (Space, CHOICE_RULES, KNOBS, MEGATRON_FSDP_STRATEGY, divisors_of, make_space,
+                    states_scheme)
 from ..model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 
 

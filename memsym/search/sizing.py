@@ -16,7 +16,8 @@ from ..errors import InvalidValueError, MemsymError, NoFitError
 from ..symbols import b as b_sym, d, m as m_sym, s as s_sym
 from .. import rules as _rules
 
-from .space import RULES, from_job, make_space, matched_choices, positive_whole, scheme_row
+from .choices import matched_choices, scheme_row
+from .space import RULES, from_job, make_space, positive_whole
 from .grid import with_split, explain
 from .fewest_gpus import (candidate_knobs, nothing_fits_error, smallest_d_by_divisors,
                           smallest_d_by_fit)

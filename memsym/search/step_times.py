@@ -13,7 +13,8 @@ from ..job_record import recompute_modules_of
 from ..timing.pipeline import most_layers_per_rank
 from ..timing.step import Settings, overlap_of, step_time_grids
 from .job_fields import row_overlaps
-from .space import Space, KNOBS, recompute_layers, states_scheme
+from .choices import recompute_layers
+from .space import Space, KNOBS, states_scheme
 
 __all__ = ["TIME_PARTS", "choice_times", "launch_overlaps", "time_choices", "time_rows"]
 

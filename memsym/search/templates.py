@@ -19,7 +19,8 @@ from ..training import (ALLOWANCE_KEYS as _ALLOW, Layout, PHASES, STATE_KEYS as 
                         allowance_terms, outside_allocator, resolved_stage_activations,
                         phase_parts, resolved_stage_total, stage_counts)
 
-from .space import Space, recompute_layers
+from .choices import recompute_layers
+from .space import Space
 from .grid import with_split
 from ..numeric import compile_expr, expression_code, function_namespace
 from .. import compile_cache
