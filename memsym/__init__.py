@@ -34,8 +34,8 @@ _LAZY = {
     **dict.fromkeys(("Solution", "largest", "smallest", "smallest_gpus"), ".analysis"),
     **dict.fromkeys(("communication_per_step", "communication_time"), ".terms.communication"),
     **dict.fromkeys(("bubble_fraction", "global_batch"), ".terms.pipeline"),
-    **dict.fromkeys(("flops_per_iteration", "gpu_hours", "hfu", "mfu", "step_time",
-                     "training_cost", "training_time"), ".terms.compute"),
+    **dict.fromkeys(("flops_per_iteration", "hfu", "mfu", "step_time"), ".terms.compute"),
+    **dict.fromkeys(("gpu_hours", "training_cost", "training_time"), ".terms.training_cost"),
     "step_report": ".timing.report",
 }
 

@@ -22,7 +22,7 @@ from .symbols import info, lookup
 from .text import short
 from .limits import check_limit
 
-__all__ = ["exact", "whole", "positive", "boolean", "as_values", "as_expr",
+__all__ = ["exact", "whole", "positive", "positive_or_symbolic", "boolean", "as_values", "as_expr",
            "lazy_min", "cached_max", "holds_float"]
 
 
@@ -178,6 +178,23 @@ def positive(value, what: str = "value", *, limit=None, allow_zero: bool = False
         raise InvalidValueError(f"{what} must be > 0, got {short(num)}")
     _limit(num, what, limit)
     return num
+
+
+def positive_or_symbolic(value, what: str = "value", *, limit=None,
+                         allow_zero: bool = False) -> sp.Expr:
+    """A formula function's argument: a symbol or a symbolic expression passes through
+    (:func:`as_expr`); a number must be exact, finite, > 0 (>= 0 with ``allow_zero``) and
+    within ``limit`` (:func:`positive`; issue 15: refuse at the entry, naming the input,
+    instead of returning ``inf`` later).
+
+    Examples
+    --------
+    >>> positive_or_symbolic(sp.Symbol("G"), "gpus"), positive_or_symbolic(8, "gpus", limit="gpus")
+    (G, 8)
+    """
+    if isinstance(value, sp.Basic) and not value.is_number:
+        return as_expr(value, what)
+    return positive(value, what, limit=limit, allow_zero=allow_zero)
 
 
 def boolean(value, what: str = "flag") -> bool:

@@ -9,9 +9,9 @@ from memsym.analysis import smallest
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.symbols import G, beta_inter, eta
 from memsym.terms.communication import communication_time
-from memsym.terms.compute import (flops_per_iteration, gpu_hours, hfu, mfu, parameters_narayanan,
-                                  step_time, training_cost, training_time,
-                                  training_time_from_steps)
+from memsym.terms.compute import flops_per_iteration, hfu, mfu, parameters_narayanan, step_time
+from memsym.terms.training_cost import (gpu_hours, training_cost, training_time,
+                                        training_time_from_steps)
 from memsym.timing.report import step_report
 from memsym.terms.pipeline import bubble_fraction, data_parallel_for, global_batch
 

@@ -332,6 +332,7 @@ def every_term():
     """(family, key, expression) for every term memsym builds, across the families."""
     from memsym.model import preset
     from memsym.terms import activations as act, adapters, collectives, communication, compute
+    from memsym.terms import training_cost
     from memsym.terms.model_state import host_state
     from memsym.terms.pipeline import bubble_term
     import memsym.conventions as cv
@@ -378,10 +379,10 @@ def every_term():
             interleaved=True, recompute="full"))
     add("compute", compute.step_time(recompute="full", communication=communication.communication_per_step()))
     add("compute", compute.flops_per_iteration(recompute="selective"))
-    tt = compute.training_time()
+    tt = training_cost.training_time()
     add("compute", tt)
-    add("compute", compute.gpu_hours(tt))
-    add("compute", compute.training_cost(tt))
+    add("compute", training_cost.gpu_hours(tt))
+    add("compute", training_cost.training_cost(tt))
     for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
         try:
             out.append(("collectives", op, collectives.collective_term(op).expr))

@@ -805,7 +805,7 @@ from bounded import GiB, run_python, time_limit  # noqa: E402
 from memsym import text as mtext  # noqa: E402
 from memsym.cli import output as mout  # noqa: E402
 from memsym.numeric import finite_float  # noqa: E402
-from memsym.terms import compute  # noqa: E402
+from memsym.terms import training_cost  # noqa: E402
 from memsym.timing import report  # noqa: E402
 
 FORGED = "meta-llama/x\nllama2-7b: fits on 1 GPU\x1b[2J\x1b[31mred\x1b]0;title\x07\u202eevil\r"
@@ -877,11 +877,11 @@ H100 = dict(N=7 * 10**9, G=8, F=989 * 10**12, eta=sp.Rational(1, 2))
 def test_time_with_1e200_tokens_is_refused_naming_the_input():
     # issue 15: `time 1e200 --tokens 1e200` printed inf
     with pytest.raises(errors.LimitError, match="tokens .*10\\^18 tokens"):
-        compute.training_time(tokens=10**200)
+        training_cost.training_time(tokens=10**200)
     with pytest.raises(errors.LimitError, match="params .*10\\^16 parameters"):
-        compute.training_time(params=10**200)
+        training_cost.training_time(params=10**200)
     vals = {**H100, "N": 10**200, "T": 10**200}
-    secs = compute.training_time().evaluate(vals)     # exact and finite: 8 T N / (G F eta)
+    secs = training_cost.training_time().evaluate(vals)     # exact and finite: 8 T N / (G F eta)
     assert secs == 8 * 10**400 / (8 * 989 * 10**12 * sp.Rational(1, 2))
     with pytest.raises(errors.InvalidValueError, match="outside the float range.*(N|T) = 1000") as info:
         finite_float(secs, "training time [s]", vals)
@@ -891,7 +891,7 @@ def test_time_with_1e200_tokens_is_refused_naming_the_input():
 def test_time_with_tflops_1e_300_is_refused_naming_the_peak():
     # issue 15: `time --tflops 1e-300` printed inf; 1e-300 TFLOP/s = 1e-288 FLOP/s
     vals = {**H100, "T": 10**12, "F": sp.Rational(1, 10**288)}
-    secs = compute.training_time().evaluate(vals)
+    secs = training_cost.training_time().evaluate(vals)
     with pytest.raises(errors.InvalidValueError, match="F = 1/1000"):
         finite_float(secs, "training time [s]", vals)
 
@@ -913,16 +913,16 @@ def test_step_report_with_efficiency_1e_320_is_refused_naming_eta():
 
 def test_cost_at_a_price_of_1e308_is_refused_naming_the_price():
     # issue 15: "a price of 1e308" gave inf
-    cost = compute.training_cost(compute.training_time())
+    cost = training_cost.training_cost(training_cost.training_time())
     vals = {**H100, "T": 10**13, "price": 10**308}
     exact_cost = cost.evaluate(vals)
     assert exact_cost.is_Rational and exact_cost > 10**308
     with pytest.raises(errors.InvalidValueError, match="price = 1000"):
         finite_float(exact_cost, "training cost", vals)
     with pytest.raises(errors.InvalidValueError, match="price per GPU-hour must be >= 0"):
-        compute.training_cost(compute.training_time(), rate=-1)
+        training_cost.training_cost(training_cost.training_time(), rate=-1)
     with pytest.raises(errors.InvalidValueError, match="finite"):
-        compute.training_cost(compute.training_time(), rate=float("inf"))
+        training_cost.training_cost(training_cost.training_time(), rate=float("inf"))
 
 
 def test_compiled_total_refuses_an_overflowing_float_result():

@@ -48,11 +48,11 @@ from memsym.symbols import B, L, N, N_ll, V, a, b, c, d, h, p, s, t  # noqa: E40
 from memsym.terms.activations import (embedding_activations, korthikanti,  # noqa: E402
                                        output_activations, paper_layer)
 from memsym.terms.adapters import frozen_weights  # noqa: E402
-from memsym.terms.compute import (flops_per_iteration, parameters_narayanan,  # noqa: E402
-                                  training_time)
+from memsym.terms.compute import flops_per_iteration, parameters_narayanan  # noqa: E402
 from memsym.terms.estimators import (DEEPSPEED_WIDTHS, deepspeed_gpu,  # noqa: E402
                                       qlora_constant_bits)
 from memsym.terms.model_state import byte_widths, host_state, model_state  # noqa: E402
+from memsym.terms.training_cost import training_time  # noqa: E402
 from memsym.units import UNITS  # noqa: E402
 from memsym.values import as_expr, as_values  # noqa: E402
 

@@ -48,7 +48,8 @@ def time_report(args) -> dict:
     import sympy as sp
 
     from ..hardware import gpu
-    from ..terms.compute import DEFAULT_EFFICIENCY, gpu_hours, training_cost, training_time
+    from ..terms.compute import DEFAULT_EFFICIENCY
+    from ..terms.training_cost import gpu_hours, training_cost, training_time
     from ..values import exact
 
     params, what = _params(args.model)
