@@ -56,7 +56,8 @@ def _job(args):
     """The validated job and its report (step time priced on ``--gpu``)."""
     from ..hardware import gpu
     from .job_report import report_for
-    from .training_options import framework_job_from_args, job_from_args, wants_training
+    from .framework_jobs import framework_job_from_args
+    from .training_options import job_from_args, wants_training
 
     if not wants_training(args):
         _refuse("check needs the job that ran: a MODEL (a preset, a config.json or a Hub id), its "

@@ -388,7 +388,7 @@ def _bridge_word(words, i, w, convenience, overrides):
 
 def _names_a_model(mine) -> bool:
     """Whether memsym's options describe a model's architecture (no MODEL needed)."""
-    from .training_options import ARCH_OPTIONS
+    from .job_options import ARCH_OPTIONS
 
     arch = {"--" + n.replace("_", "-") for n in ARCH_OPTIONS}
     return any(word.partition("=")[0] in arch for word, _ in mine) or \

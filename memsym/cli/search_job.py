@@ -101,8 +101,8 @@ def read_job(words, gpus=None, gpu=None):
     micro-batch is ``"auto"`` is read with its batch searched
     (:func:`_searched_deepspeed`): the global batch it holds is the third item.  ``gpu``: the
     search's GPU, the job's where it names none (what a job checks on the GPU's arch)."""
-    from .training_options import (framework_job_from_args, framework_read_as, job_from_args,
-                                   wants_training)
+    from .framework_jobs import framework_job_from_args, framework_read_as
+    from .training_options import job_from_args, wants_training
 
     est = words.reading
     if not wants_training(est):
@@ -153,7 +153,7 @@ def _searched_deepspeed(est, gpus):
     :func:`memsym.readers.deepspeed.searched_deepspeed_config`); the config is read by
     ``estimate``'s path with a one-sequence stand-in batch on the job's GPUs."""
     from ..readers.deepspeed import searched_deepspeed_config
-    from .training_options import framework_job_from_args
+    from .framework_jobs import framework_job_from_args
 
     if getattr(est, "deepspeed_config", None) is None:
         return None, None

@@ -35,7 +35,8 @@ def add_parser(sub) -> None:
 def job_from_args(args):
     """The :class:`memsym.job.Job` of the job options (MODEL, layout, training, allowances,
     ``--gpu``, ``--gpu-memory``), validated once."""
-    from .training_options import framework_job_from_args, job_from_args as build, warn_sequence_parallel
+    from .framework_jobs import framework_job_from_args
+    from .training_options import job_from_args as build, warn_sequence_parallel
 
     framework = framework_job_from_args(args)   # a DeepSpeed config or torchtitan TOML
     if framework is not None:

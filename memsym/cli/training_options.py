@@ -2,21 +2,23 @@
 
 A launch command's arguments can be pasted: ``--num-layers 32 --hidden-size 4096 ...``.  The
 positional MODEL (a preset name or a config.json path) gives the architecture; options given
-next to it override its fields.  Nothing here evaluates argument text.
+next to it override its fields.  memsym's own options as a job's options are
+:mod:`memsym.cli.job_options`'s; a job read from a framework's config or recipe is
+:mod:`memsym.cli.framework_jobs`'.  Nothing here evaluates argument text.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .option_table import arch_options, job_fields, switches
+from .framework_jobs import framework_input, framework_job_from_args, framework_read_as
+from .job_options import ARCH_OPTIONS, grad_reduce, memsym_options
+from .option_table import switches
 from .job_report import (advice_report, advice_tried, metric_report, report_for,
                          sensitivity_report)
 
-__all__ = ["wants_training", "job_from_args", "ARCH_OPTIONS", "warn_sequence_parallel"]
+__all__ = ["wants_training", "job_from_args", "warn_sequence_parallel"]
 
-#: option dest -> Architecture field (Megatron-LM long names, dashes for underscores).
-ARCH_OPTIONS = arch_options()
 _ARCH_FLAGS = ("swiglu", "untie_embeddings_and_output_weights", "multi_latent_attention")
 #: Architecture fields a pasted Megatron-LM argument may change (the rest are job options).
 _ARCH_FIELDS = frozenset(ARCH_OPTIONS + _ARCH_FLAGS + (
@@ -33,150 +35,6 @@ def megatron_mode(args) -> bool:
         and getattr(args, "params", None) is None
 
 
-def framework_input(args) -> bool:
-    """Whether a DeepSpeed config or torchtitan TOML describes the job."""
-    return bool(getattr(args, "deepspeed_config", None) or getattr(args, "torchtitan_config", None)
-                or getattr(args, "bridge_recipe", None))
-
-
-def _host_options(args) -> dict:
-    """The job options memsym's own (host) options give, whatever the framework input."""
-    from ..terms.model_state import CONVENTIONS
-
-    extra = {}
-    if args.convention in CONVENTIONS and args.convention != "framework":
-        extra["convention"] = args.convention
-    for key, dest in (("workspace", "workspace"), ("nccl", "nccl_buffers"),
-                      ("fragmentation", "fragmentation")):
-        if getattr(args, dest, None) is not None:
-            extra[key] = getattr(args, dest)
-    if getattr(args, "metric", None) is not None:
-        extra["metric"] = args.metric
-    if getattr(args, "gpu", None) is not None:
-        extra["gpu"] = args.gpu
-    if getattr(args, "gpu_memory", None) is not None:
-        extra["capacity"] = args.gpu_memory
-    if getattr(args, "gpus_per_node", None) is not None:
-        extra["gpus_per_node"] = args.gpus_per_node
-    return extra
-
-
-def framework_job_from_args(args):
-    """The Job of a DeepSpeed config or torchtitan TOML given with ``--deepspeed-config`` /
-    ``--torchtitan-config`` (None when neither is given)."""
-    from ..errors import InvalidValueError
-
-    ds, tt = getattr(args, "deepspeed_config", None), getattr(args, "torchtitan_config", None)
-    if getattr(args, "bridge_recipe", None) is not None:
-        ds = tt = None if ds is None and tt is None else _refuse_two()
-    if ds is None and tt is None:
-        return None if getattr(args, "bridge_recipe", None) is None else _bridge_job(args)
-    # the readers load only for a config file (a tenth of a MODEL's estimate otherwise)
-    from ..readers import read_deepspeed_config, read_torchtitan_config
-    from ..readers.jobs import deepspeed_job, torchtitan_job
-    if ds is not None and tt is not None:
-        raise InvalidValueError("give --deepspeed-config or --torchtitan-config, not both")
-    # the config decides the layout and the training: memsym's options for them, or pasted
-    # Megatron-LM arguments, would be dropped silently, so they are refused
-    host = set(_host_options(args)) | {"world_size", "seq_length"}
-    if ds is not None:   # what a DeepSpeed config's "auto" values are filled from (HF Trainer)
-        # and the model's own gradient checkpointing, which no config key switches on, and
-        # PEFT's adapters and TRL's chunked loss, which the script makes and no config key says
-        host |= {"micro_batch_size", "num_microbatches", "precision", "recompute", *_BESIDE}
-        if getattr(args, "recompute_granularity", None) not in (None, "none", "full"):
-            raise InvalidValueError(
-                f"--recompute-granularity {args.recompute_granularity} with --deepspeed-config: "
-                "a DeepSpeed job recomputes through the model's own gradient checkpointing, "
-                "every decoder layer (full) or none")
-    said = sorted(k for k in _memsym_options(args) if k not in host and not k.startswith("_"))
-    arch = [n for n in ARCH_OPTIONS if getattr(args, n, None) is not None]
-    words = getattr(args, "job_words", None)
-    if said or arch or (words is not None and words.megatron):
-        what = ", ".join(said + arch) or words.megatron[0]
-        beside = ("; the micro-batch, precision and --recompute-granularity full, the model's "
-                  "gradient checkpointing, too" if ds else "")
-        raise InvalidValueError(f"{what}: with {'--deepspeed-config' if ds else '--torchtitan-config'}"
-                                " the config file sets the layout and the training; give them "
-                                "there (only --world-size, --seq-length, the GPU and the "
-                                f"allowances go beside it{beside})")
-    extra = _host_options(args)
-    if args.seq_length is not None:
-        extra["seq_length"] = args.seq_length
-    if ds is not None:
-        if args.model is None:
-            raise InvalidValueError("a DeepSpeed config has no model: name a MODEL (a preset or a "
-                                    "Hugging Face config.json) before --deepspeed-config")
-        from .hf_launch import config_of
-
-        cfg = read_deepspeed_config(config_of(args, ds), world_size=args.world_size,
-                                    micro_batch_size=getattr(args, "micro_batch_size", None),
-                                    gradient_accumulation_steps=getattr(args, "num_microbatches", None),
-                                    precision=getattr(args, "precision", None))
-        if cfg["layout"]["d"] is None:
-            # DeepSpeed takes the data-parallel size from the launcher's world size; the config
-            # gives it only through train_batch_size = micro-batch x accumulation x d
-            raise InvalidValueError("the DeepSpeed config leaves the data-parallel size unknown "
-                                    "(no train_batch_size): give --world-size N")
-        args.reading = {"read_as": "a DeepSpeed config", "ignored": list(cfg["ignored"])}
-        if getattr(args, "recompute_granularity", None) is not None:
-            extra["recompute"] = args.recompute_granularity
-        extra.update({name: getattr(args, name) for name in _BESIDE
-                      if getattr(args, name, None) is not None})
-        return deepspeed_job(cfg, args.model, **extra)
-    return torchtitan_job(read_torchtitan_config(tt, world_size=args.world_size), args.model,
-                          **{k: v for k, v in extra.items() if k != "seq_length"})
-
-
-#: memsym's LoRA / QLoRA fields a DeepSpeed job takes beside its config (the adapters are the
-#: script's, PEFT's get_peft_model; the engine trains them: memsym.training.model_states).
-_PEFT = ("finetune", "lora_rank", "lora_targets", "quantization", "lora_dropout", "dora",
-         "lora_expert_params")
-#: ... and TRL's chunked loss (``loss_type`` chunked_nll: the SFTTrainer's patched forward,
-#: memsym.terms.chunked_loss), which the engine runs as it runs the model.
-_BESIDE = (*_PEFT, "chunked_loss")
-
-
-def _refuse_two():
-    from ..errors import InvalidValueError
-
-    raise InvalidValueError("give one of --bridge-recipe, --deepspeed-config, --torchtitan-config")
-
-
-def _bridge_job(args):
-    """The Job of a Megatron-Bridge recipe and its overrides (memsym.readers.bridge): the
-    recipe names the model and sets the layout and the training, so memsym's layout and
-    training options and Megatron-LM arguments beside it are refused; a MODEL beside it (a
-    preset, a config.json or a Hub id) replaces the recipe's model (said in the notes)."""
-    from ..errors import InvalidValueError
-    from ..job import job
-    from ..readers.bridge import bridge_job_options, read_bridge_recipe
-    from ..readers.bridge_command import launcher_world_size
-    from ..readers.te_attention import recipe_attention_notes
-
-    words = args.job_words
-    host = set(_host_options(args)) | {"world_size"}
-    said = sorted(k for k in _memsym_options(args) if k not in host and not k.startswith("_"))
-    said += [n for n in ARCH_OPTIONS if getattr(args, n, None) is not None]
-    if said:
-        raise InvalidValueError(f"{', '.join(said)[:60]}: with --bridge-recipe the recipe sets the "
-                                "layout and the training; change them with section.field=value "
-                                "overrides (only a MODEL, --world-size, the GPU and the "
-                                "allowances go beside it)")
-    # memsym's --world-size, else WORLD_SIZE or torchrun's options, else the recipe's name
-    world = args.world_size if args.world_size is not None else launcher_world_size(words.megatron)
-    reading = read_bridge_recipe(args.bridge_recipe, words.bridge, world_size=world)
-    preset, opts, notes = bridge_job_options(reading, args.model)
-    if opts.get("world_size") is None:
-        raise InvalidValueError(f"{reading['recipe']}: its name gives no GPU count: give --world-size")
-    extra = _host_options(args)
-    # the attention TE runs under the recipe's FP8 attention (a sink: on the GPU's arch)
-    notes += recipe_attention_notes(reading["values"], preset, extra.get("gpu"))
-    j = job(preset, **opts, **extra, _notes=tuple(notes))
-    args.reading = {"read_as": f"the Megatron-Bridge recipe {reading['recipe']} ({reading['source']} "
-                    "at 067f987df0) with its overrides", "ignored": list(reading["ignored"])}
-    return j
-
-
 def megatron_job_from_args(args):
     """(Job, MegatronJob) of a Megatron-LM command without a MODEL (:func:`megatron_mode`):
     Megatron's reader with Megatron's defaults, memsym's own options applied on top of it."""
@@ -185,7 +43,7 @@ def megatron_job_from_args(args):
     from ..readers.jobs import megatron_job
     from ..readers.megatron import read_megatron_args
 
-    own = _memsym_options(args)
+    own = memsym_options(args)
     mj = read_megatron_args(args.job_words.megatron,
                             tp_comm_overlap=bool(own.get("tp_comm_overlap")))
     if not FRAMEWORK[own.get("framework", "megatron")].megatron_options:
@@ -229,86 +87,6 @@ def wants_training(args) -> bool:
             or megatron_mode(args) or framework_input(args))
 
 
-#: (dest, Job option) of the valued layout and training options (memsym.cli.option_table);
-#: None values are left to the job's defaults (memsym.job.DEFAULTS), so the command line has
-#: no defaults of its own.
-_JOB_OPTIONS = job_fields()
-
-
-def _memsym_options(args) -> dict:
-    """The job options memsym's own options give, only those given (argparse's absent
-    options are None or False, so no default of the command line's own enters a job)."""
-    from ..errors import InvalidValueError
-    from .options import resolve_scheme
-
-    opts = {dest_job: getattr(args, dest) for dest, dest_job in _JOB_OPTIONS
-            if getattr(args, dest, None) is not None}
-    if getattr(args, "sequence_parallel", False):
-        opts["sequence_parallel"] = True
-    for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
-        if getattr(args, flag, False):
-            opts[flag] = True
-    if getattr(args, "no_flash_attn", False):
-        opts["flash_attention"] = False
-    elif getattr(args, "use_flash_attn", False):
-        opts["flash_attention"] = True
-    hidden, attention = getattr(args, "hidden_dropout", None), getattr(args, "attention_dropout", None)
-    if getattr(args, "dropout", False):      # --dropout: masks kept, as Megatron's 0.1
-        if 0 in (hidden, attention):
-            raise InvalidValueError("--dropout keeps dropout masks: a dropout of 0 contradicts it")
-        hidden = attention = hidden or attention or 1
-    if hidden is not None or attention is not None:
-        hidden = hidden if hidden is not None else attention
-        attention = attention if attention is not None else hidden
-        if (hidden > 0) != (attention > 0):
-            raise InvalidValueError("memsym models one dropout setting: give --hidden-dropout and "
-                                    "--attention-dropout both zero or both non-zero")
-        opts["dropout"] = hidden > 0
-    if getattr(args, "sharding", None) is not None or getattr(args, "use_distributed_optimizer", False):
-        opts["sharding"] = resolve_scheme(args)
-    if getattr(args, "grad_reduce_in_bf16", False):
-        # Megatron's validate_args: the flag only stops --bf16 forcing fp32 gradients; under
-        # fp16 or fp32 parameters it changes nothing (the reader notes the same)
-        opts["_grad_reduce_in_bf16"] = True
-    if getattr(args, "fp8_param_gather", False):
-        opts["fp8_param_gather"] = True
-    if getattr(args, "fp4_param_gather", False):
-        opts["fp4_param_gather"] = True
-    if getattr(args, "first_last_layers_bf16", False):   # Megatron's counts: 1 by default
-        opts["bf16_layers"] = tuple(1 if n is None else n for n in (
-            getattr(args, "num_layers_at_start_in_bf16", None),
-            getattr(args, "num_layers_at_end_in_bf16", None)))
-    for name in ("lora_regather", "lora_dropout", "dora"):
-        if getattr(args, name, False):
-            opts[name] = True
-    if getattr(args, "should_pad_vocab", False) and args.convention != "megatron-bridge":
-        opts["_notes"] = ("--should-pad-vocab has effect only with --convention megatron-bridge "
-                          "(Megatron-Bridge's GPTModelProvider.should_pad_vocab)",)
-    for _, dest, option, value in switches():
-        if getattr(args, dest, False):
-            opts[option] = value
-    if getattr(args, "framework", None) is not None:
-        opts["framework"] = args.framework
-    # the convention (a framework estimator such as megatron-bridge reports its own breakdown
-    # beside the job's), allowances, GPU, capacity and node size: as for every input
-    opts.update(_host_options(args))
-    if getattr(args, "world_size", None) is not None:
-        opts["world_size"] = args.world_size
-    return opts
-
-
-def _grad_reduce(opts: dict) -> dict:
-    """``--grad-reduce-in-bf16`` as Megatron's validate_args reads it: a bf16 gradient buffer
-    under bf16 (or fp8) parameters, no effect otherwise (said in a note)."""
-    if opts.pop("_grad_reduce_in_bf16", False):
-        if opts.get("precision", "bf16") in ("bf16", "fp8"):
-            opts["grad_dtype"] = "bf16"
-        else:
-            opts["_notes"] = tuple(opts.get("_notes", ())) + (
-                "--grad-reduce-in-bf16 has effect only with bf16 parameters (Megatron's --bf16)",)
-    return opts
-
-
 def job_from_args(args, **override):
     """The :class:`memsym.job.Job` the command line describes, built and validated once
     (``override``: job options that replace the parsed ones, e.g. ``tp=4`` for a candidate).
@@ -335,7 +113,7 @@ def job_from_args(args, **override):
                         "ignored": list(mj.ignored)}
         return j.replace(**override) if override else j
     arch = arch_overrides(args)
-    opts = _memsym_options(args)
+    opts = memsym_options(args)
     notes = []
     words = getattr(args, "job_words", None)
     pasted = words.megatron if words is not None else []
@@ -398,7 +176,7 @@ def job_from_args(args, **override):
                          "(Megatron uses multi-head attention)")
     if args.model is None:
         arch.setdefault("position_embedding_type", "rope" if args.swiglu else "learned_absolute")
-    opts = _grad_reduce({**opts, **arch})
+    opts = grad_reduce({**opts, **arch})
     if notes:
         opts["_notes"] = tuple(opts.get("_notes", ())) + tuple(notes)
     opts.update(override)
@@ -542,15 +320,6 @@ def estimate_training(args) -> int:
           else render_estimate(rep, args, fits=fits, device=device,
                                wide=getattr(args, "wide", False)))
     return status
-
-
-def framework_read_as(args) -> str:
-    """How a framework's config or recipe was read (:func:`framework_job_from_args`)."""
-    path = str(args.torchtitan_config or "")
-    python = path.rpartition(":")[0].endswith(".py") or path.endswith(".py")
-    return ("a DeepSpeed config" if args.deepspeed_config else
-            "a torchtitan Python config (read with ast, not run)" if python and path else
-            "a torchtitan job TOML (v0.2 keys)" if path else args.reading["read_as"])
 
 
 def verdict_report(metric: dict, device: int, usable, j=None) -> dict:
