@@ -100,8 +100,7 @@ def _read_exaone_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # wide, one shared, first layer dense; MTP weights are not loaded (mtp.* ignored)
     kw = decoder_fields(c, mtype)
     n_layers = kw["num_layers"]
-    pattern = (mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
-               else first_dense_pattern(c, n_layers, 1))
+    pattern = mlp_layer_types(c, n_layers, lambda n: first_dense_pattern(c, n, 1))
     n_exp, moe_f = c.int("num_experts", 64), c.int("moe_intermediate_size", 1024)
     n_shared = c.int("num_shared_experts", 1, allow_zero=True)
     kw.update(qk_layernorm=True, num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 8),
@@ -265,16 +264,19 @@ def _latent_moe_decoder(c: ConfigFields, mtype: str, family: str, default) -> tu
     if c.bool("attention_bias", False):
         raise c._bad(f"attention_bias true in a {family} config is not modelled (biases on "
                      "q_a_proj, kv_a_proj_with_mqa and o_proj only)")
-    n_layers = kw["num_layers"]
-    if c.data.get("mlp_layer_types") is None:
-        return kw, kw["num_attention_heads"], default(n_layers)
-    return kw, kw["num_attention_heads"], mlp_layer_types(c, n_layers)
+    return kw, kw["num_attention_heads"], mlp_layer_types(c, kw["num_layers"], default)
 
 
-def mlp_layer_types(fields: ConfigFields, n_layers: int) -> tuple:
-    """The MoE pattern a file's ``mlp_layer_types`` lists ("sparse": MoE, "dense": MLP)."""
+def mlp_layer_types(fields: ConfigFields, n_layers: int, default) -> tuple:
+    """The MoE pattern a file's ``mlp_layer_types`` lists ("sparse": MoE, "dense": MLP), or
+    ``default(n_layers)`` (the config class's own pattern) where the file has none or null.
+
+    ``default`` is called only then: a file that lists its layers has no other field read for
+    the pattern (``first_k_dense_replace`` among them)."""
     c = fields
-    raw = c.data["mlp_layer_types"]
+    raw = c.data.get("mlp_layer_types")
+    if raw is None:
+        return default(n_layers)
     if (not isinstance(raw, list) or len(raw) != n_layers
             or any(v not in ("dense", "sparse") for v in raw)):
         raise c._bad(f"field 'mlp_layer_types' must list {n_layers} entries, each "
@@ -421,8 +423,7 @@ def _read_cohere2_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # iff num_shared_experts > 0, a gated shared MLP of num_shared_experts * intermediate_size
     kw = decoder_fields(c, mtype)
     n_layers, f_e = kw["num_layers"], kw["ffn_hidden_size"]
-    pattern = (mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
-               else first_dense_pattern(c, n_layers, 0))
+    pattern = mlp_layer_types(c, n_layers, lambda n: first_dense_pattern(c, n, 0))
     # a dense layer needs prefix_dense_intermediate_size (Cohere2MoeConfig's default None
     # builds no MLP)
     f_dense = f_e if all(pattern) else c.int("prefix_dense_intermediate_size")

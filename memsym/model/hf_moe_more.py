@@ -35,8 +35,7 @@ def _read_hy_v3(c: ConfigFields, mtype: str, notes: list) -> dict:
             raise c._bad(f"field {key!r} null: transformers builds no model of it; give a "
                          "number or leave it out")
     n_layers = kw["num_layers"]
-    pattern = (mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
-               else tuple(int(i >= 1) for i in range(n_layers)))
+    pattern = mlp_layer_types(c, n_layers, lambda n: tuple(int(i >= 1) for i in range(n)))
     n_exp = c.int(("num_experts", "num_local_experts"), 192)
     moe_f, n_shared = c.int("moe_intermediate_size", 1536), c.int("num_shared_experts", 1,
                                                                    allow_zero=True)
@@ -66,10 +65,7 @@ def _read_minicpm5_moe(c: ConfigFields, mtype: str, notes: list) -> dict:
     # moe_intermediate_size and a gated shared MLP of n_shared_experts * moe_intermediate_size
     kw = decoder_fields(c, mtype)
     n_layers = kw["num_layers"]
-    if c.data.get("mlp_layer_types") is not None:
-        pattern = mlp_layer_types(c, n_layers)
-    else:
-        pattern = first_dense_pattern(c, n_layers, 1)
+    pattern = mlp_layer_types(c, n_layers, lambda n: first_dense_pattern(c, n, 1))
     n_exp = c.int(("n_routed_experts", "num_local_experts"), 160)
     moe_f = c.int("moe_intermediate_size", 512)
     n_shared = c.int("n_shared_experts", 1, allow_zero=True)
@@ -91,8 +87,7 @@ def _read_mellum(c: ConfigFields, mtype: str, notes: list) -> dict:
     # (:275-335), else MellumMLP of intermediate_size; no MTP layer (:427 ignores mtp.*)
     kw = decoder_fields(c, mtype)
     n_layers = kw["num_layers"]
-    pattern = (mlp_layer_types(c, n_layers) if c.data.get("mlp_layer_types") is not None
-               else (1,) * n_layers)
+    pattern = mlp_layer_types(c, n_layers, lambda n: (1,) * n)
     kw.update(attention_bias=c.bool("attention_bias", False), qk_layernorm=True,
               num_experts=c.int(("num_local_experts", "num_experts"), 64),
               moe_router_topk=c.int("num_experts_per_tok", 8),
