@@ -24,7 +24,7 @@ from sympy.printing.pycode import PythonCodePrinter
 from .errors import InvalidValueError
 from .symbols import lookup, registry
 from .values import as_expr
-from .text import approx, short
+from .text import approx, float_or_inf, short
 from .compile_cache import FUNC_NAME
 from . import compile_cache
 
@@ -85,10 +85,7 @@ def finite_float(value, what: str = "result", inputs: Mapping | None = None) -> 
         exact_val = value
     else:
         exact_val = value
-    try:
-        out = float(exact_val)
-    except OverflowError:
-        out = math.inf
+    out = float_or_inf(exact_val)
     if not math.isfinite(out):
         shown = approx(exact_val) if not isinstance(exact_val, float) else repr(exact_val)
         raise InvalidValueError(f"{what} = {shown} is outside the float range (about 1e-308 to "

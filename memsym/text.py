@@ -20,7 +20,7 @@ import sys
 
 from .errors import InvalidValueError
 
-__all__ = ["printable", "short", "finite_json", "jsonable", "approx",
+__all__ = ["printable", "short", "finite_json", "jsonable", "approx", "float_or_inf",
            "looks_like_option", "option_values", "shared_doc"]
 
 #: Unicode categories never printed raw: controls (newline, ESC, DEL, C1), format characters
@@ -135,6 +135,24 @@ def short(value, limit: int = 40) -> str:
     return printable(value, limit)
 
 
+def float_or_inf(value) -> float:
+    """``float(value)``, or ``inf`` where an exact number is too large for a float.
+
+    Python's ``float`` raises :class:`OverflowError` for an integer, a fraction or a SymPy
+    number beyond about 1.8e308 (either sign); the callers that print or refuse such a value
+    take ``inf`` and test :func:`math.isfinite` once.
+
+    Examples
+    --------
+    >>> float_or_inf(Fraction(3, 2)), float_or_inf(10**400), float_or_inf(-10**400)
+    (1.5, inf, inf)
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def approx(value, digits: int = 4) -> str:
     """An exact number in ``%g`` style, safe beyond float range (no ``inf``, no overflow).
 
@@ -146,10 +164,7 @@ def approx(value, digits: int = 4) -> str:
     x = _as_fraction(value, "value")
     if x == 0:
         return "0"
-    try:
-        f = float(x)
-    except OverflowError:
-        f = math.inf
+    f = float_or_inf(x)
     if math.isfinite(f) and f != 0 and 1e-300 < abs(f) < 1e300:
         return f"{f:.{digits}g}"
     sign = "-" if x < 0 else ""
@@ -241,10 +256,7 @@ def jsonable(obj, path: str = ""):
         frac = _as_fraction(obj, where)
     except InvalidValueError:
         raise InvalidValueError(f"{where} would be {short(obj)}: not a finite number") from None
-    try:
-        val = float(frac)
-    except OverflowError:
-        val = math.inf
+    val = float_or_inf(frac)
     if not math.isfinite(val):
         raise InvalidValueError(f"{where} = {approx(frac)} is outside the float range of JSON "
                                 "numbers (refused rather than emitted as Infinity)")
