@@ -20,7 +20,7 @@ from .errors import InvalidValueError
 from .bibliography import clean_locator, entry_text, references
 from .printing import gb, linear_form, solution_lines, tex_entry
 from .tex_grouped import GROUPS, align_lines
-from .tex_printer import escape, latex
+from .tex_printer import escape, escape_inline, latex
 from .tex_width import FILL
 from .tex_width import break_sum, tex_width
 from .document_time import cluster_sentences, comm_rows, step_lines, step_rows
@@ -82,9 +82,7 @@ def _tex_locator(text: str) -> str:
         if i % 2 and re.search(r"[/_.]", piece):
             out.append(r"\code{%s}" % piece)
         else:
-            lead = " " if piece[:1].isspace() else ""
-            tail = " " if piece[-1:].isspace() and piece.strip() else ""
-            out.append(lead + escape(piece) + tail if piece.strip() else piece)
+            out.append(escape_inline(piece) if piece.strip() else piece)
     return "".join(out)
 
 

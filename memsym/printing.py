@@ -21,7 +21,7 @@ from .bibliography import clean_locator, entry_text, references
 from .symbols import C
 from .tex_grouped import NamedPrinter, align_lines, shown_terms
 # the printer and escaping live in memsym.tex_printer; printing.latex / escape stay public
-from .tex_printer import MemsymLatexPrinter, escape, latex
+from .tex_printer import MemsymLatexPrinter, escape, escape_inline, latex
 from .tex_width import BUDGET, FILL, tex_width
 from .values import as_values
 
@@ -45,10 +45,7 @@ def tex_entry(text: str) -> str:
         if i % 2:
             out.append(r"\url{%s}" % piece.replace("%", r"\%").replace("#", r"\#"))
         else:
-            # escape() strips its ends: keep the spaces around the URLs
-            lead = " " if piece[:1].isspace() else ""
-            tail = " " if piece[-1:].isspace() and piece.strip() else ""
-            out.append(lead + escape(piece) + tail)
+            out.append(escape_inline(piece))     # the spaces around the URLs kept
     return "".join(out)
 
 

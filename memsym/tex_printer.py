@@ -20,7 +20,7 @@ from sympy.printing.latex import LatexPrinter
 from .symbols import registry
 from .values import as_expr
 
-__all__ = ["MemsymLatexPrinter", "latex", "escape"]
+__all__ = ["MemsymLatexPrinter", "latex", "escape", "escape_inline"]
 
 
 class MemsymLatexPrinter(LatexPrinter):
@@ -68,3 +68,21 @@ def escape(text: str) -> str:
     """
     kept = "".join(_ESCAPES.get(ch, ch) for ch in str(text) if ord(ch) < 0x250)
     return re.sub(r"\s*\(\s*\)", "", kept).strip()
+
+
+def escape_inline(piece: str) -> str:
+    r"""A piece of running text escaped for LaTeX (:func:`escape`), keeping one space at each
+    end where it had white space there.
+
+    :func:`escape` strips its ends; a piece between two set names (a ``\url``, a ``\code``)
+    keeps the spaces that part it from them.  A blank piece becomes one space (none at its
+    end).
+
+    Examples
+    --------
+    >>> escape_inline(" see b_hp & "), escape_inline("50% "), escape_inline("   ")
+    (' see b\\_hp \\& ', '50\\% ', ' ')
+    """
+    lead = " " if piece[:1].isspace() else ""
+    tail = " " if piece[-1:].isspace() and piece.strip() else ""
+    return lead + escape(piece) + tail
