@@ -27,13 +27,19 @@ from ..analysis import largest, smallest
 from ..model import resolve
 
 
-def _megatron_split_only(space) -> None:
+def _sizing_space(model, gpu, options: dict) -> tuple:
+    """``(model, gpu, space)`` of a sizing call: a Job read as the search reads it
+    (:func:`memsym.search.space.from_job`), then ``options``' own ``space`` or one made of them;
+    refused where the framework splits the pipeline its own way."""
+    model, gpu = from_job(model, gpu, options)
+    space = options.pop("space", None) or make_space(model, gpu, **options)
     # the sizing answers walk p over Megatron's splits (p dividing the layers, or the given
     # end stages); torchtitan splits each p its own way, which search() prices
     if FRAMEWORK[space.framework].torch_pipelining:
         raise InvalidValueError("smallest_d, min_gpus and largest_fit size Megatron-style "
                                 "pipelines; for a torchtitan job use search(..., "
                                 "framework=\"torchtitan\") at the candidate GPU counts")
+    return model, gpu, space
 
 
 @dataclass
@@ -125,9 +131,7 @@ def smallest_d(model, gpu=None, *, t: int = 1, p: int = 1, c: int = 1, e: int = 
     >>> sol.value
     2
     """
-    model, gpu = from_job(model, gpu, options)
-    space = options.pop("space", None) or make_space(model, gpu, **options)
-    _megatron_split_only(space)
+    model, gpu, space = _sizing_space(model, gpu, options)
     t_e = t if t_e is None else t_e
     row = {"t": t, "p": p, "c": c, "d": 1, "e": e, "v": v, "b": b, "t_e": t_e,
            "recompute": recompute, "sharding": scheme_row(sharding),
@@ -221,9 +225,7 @@ def min_gpus(model, gpu=None, *, max_gpus: int = 1 << 17, progress: Callable | N
     """
 
     start = time.perf_counter()
-    model, gpu = from_job(model, gpu, options)
-    space = options.pop("space", None) or make_space(model, gpu, **options)
-    _megatron_split_only(space)
+    model, gpu, space = _sizing_space(model, gpu, options)
     maxg = positive_whole(max_gpus, "max_gpus")
     knobs, offer = candidate_knobs(space, maxg)
 
@@ -353,9 +355,7 @@ def largest_fit(what: str, model, gpu=None, *, layout: Mapping | None = None, li
            "sharding": "distributed-optimizer", "sequence_parallel": False, "offload": "none"}
     lay.update(layout or {})
     lay["sharding"] = scheme_row(lay["sharding"])
-    model, gpu = from_job(model, gpu, options)
-    space = options.pop("space", None) or make_space(model, gpu, **options)
-    _megatron_split_only(space)
+    model, gpu, space = _sizing_space(model, gpu, options)
     if space.global_batch_size is not None and what == "micro_batch_size":
         raise InvalidValueError("the largest micro-batch is asked with no global batch (m free)")
     if what == "layers":
