@@ -92,6 +92,19 @@ def _check_limits(layout: Layout, training: Training) -> None:
             check_limit(FIELD_LIMITS[name], value, name)
 
 
+#: The Training switches :func:`check_fields` holds to a real boolean (``flag``), by flat name.
+_SWITCHES = ("flash_attention", "dropout", "precision_aware", "fp8_param_gather",
+            "fp4_param_gather", "optimizer_cuda_graph", "fsdp_double_buffer", "torch_ddp_buckets",
+            "compiled_loss", "compiled_model", "chunked_loss", "sac_saves_attention",
+            "bias_activation_fusion", "loss_parallel", "fsdp_root_group", "tp_comm_overlap",
+            "overlap_moe_expert_parallel_comm", "overlap_p2p_comm",
+            "defer_embedding_wgrad_compute", "muon_nesterov", "mla_down_proj_fusion",
+            "activation_func_fp8_input_store", "fp8_attention", "overlap_grad_reduce",
+            "overlap_param_gather")
+#: The switches that may also be None: unset, the framework's default applies.
+_UNSET_SWITCHES = frozenset({"dropout", "overlap_grad_reduce", "overlap_param_gather"})
+
+
 def check_fields(layout: Layout, training: Training) -> None:
     check_types(layout, training)
     for name in ("t", "p", "d", "c", "e"):
@@ -105,42 +118,18 @@ def check_fields(layout: Layout, training: Training) -> None:
         whole(getattr(obj, name), name, minimum=0, optional=True)
     _check_limits(layout, training)
     flag(layout.sequence_parallel, "sequence_parallel")
-    flag(training.memory.flash_attention, "flash_attention")
-    if training.memory.dropout is not None:
-        flag(training.memory.dropout, "dropout")
-    flag(training.states.precision_aware, "precision_aware")
-    flag(training.states.fp8_param_gather, "fp8_param_gather")
-    flag(training.states.fp4_param_gather, "fp4_param_gather")
-    flag(training.memory.optimizer_cuda_graph, "optimizer_cuda_graph")
-    flag(training.states.fsdp_double_buffer, "fsdp_double_buffer")
-    flag(training.states.torch_ddp_buckets, "torch_ddp_buckets")
-    flag(training.memory.compiled_loss, "compiled_loss")
-    flag(training.memory.compiled_model, "compiled_model")
-    flag(training.memory.chunked_loss, "chunked_loss")
-    flag(training.memory.sac_saves_attention, "sac_saves_attention")
+    for name in _SWITCHES:
+        if name not in _UNSET_SWITCHES or training.value(name) is not None:
+            flag(training.value(name), name)
     if not training.memory.sac_saves_attention and training.memory.recompute != "selective-op":
         raise InvalidValueError("sac_saves_attention changes only recompute 'selective-op' "
                                 "(torchtitan's per-op SAC; --sac-recomputes-attention on the "
                                 f"command line), got {training.memory.recompute!r}")
-    flag(training.memory.bias_activation_fusion, "bias_activation_fusion")
     if training.memory.compiled_model and not compile_changes_recompute(training.memory.recompute):
         raise InvalidValueError("compiled_model changes only recompute 'selective-op' (torchtitan's "
                                 f"per-op SAC), got recompute {training.memory.recompute!r}")
-    flag(training.memory.loss_parallel, "loss_parallel")
-    flag(training.memory.fsdp_root_group, "fsdp_root_group")
-    flag(training.comm.tp_comm_overlap, "tp_comm_overlap")
-    flag(training.comm.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm")
-    flag(training.pipeline.overlap_p2p_comm, "overlap_p2p_comm")
-    flag(training.pipeline.defer_embedding_wgrad_compute, "defer_embedding_wgrad_compute")
     whole(training.pipeline.wgrad_deferral_limit, "wgrad_deferral_limit", minimum=0)
-    flag(training.states.muon_nesterov, "muon_nesterov")
     whole(training.states.muon_num_ns_steps, "muon_num_ns_steps")
-    flag(training.memory.mla_down_proj_fusion, "mla_down_proj_fusion")
-    flag(training.memory.activation_func_fp8_input_store, "activation_func_fp8_input_store")
-    flag(training.memory.fp8_attention, "fp8_attention")
-    for name in ("overlap_grad_reduce", "overlap_param_gather"):
-        if training.value(name) is not None:
-            flag(training.value(name), name)
 
 
 def _check_fp8_glu_input(x, training: Training) -> None:
