@@ -25,7 +25,8 @@ from .deepspeed_autotp import autotp_data_parallel, read_tensor_parallel
 from .deepspeed_notes import NOTED_TOP
 from .deepspeed_ulysses import (read_sequence_parallel, ulysses_defaults, ulysses_refusals,
                                 ulysses_world)
-from .deepspeed_values import HF_ACCELERATE, HF_TRAINER, deepspeed_count, deepspeed_flag
+from .deepspeed_values import (HF_ACCELERATE, HF_TRAINER, deepspeed_count, deepspeed_flag,
+                               deepspeed_object)
 from .deepspeed_zero import (HIDDEN_AUTO_KEYS, ZERO_DEFAULTS, read_zero_optimization,
                              resolve_hidden_autos)
 
@@ -256,10 +257,7 @@ def _load(source):
 
 
 def _section(data, key):
-    sec = data.get(key, {})
-    if not isinstance(sec, dict):
-        raise InvalidValueError(f"DeepSpeed {key} must be an object such as {{\"enabled\": true}}")
-    return sec
+    return deepspeed_object(data.get(key, {}), key, '{"enabled": true}')
 
 
 def _check_options(world_size, micro_batch_size, gradient_accumulation_steps, precision):
@@ -403,9 +401,7 @@ def _read_precision(data, precision, notes, ignored, defaults):
                                  "runtime/precision_config.py)")
             elif sub != "enabled":
                 ignored.append(f"{key}.{sub}")
-    dtypes = data.get("data_types", {})
-    if not isinstance(dtypes, dict):
-        raise InvalidValueError("DeepSpeed data_types must be an object")
+    dtypes = deepspeed_object(data.get("data_types", {}), "data_types")
     gad = dtypes.get("grad_accum_dtype")
     grad_accum = {None: params, "fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}.get(gad)
     if grad_accum is None:
@@ -453,9 +449,7 @@ def _read_optimizer(data, notes, ignored) -> str:
     optimizer = "adam"
     opt = data.get("optimizer")
     if opt is not None:
-        if not isinstance(opt, dict):
-            raise InvalidValueError("DeepSpeed optimizer must be an object such as "
-                                    '{"type": "AdamW"}')
+        deepspeed_object(opt, "optimizer", '{"type": "AdamW"}')
         name = opt.get("type", "")
         if not isinstance(name, str):
             raise InvalidValueError(f"DeepSpeed optimizer.type must be a name, got {name!r:.40}")
@@ -475,9 +469,7 @@ def _read_expert_parallel(data, notes, ignored):
     e = None
     ep = data.get("expert_parallel")
     if ep is not None:
-        if not isinstance(ep, dict):
-            raise InvalidValueError("DeepSpeed expert_parallel must be an object such as "
-                                    '{"enabled": true, "autoep_size": 8}')
+        deepspeed_object(ep, "expert_parallel", '{"enabled": true, "autoep_size": 8}')
         if deepspeed_flag(ep.get("enabled", False), "expert_parallel.enabled"):
             e = deepspeed_count(ep.get("autoep_size", 1), "expert_parallel.autoep_size", 1,
                                 MAX_GPUS, "gpus")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ..text import short
 from ._values import MAX_GPUS
-from .deepspeed_values import deepspeed_count, deepspeed_flag
+from .deepspeed_values import deepspeed_count, deepspeed_flag, deepspeed_object
 
 __all__ = ["read_tensor_parallel", "autotp_data_parallel", "AUTOTP_BATCH"]
 
@@ -75,14 +75,11 @@ def read_tensor_parallel(data: dict, notes: list, ignored: list) -> int:
     sec = data.get("tensor_parallel")
     if sec is None:
         return 1
-    if not isinstance(sec, dict):
-        raise InvalidValueError('DeepSpeed tensor_parallel must be an object such as '
-                                '{"autotp_size": 2}')
+    deepspeed_object(sec, "tensor_parallel", '{"autotp_size": 2}')
     t = max(1, deepspeed_count(sec.get("autotp_size", 0), "tensor_parallel.autotp_size", 0,
                                MAX_GPUS, "gpus"))
     inner = sec.get("tp", sec.get("tensor_parallel", {}))
-    if not isinstance(inner, dict):
-        raise InvalidValueError("DeepSpeed tensor_parallel.tp must be an object")
+    deepspeed_object(inner, "tensor_parallel.tp")
     size = deepspeed_count(inner.get("tp_size", 1), "tensor_parallel.tp.tp_size", 1, MAX_GPUS,
                            "gpus")
     if t > 1 and size not in (1, t):   # engine.py:_apply_autotp_partitioning

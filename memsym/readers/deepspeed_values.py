@@ -1,6 +1,6 @@
 """DeepSpeed's typed config values and where Hugging Face fills its ``"auto"``.
 
-The whole numbers and booleans of a DeepSpeed config are checked as DeepSpeed's pydantic
+The whole numbers, booleans and sections of a DeepSpeed config are checked as DeepSpeed's pydantic
 fields check them (DeepSpeed 0.19.6, deepspeedai/DeepSpeed ``edaa722126``,
 ``runtime/config_utils.py``), with messages that name the key; shared by
 :mod:`memsym.readers.deepspeed` and :mod:`memsym.readers.deepspeed_zero`.
@@ -13,7 +13,8 @@ from ..limits import check_limit
 from ..text import short
 from ._values import MAX_BATCH
 
-__all__ = ["deepspeed_count", "deepspeed_flag", "HF_TRAINER", "HF_ACCELERATE"]
+__all__ = ["deepspeed_count", "deepspeed_flag", "deepspeed_object", "HF_TRAINER",
+           "HF_ACCELERATE"]
 
 #: Where the Hugging Face Trainer fills ``"auto"``: ``HfTrainerDeepSpeedConfig``'s
 #: ``trainer_config_process`` (batch, accumulation, fp16/bf16) and ``trainer_config_finalize``
@@ -63,4 +64,23 @@ def deepspeed_flag(value, key) -> bool:
     """
     if not isinstance(value, bool):
         raise InvalidValueError(f"DeepSpeed {key} must be true or false, got {value!r:.40}")
+    return value
+
+
+def deepspeed_object(value, key, example: str = "") -> dict:
+    """``value`` if a JSON object (a section such as ``zero_optimization``), or
+    :class:`InvalidValueError` naming ``key`` (and, where given, an ``example`` of one).
+
+    Examples
+    --------
+    >>> deepspeed_object({"stage": 3}, "zero_optimization")
+    {'stage': 3}
+    >>> deepspeed_object(3, "optimizer", '{"type": "AdamW"}')
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: DeepSpeed optimizer must be an object such as {"type": "AdamW"}
+    """
+    if not isinstance(value, dict):
+        raise InvalidValueError(f"DeepSpeed {key} must be an object"
+                                + (f" such as {example}" if example else ""))
     return value

@@ -14,7 +14,7 @@ from ..limits import check_limit
 from ..text import short
 from ._values import MAX_GPUS
 from .deepspeed_notes import NOTED_ZERO
-from .deepspeed_values import HF_TRAINER, deepspeed_count, deepspeed_flag
+from .deepspeed_values import HF_TRAINER, deepspeed_count, deepspeed_flag, deepspeed_object
 
 __all__ = ["read_zero_optimization", "resolve_hidden_autos", "ZERO_DEFAULTS",
            "HIDDEN_AUTO_KEYS"]
@@ -124,9 +124,7 @@ def read_zero_optimization(data: dict, hidden_size: int | None, notes: list, ign
     >>> sh["zero_stage"], sh["offload_param"], sh["overlap_comm"]
     (3, 'cpu', True)
     """
-    zero = data.get("zero_optimization", {})
-    if not isinstance(zero, dict):
-        raise InvalidValueError("DeepSpeed zero_optimization must be an object")
+    zero = deepspeed_object(data.get("zero_optimization", {}), "zero_optimization")
     sh = _zero_values(zero, defaults)
     for part, old in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
         _read_offload(zero, part, old, sh, notes, ignored)
@@ -182,8 +180,7 @@ def _read_offload(zero: dict, part: str, old: str, sh: dict, notes: list, ignore
     if sec is None:
         sh[part] = "none"
         return
-    if not isinstance(sec, dict):
-        raise InvalidValueError(f"DeepSpeed zero_optimization.{part} must be an object")
+    deepspeed_object(sec, f"zero_optimization.{part}")
     dev = sec.get("device", "none")
     if dev not in _OFFLOAD_DEVICES:
         raise InvalidValueError(f"DeepSpeed zero_optimization.{part}.device must be one of "
@@ -234,8 +231,8 @@ def _note_zero_key(key: str, value, sh: dict, notes: list, ignored: list, defaul
     elif key == "stage3_model_persistence_threshold" or key == "model_persistence_threshold":
         value = deepspeed_count(value, f"zero_optimization.{key}", 0, 2**62, "parameters")
     elif key == "zenflow":
-        if value is not None and not isinstance(value, dict):
-            raise InvalidValueError("DeepSpeed zero_optimization.zenflow must be an object")
+        if value is not None:
+            deepspeed_object(value, "zero_optimization.zenflow")
     else:
         value = deepspeed_flag(value, f"zero_optimization.{key}")
     if _changes_memory(canon, value, sh["zero_stage"]):
