@@ -278,11 +278,9 @@ def _read_mpt(c: ConfigFields, mtype: str, notes: list) -> dict:
     # nn.LayerNorm with their bias set to None; wte only (ALiBi: no position table, whatever
     # learned_pos_emb says); lm_head tied by default, no bias.  Dropout: attn_config.attn_pdrop
     # (attention, MLP output and attention residual), read here as a top-level field
-    attn = c.data.get("attn_config")
-    if attn is not None and not isinstance(attn, dict):
-        raise c._bad(f"field 'attn_config' must be an object, got {type(attn).__name__}")
+    attn = c.object("attn_config")
     c.data = {**{k: v for k, v in c.data.items() if k != "attn_pdrop"},
-              **{k: v for k, v in (attn or {}).items() if k == "attn_pdrop"}}
+              **{k: v for k, v in attn.items() if k == "attn_pdrop"}}
     hs = c.int(("d_model", "hidden_size"))
     ratio = c.data.get("expansion_ratio", 4)
     if ratio != 4:

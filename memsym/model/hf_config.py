@@ -486,11 +486,7 @@ def _text_config(c: ConfigFields, mtype: str, notes: list) -> tuple:
     tied)``, read with the text config class's defaults for the sizes the released files leave
     out (and said in ``notes``)."""
     text_type, core = _TEXT_CONFIG[mtype]
-    text = c.data.get("text_config")
-    if text is None:
-        text = {}
-    if not isinstance(text, dict):
-        raise c._bad(f"field 'text_config' must be an object, got {type(text).__name__}")
+    text = c.object("text_config")
     defaulted = sorted(k for k in core if text.get(k) is None)
     tie_from, tie_default, text_class = _TEXT_TIE[mtype]
     if tie_from == "top":

@@ -200,6 +200,12 @@ class ConfigFields:
         return self._value(key, default, lambda v: isinstance(v, str), "a string",
                            shown=lambda v: type(v).__name__)
 
+    def object(self, key) -> dict:
+        """A nested object (a JSON object: DBRX's ``attn_config``, a multimodal file's
+        ``text_config``); an empty dict when absent or null."""
+        return self._value(key, {}, lambda v: isinstance(v, dict), "an object",
+                           shown=lambda v: type(v).__name__)
+
     def layer_int(self, keys, default=...):
         """A whole number that a config may also give once per layer (transformers'
         HunYuan MoE reads ``moe_topk[layer_idx]`` when it is a list): a list of one repeated

@@ -372,14 +372,7 @@ def _read_dbrx(c: ConfigFields, mtype: str, notes: list) -> dict:
     # bias=False); DbrxAttention: Wqkv h -> h + 2 g (h // a), out_proj h x h, no bias;
     # DbrxFFN in every layer: router h -> E (no bias), E gated experts (w1, v1, w2 of f x h);
     # norm_f nn.LayerNorm(h, bias=False); lm_head untied (DbrxConfig refuses tying).
-    def nested(key):
-        val = c.data.get(key)
-        if val is None:
-            return {}
-        if not isinstance(val, dict):
-            raise c._bad(f"field {key!r} must be an object, got {type(val).__name__}")
-        return val
-    attn, ffn = nested("attn_config"), nested("ffn_config")
+    attn, ffn = c.object("attn_config"), c.object("ffn_config")
     if attn.get("rope_theta") is None:
         # DbrxAttention reads attn_config.rope_theta (modeling_dbrx.py:184, transformers
         # 5.25.0), a field DbrxAttentionConfig has no default for: DbrxConfig's own defaults
