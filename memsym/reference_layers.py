@@ -193,6 +193,21 @@ def _classes() -> dict:
     return _CLASSES
 
 
+def _check_groups(a, g) -> None:
+    """Refuse ``a`` query heads that ``g`` key/value heads do not divide (GQA)."""
+    if a % g:
+        raise InvalidValueError(f"a = {a} heads are not divisible by g = {g} key/value heads")
+
+
+def _hidden_input(torch, dt):
+    """``make_inputs`` of a transformers-layout layer: one ``[b, s, a d_h]`` activation of
+    dtype ``dt`` that autograd tracks."""
+    def make_inputs(s=None, b=None, a=None, d_h=None, **_):
+        return (torch.randn(b, s, a * d_h, dtype=dt, requires_grad=True),)
+
+    return make_inputs
+
+
 def gpt_layer(*, dtype="bfloat16", p_drop: float = 0.1, dropout: str = "functional",
               causal: bool = True):
     r"""A Megatron-style GPT layer (Korthikanti et al. §4.1) as ``(make, make_inputs)``.
@@ -270,14 +285,10 @@ def llama_layer(*, dtype="bfloat16", attention: str = "eager"):
     cls = _classes()["LlamaLayer"]
 
     def make(s=None, b=None, a=None, g=None, d_h=None, f=None, **_):
-        if a % g:
-            raise InvalidValueError(f"a = {a} heads are not divisible by g = {g} key/value heads")
+        _check_groups(a, g)
         return cls(a, g, d_h, f, attention).to(dt)
 
-    def make_inputs(s=None, b=None, a=None, d_h=None, **_):
-        return (torch.randn(b, s, a * d_h, dtype=dt, requires_grad=True),)
-
-    return make, make_inputs
+    return make, _hidden_input(torch, dt)
 
 
 #: transformers decoder layers :func:`hf_layer` builds -> (module, class prefix).
@@ -368,15 +379,11 @@ def hf_layer(family: str, *, attention: str = "sdpa", dtype="bfloat16", dropout:
         rope_cls = getattr(mod, f"{name}RotaryEmbedding")
 
         def make(s=None, b=None, a=None, g=None, d_h=None, f=None, **_):
-            if a % g:
-                raise InvalidValueError(f"a = {a} heads are not divisible by g = {g} key/value heads")
+            _check_groups(a, g)
             cfg = config_cls(hidden_size=a * d_h, num_attention_heads=a, num_key_value_heads=g,
                              head_dim=d_h, intermediate_size=f, num_hidden_layers=1,
                              vocab_size=16, max_position_embeddings=64, attention_dropout=dropout)
             cfg._attn_implementation = attention
             return CalledAsInTheModel(layer_cls(cfg, 0), rope_cls(cfg)).to(dt)
 
-    def make_inputs(s=None, b=None, a=None, d_h=None, **_):
-        return (torch.randn(b, s, a * d_h, dtype=dt, requires_grad=True),)
-
-    return make, make_inputs
+    return make, _hidden_input(torch, dt)
