@@ -424,6 +424,23 @@ def _lfm2_ffn(c: ConfigFields) -> int:
     return width
 
 
+def _lfm2_core(c: ConfigFields, ffn) -> dict:
+    """LFM2's and LFM2-MoE's core sizes (:func:`_core`: 8 KV heads, 128,000 positions by
+    default), with ``tie_embedding`` read as ``tie_word_embeddings``: both config classes pop
+    it over the latter (read by from_hf_config)."""
+    if "tie_embedding" in c.data:
+        c.data = {**c.data, "tie_word_embeddings": c.data["tie_embedding"]}
+    return _core(c, 8, 128000, ffn=ffn)
+
+
+def _lfm2_mixers(c: ConfigFields, kinds) -> dict:
+    """LFM2's token mixers by ``kinds`` (``layer_types``' entries): Lfm2ShortConv for
+    ``"conv"`` (``conv_L_cache`` taps, ``conv_bias``), else attention with q and k norms."""
+    return dict(layer_mixers=tuple("conv" if k == "conv" else "attention" for k in kinds),
+                qk_layernorm=True, short_conv_kernel=c.int("conv_L_cache", 3),
+                short_conv_bias=c.bool("conv_bias", False))
+
+
 def _read_lfm2(c: ConfigFields, notes: list) -> dict:
     # Lfm2DecoderLayer: Lfm2ShortConv iff layer_types[i] == "conv" (default: the layers not in
     # full_attn_idxs, which defaults to every layer), else Lfm2Attention (q, k, v, out_proj
@@ -431,10 +448,7 @@ def _read_lfm2(c: ConfigFields, notes: list) -> dict:
     # without bias) of the adjusted width (_lfm2_ffn) in every layer; operator_norm and
     # ffn_norm; the final norm is Lfm2Model.embedding_norm.  Lfm2ShortConv: in_proj h -> 3h,
     # a depthwise conv1d of conv_L_cache taps, out_proj h -> h, bias=conv_bias on each.
-    # Lfm2Config pops tie_embedding over tie_word_embeddings (read by from_hf_config).
-    if "tie_embedding" in c.data:
-        c.data = {**c.data, "tie_word_embeddings": c.data["tie_embedding"]}
-    kw = _core(c, 8, 128000, ffn=None)
+    kw = _lfm2_core(c, ffn=None)
     n_layers = kw["num_layers"]
     if c.data.get("layer_types") is not None:
         kinds = _layer_types(c, "layer_types", n_layers, ("conv", "full_attention"))
@@ -442,10 +456,7 @@ def _read_lfm2(c: ConfigFields, notes: list) -> dict:
         listed = c.int_list("full_attn_idxs") if c.data.get("full_attn_idxs") is not None else None
         kinds = ["full_attention" if listed is None or i in listed else "conv"
                  for i in range(n_layers)]
-    kw.update(layer_mixers=tuple("conv" if k == "conv" else "attention" for k in kinds),
-              ffn_hidden_size=_lfm2_ffn(c), qk_layernorm=True,
-              short_conv_kernel=c.int("conv_L_cache", 3),
-              short_conv_bias=c.bool("conv_bias", False))
+    kw.update(ffn_hidden_size=_lfm2_ffn(c), **_lfm2_mixers(c, kinds))
     return kw
 
 
@@ -457,9 +468,7 @@ def _read_lfm2_moe(c: ConfigFields, notes: list) -> dict:
     # Lfm2MoeSparseMoeBlock: a router E x h (its expert_bias an nn.Buffer), E gated experts of
     # moe_intermediate_size, no shared expert.  Lfm2MoeConfig has no default layer_types, which
     # every layer indexes: a file without it cannot be built.
-    if "tie_embedding" in c.data:
-        c.data = {**c.data, "tie_word_embeddings": c.data["tie_embedding"]}
-    kw = _core(c, 8, 128000, ffn=7168)
+    kw = _lfm2_core(c, ffn=7168)
     n_layers = kw["num_layers"]
     if c.data.get("layer_types") is None:
         raise c._bad("missing field 'layer_types' (Lfm2MoeConfig has no default and every "
@@ -467,9 +476,7 @@ def _read_lfm2_moe(c: ConfigFields, notes: list) -> dict:
     kinds = _layer_types(c, "layer_types", n_layers, ("conv", "full_attention"))
     dense = c.int("num_dense_layers", 2, allow_zero=True)
     pattern = tuple(int(i >= dense) for i in range(n_layers))
-    kw.update(layer_mixers=tuple("conv" if k == "conv" else "attention" for k in kinds),
-              qk_layernorm=True, short_conv_kernel=c.int("conv_L_cache", 3),
-              short_conv_bias=c.bool("conv_bias", False))
+    kw.update(_lfm2_mixers(c, kinds))
     if any(pattern):
         n_exp = c.int("num_experts", 32)
         kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 4),
