@@ -158,6 +158,12 @@ def input_key(kind: str, *parts: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _is_key(digest: str) -> bool:
+    """Whether ``digest`` is a :func:`key` (64 lowercase hexadecimal digits): the only names
+    the cache opens or writes, so no path can be smuggled in through one."""
+    return len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+
+
 def _private(st) -> bool:
     # owned by this user and writable by no one else (POSIX; elsewhere the owner is unknown)
     if not hasattr(os, "getuid"):
@@ -231,7 +237,7 @@ def load(digest: str, namespace: dict):
         The globals the function runs in (:func:`memsym.numeric._namespace`).
     """
     root = cache_dir()
-    if root is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+    if root is None or not _is_key(digest):
         return None
     path = root / f"{digest}.py"
     try:
@@ -282,7 +288,7 @@ def _entry_header(root, digest: str) -> bytes | None:
 def _checked_root(digest: str):
     # the cache directory where it is on, private and ``digest`` is a key (else None)
     root = cache_dir()
-    if root is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+    if root is None or not _is_key(digest):
         return None
     try:
         return root if _private(root.stat()) else None
@@ -374,7 +380,7 @@ def store_data(digest: str, value) -> bool:
     recompute (the search's interleaved schedules, :mod:`memsym.timing.interleaved`); False
     when skipped (the cache off or full, too large, a value ``marshal`` cannot write)."""
     root = cache_dir()
-    if root is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+    if root is None or not _is_key(digest):
         return False
     try:
         body = marshal.dumps(value)
@@ -399,7 +405,7 @@ def store(digest: str, source: str) -> bool:
 
     root = cache_dir()
     if root is None or len(source.encode()) > MAX_BYTES or f"def {FUNC_NAME}(" not in source \
-            or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+            or not _is_key(digest):
         return False
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
