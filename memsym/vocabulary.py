@@ -15,7 +15,7 @@ from .limits import check_limit
 
 __all__ = ["FP8_RECIPE_COUNTED_AS", "fp8_recipe_note", "SCHEMES", "MEGATRON_FSDP_SCHEMES", "SEARCH_SHARDING", "MEGATRON_FSDP_OPTIMIZERS",
            "CONVENTIONS",
-           "CONVENTION_ALIASES",
+           "CONVENTION_ALIASES", "CONVENTION_NAMES",
            "FRAMEWORK_CONVENTIONS", "OFFLOADS", "GRAD_DTYPES", "PRECISION_NAMES", "FP8_RECIPES",
            "OPTIMIZER_NAMES", "RECOMPUTE", "RECOMPUTE_MODULES",
            "RECOMPUTE_METHODS",
@@ -47,6 +47,9 @@ CONVENTIONS = ("framework", "seed000", "zero-paper", "megatron-lm", "memsym")
 CONVENTION_ALIASES = {"memsym": "seed000"}
 #: Memory conventions reported by a framework's own estimator (memsym.conventions).
 FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
+#: The conventions :mod:`memsym.conventions` computes as the frameworks' own estimators do
+#: (Megatron-LM's and Megatron-Bridge's), not memsym's term-by-term total.
+CONVENTION_NAMES = ("megatron-lm", "megatron-bridge")
 #: Offload of model states to host memory (ZeRO-Offload / ZeRO-Infinity).
 OFFLOADS = ("none", "optimizer", "optimizer+params")
 #: Gradient-buffer dtypes (Megatron ``--grad-reduce-in-bf16``; ``None``: the framework's default).

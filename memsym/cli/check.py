@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from ..vocabulary import CONVENTION_NAMES
 from .option_table import add_command
 
 __all__ = ["add_parser", "run", "check_report", "render_check"]
@@ -64,7 +65,7 @@ def _job(args):
                 "launch command or a framework config, with its layout and --global-batch-size")
     if args.gpu is None:
         _refuse("check needs --gpu NAME, the GPU the log was measured on (memsym gpus)")
-    if args.convention in ("megatron-lm", "megatron-bridge"):
+    if args.convention in CONVENTION_NAMES:
         _refuse(f"check compares memsym's own estimate; --convention {args.convention} is the "
                 "framework's estimator (use --convention framework)")
     device = gpu(args.gpu)

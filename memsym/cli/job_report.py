@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..errors import StepTimeNotModelledError
 from ..frameworks import FRAMEWORK
+from ..vocabulary import CONVENTION_NAMES
 from .options import number_out
 
 __all__ = ["report_for", "metric_report", "sensitivity_report", "sensitivity_rows",
@@ -53,7 +54,7 @@ def report_for(args, j) -> dict:
         "defaults": defaults_rows(j.defaults, j.training.states),
         "units": "bytes",
     }
-    if args.convention in ("megatron-lm", "megatron-bridge"):
+    if args.convention in CONVENTION_NAMES:
         from ..conventions import convention_breakdown
 
         pad = {"should_pad_vocab": True} if getattr(args, "should_pad_vocab", False) and \
@@ -191,7 +192,7 @@ def metric_report(args, j, rep: dict, total) -> int:
     from ..training import job_memory
 
     name = j.training.memory.metric
-    if name == "device" or args.convention in ("megatron-lm", "megatron-bridge"):
+    if name == "device" or args.convention in CONVENTION_NAMES:
         device, frag = total, rep["bytes"].get("fragmentation", 0)
     else:
         est = job_memory(j.replace(metric="device"))
@@ -225,7 +226,7 @@ def sensitivity_report(args, j) -> list:
     from ..errors import InvalidValueError
     from ..sensitivity import sensitivity
 
-    if args.convention in ("megatron-lm", "megatron-bridge"):
+    if args.convention in CONVENTION_NAMES:
         raise InvalidValueError(f"--sensitivity differentiates memsym's own total: with "
                                 f"--convention {args.convention} the report is the framework's "
                                 "estimator (drop one of them)")

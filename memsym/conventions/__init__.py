@@ -24,7 +24,8 @@ import sympy as sp
 
 from ..errors import choose
 
-from .formulas import (CONVENTION_NAMES, bridge_bytes_per_parameter, megatron_bridge_activation,
+from ..vocabulary import CONVENTION_NAMES
+from .formulas import (bridge_bytes_per_parameter, megatron_bridge_activation,
                        megatron_bytes_per_parameter, megatron_lm_activation, padded_vocab,
                        pipeline_factor)
 from .knobs import ConventionResult

@@ -13,9 +13,6 @@ from ..term import Source
 from ..values import as_expr
 
 
-#: The framework conventions this module reproduces.
-CONVENTION_NAMES = ("megatron-lm", "megatron-bridge")
-
 LM_WO = Source("megatron-lm", "theoretical_memory_usage.py, compute_weight_and_optimizer_memory")
 LM_A = Source("megatron-lm", "theoretical_memory_usage.py, compute_activation_memory "
                               "(Korthikanti et al. 2022 Table 2, TP + SP + selective)")
