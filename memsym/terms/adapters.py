@@ -24,9 +24,10 @@ from dataclasses import replace
 import sympy as sp
 
 from ..errors import UnknownNameError
-from ..symbols import L_lora, N, N_a, b_f8, b_g, b_hp, b_m, b_mg, b_o, d, h, p, r_lora, t
+from ..symbols import L_lora, N_a, b_f8, b_g, b_hp, b_m, b_mg, b_o, d, h, r_lora
 from ..term import Source, Term, Total
 from ..values import as_expr  # library arguments: text refused, never parsed
+from .model_state import shard_params
 from .widths import byte_widths
 
 __all__ = ["QUANTIZATIONS", "ADAPTER_DTYPES", "megatron_adapter_widths", "quantization_bits", "quantization_bytes",
@@ -226,15 +227,10 @@ def frozen_weights(quantization: str = "bf16", params=None, *, sharded: bool = F
     .. [qlora] arXiv:2305.14314, §3, Double Quantization (0.127 bits per parameter).
     """
     key = lower_choice("quantization", quantization, QUANTIZATIONS)
-    expr = _frozen_params(params) * quantization_bytes(key) / (d if sharded else 1)
+    expr = shard_params(params) * quantization_bytes(key) / (d if sharded else 1)
     src = _QLORA if key.startswith("nf4") else _FROZEN
     return Term("weights", expr, f"frozen base weights stored as {key}"
                 + (", sharded over data parallel" if sharded else ""), src, label="frozen weights")
-
-
-def _frozen_params(params):
-    """The frozen parameters on this GPU: ``params``, or the model-parallel shard ``N/(p t)``."""
-    return N / (p * t) if params is None else as_expr(params)
 
 
 def adapter_state(adapter_dtype: str = "fp32", params=N_a, *, main_grads: bool = False) -> Total:
@@ -341,7 +337,7 @@ def lora(quantization: str = "bf16", adapter_dtype: str = "fp32", *, params=None
         # nothing quantized: the embeddings, norms and output layer are stored as the frozen
         # linear layers are, so the frozen base is one row, not a "weights" and an
         # "unquantized" row of the same dtype
-        whole = frozen_weights(quantization, _frozen_params(params) + as_expr(unquantized),
+        whole = frozen_weights(quantization, shard_params(params) + as_expr(unquantized),
                                sharded=sharded)
         src = _BRIDGE_FROZEN if params_dtype_base else _FROZEN
         said = " (the model's params_dtype)" if params_dtype_base else ""

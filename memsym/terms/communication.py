@@ -33,12 +33,12 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..errors import InvalidValueError, choose
-from ..symbols import L, L_m, N, alpha, b, b_c, b_g, b_hp, c, d, d_h, e, g, h, k, m, p, s, t, v
+from ..symbols import L, L_m, alpha, b, b_c, b_g, b_hp, c, d, d_h, e, g, h, k, m, p, s, t, v
 from ..term import Source, Term, Total
 from ..values import as_expr
 from .activations import RECOMPUTE
 from .collectives import collective_bytes, collective_steps
-from .model_state import normalize_scheme
+from .model_state import normalize_scheme, shard_params
 from .network import (GROUPS, LAYOUT_ORDER, LINKS, layout_warnings, link_for, placement,
                       tensor_parallel_fits)
 
@@ -204,7 +204,7 @@ def pipeline_parallel(*, scatter_gather: bool = False, interleaved: bool = False
 
 def _dp(sharding: str, context_parallel: bool, params=None, pipelined_fsdp=False) -> _Traffic:
     scheme = normalize_scheme(sharding)
-    psi = N / (p * t) if params is None else as_expr(params)
+    psi = shard_params(params)
     nd = d * c if context_parallel else d  # Megatron reduces gradients over DP x CP
     grads, weights = psi * b_g, psi * b_hp
     # NCCL's bytes and ring steps (memsym.terms.collectives); a RS or an AG takes n-1 steps

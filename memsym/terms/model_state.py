@@ -23,6 +23,8 @@ References
 
 from __future__ import annotations
 
+import sympy as sp
+
 from ..errors import InvalidValueError, choose
 from ..symbols import N, b_f8, b_g, b_hp, b_m, b_mg, b_o, d, p, t
 from ..term import Source, Term, Total
@@ -39,7 +41,7 @@ from .widths import (OPTIMIZERS, PRECISIONS, STATE_DTYPES, byte_widths, default_
 __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "PRECISIONS", "OPTIMIZERS", "OFFLOADS",
            "GRAD_DTYPES", "STATE_DTYPES", "model_state", "byte_widths", "normalize_scheme",
            "normalize_convention", "megatron_fsdp_state", "deepspeed_allows_pipeline",
-           "MEGATRON_FSDP_STRATEGIES", "MEGATRON_FSDP_SCHEMES", "te_weight_cache"]
+           "MEGATRON_FSDP_STRATEGIES", "MEGATRON_FSDP_SCHEMES", "te_weight_cache", "shard_params"]
 
 _ZERO = Source("zero", "§5, Figure 1")
 # the "seed000" convention: the ZeRO-2 reading of the distributed optimizer that the
@@ -96,6 +98,36 @@ _DS_3 = Source("deepspeed-zero", "runtime/zero/stage3.py, DeepSpeedZeroOptimizer
 _FSDP2 = Source("pytorch-fsdp2", "_fsdp_param.py, FSDPParam._init_sharded_param (dim-0 shard in "
                 "the original dtype); _fsdp_collectives.py, foreach_reduce (sharded grad in the "
                 "original dtype); _fsdp_api.py MixedPrecisionPolicy (no extra fp32 copy)")
+
+
+def shard_params(params=None) -> sp.Expr:
+    r"""The parameters one GPU's model-parallel shard holds, :math:`\Psi` [parameters].
+
+    .. math:: \Psi = \frac{N}{p\,t}
+
+    unless ``params`` gives the shard itself (an uneven pipeline stage, frozen weights).
+
+    Parameters
+    ----------
+    params : int, sympy.Expr or None
+        The shard's parameters [parameters] (None: :math:`N/(p\,t)`).
+
+    Returns
+    -------
+    sympy.Expr
+        :math:`\Psi` [parameters].
+
+    References
+    ----------
+    .. [narayanan] Narayanan et al. 2021, arXiv:2104.04473, §2.2-2.3: p pipeline stages of
+       L/p layers, each layer's weights split over t tensor-parallel ranks.
+
+    Examples
+    --------
+    >>> shard_params(), shard_params(7 * 10**9)
+    (N/(p*t), 7000000000)
+    """
+    return N / (p * t) if params is None else as_expr(params)
 
 
 def model_state(scheme: str = "distributed-optimizer", *, convention: str = "framework",
@@ -184,7 +216,7 @@ def model_state(scheme: str = "distributed-optimizer", *, convention: str = "fra
     given = choose("convention", convention, CONVENTIONS)  # the title keeps the name asked for
     convention = normalize_convention(convention)
     offload = choose("offload", offload, OFFLOADS)
-    psi = N / (p * t) if params is None else as_expr(params)
+    psi = shard_params(params)
     dp = d if dp is None else as_expr(dp)
     if convention == "megatron-lm" and scheme not in ("ddp", "distributed-optimizer"):
         raise InvalidValueError(
@@ -524,7 +556,7 @@ def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp
     """
     strategy = choose("data_parallel_sharding_strategy", strategy, tuple(MEGATRON_FSDP_STRATEGIES))
     shard_w, shard_o, shard_g = MEGATRON_FSDP_STRATEGIES[strategy]
-    psi = N / (p * t) if params is None else as_expr(params)
+    psi = shard_params(params)
     dp = d if dp is None else as_expr(dp)
 
     def per_gpu(width, sharded):

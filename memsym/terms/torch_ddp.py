@@ -42,9 +42,10 @@ from dataclasses import replace
 import sympy as sp
 
 from ..errors import choose
-from ..symbols import N, b_f8, b_g, b_hp, b_m, b_mg, b_o, p, t
+from ..symbols import b_f8, b_g, b_hp, b_m, b_mg, b_o
 from ..term import Source, Term
 from ..values import as_expr
+from .model_state import shard_params
 
 __all__ = ["DDP_BUCKETS", "TORCH_DDP_STATES", "TORCH_DDP_PRECISIONS", "ddp_bucket_copy",
            "torch_adamw_widths", "torch_ddp_states"]
@@ -100,7 +101,7 @@ def ddp_bucket_copy(params=None, grad_bytes=b_g) -> Term:
     >>> ddp_bucket_copy(grad_bytes=4).evaluate(N=1000, p=1, t=1)
     4000
     """
-    psi = N / (p * t) if params is None else as_expr(params)
+    psi = shard_params(params)
     return Term("ddp_buckets", psi * as_expr(grad_bytes), "torch DDP reducer's gradient buckets "
                 "(gradient_as_bucket_view False): a second copy of every gradient",
                 DDP_BUCKETS, label="DDP buckets")
@@ -163,7 +164,7 @@ def torch_ddp_states(terms, params) -> tuple:
     --------
     >>> from memsym.terms.model_state import model_state, byte_widths
     >>> st = model_state("ddp", precision="fp32").subs(byte_widths("ddp", "fp32"))
-    >>> [(x.key, x.evaluate(N=10, p=1, t=1)) for x in torch_ddp_states(st.terms, N / (p * t))]
+    >>> [(x.key, x.evaluate(N=10, p=1, t=1)) for x in torch_ddp_states(st.terms, shard_params())]
     [('weights', 40), ('gradients', 40), ('optimizer', 80), ('ddp_buckets', 40)]
     """
     out, grads = [], None
