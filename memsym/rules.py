@@ -116,7 +116,8 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
                   "fp4_param_gather": bool(training.states.fp4_param_gather),
                   "fp8_param_gather": bool(training.states.fp8_param_gather),
                   "bf16_layers": tuple(training.states.bf16_layers),
-                  "te_cp_without_a2a": te_cp_without_a2a(fw, training.comm.cp_comm_type)})
+                  "te_cp_without_a2a": te_cp_without_a2a(fw, training.comm.cp_comm_type),
+                  **cp_spellings(fw, training.comm.cp_comm_type)})
     return k
 
 
@@ -128,6 +129,21 @@ def te_cp_without_a2a(fw, cp_comm_type) -> bool:
     types = (cp_comm_type,) if isinstance(cp_comm_type, str) or cp_comm_type is None \
         else tuple(cp_comm_type)
     return any(kind != "a2a" for kind in types)
+
+
+def cp_spellings(fw, cp_comm_type) -> dict:
+    """Of a Transformer Engine framework's CP types (one name or Megatron's one per layer;
+    None the default, p2p): ``cp_allgather``, every layer's an all-gather however spelt
+    (Megatron-core's DSA attention drops the underscore, transformer_config.py:3172 at
+    d98e8a64dd); ``cp_spelt_allgather``, any spelt ``allgather``, which Transformer Engine's
+    attention refuses (context_parallel.py:5139 at d0067d0da6)."""
+    if not (fw.cp_attention and fw.cp_attention[0] == "transformer-engine"):
+        return {"cp_allgather": False, "cp_spelt_allgather": False}
+    types = (cp_comm_type,) if isinstance(cp_comm_type, str) or cp_comm_type is None \
+        else tuple(cp_comm_type)
+    spelt = [str(kind).replace("_", "").lower() for kind in types]
+    return {"cp_allgather": all(kind == "allgather" for kind in spelt),
+            "cp_spelt_allgather": "allgather" in types}
 
 
 def masks(x, k: Mapping, names=None) -> dict:

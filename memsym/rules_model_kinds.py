@@ -217,4 +217,25 @@ ATTENTION_RULES = (
          Source("transformer-engine", "attention/dot_product_attention/utils.py:1122-1124, "
                 "1148-1155, 1169-1173 at d0067d0da6 (get_attention_backend)"),
          InvalidValueError),
+    Rule("dsa-cp", "DeepSeek-V3.2's sparse attention (DSA) under Megatron-core's context "
+         "parallelism needs cp_comm_type allgather",
+         lambda x, k: (k.get("c", 1) > 1) & bool(x.dsa_index_heads and k.get("megatron_options")
+                                                  and not k.get("cp_allgather", False)),
+         lambda x, k: ("context parallelism of DeepSeek-V3.2's sparse attention (DSA) needs "
+                       "cp_comm_type allgather (Megatron-LM's --cp-comm-type all_gather; "
+                       "Megatron-Bridge's model.cp_comm_type allgather)"),
+         Source("megatron-lm", "megatron/core/transformer/transformer_config.py:3162-3177 at "
+                "d98e8a64dd (TransformerConfig.__post_init__: \"DSAttention context "
+                "parallelism currently supports cp_comm_type=allgather only\")"),
+         InvalidValueError),
+    Rule("te-cp-allgather", "Transformer Engine's context-parallel attention takes all_gather, "
+         "not allgather",
+         lambda x, k: (k.get("c", 1) > 1) & bool(not x.dsa_index_heads
+                                                  and k.get("cp_spelt_allgather", False)),
+         lambda x, k: ("cp_comm_type allgather is Megatron-core's DSA spelling; Transformer "
+                       "Engine's context-parallel attention takes all_gather (it raises "
+                       "\"Unsupported communication type: allgather\")"),
+         Source("transformer-engine", "attention/dot_product_attention/context_parallel.py:"
+                "5096-5139 at d0067d0da6 (attn_forward_func_with_cp)"),
+         InvalidValueError),
 )

@@ -81,7 +81,8 @@ def test_methods_per_framework():
     assert job("llama2-7b", c=2, cp_comm_type=["a2a"] * 2).training.comm.cp_comm_type == "a2a"
     with pytest.raises(InvalidValueError, match="per layer"):
         job("llama2-7b", c=2, cp_comm_type=["a2a", "p2p"])
-    with pytest.raises(InvalidValueError, match="not allgather"):    # TE takes all_gather
+    # TE takes all_gather (allgather is Megatron-core's DSA spelling: tests/test_cp_comm_type.py)
+    with pytest.raises(InvalidValueError, match="takes all_gather"):
         job("llama2-7b", c=2, cp_comm_type="allgather")
 
 

@@ -68,6 +68,7 @@ FIELDS = {
     "model.expert_tensor_parallel_size": ("job", "t_e"),
     "model.virtual_pipeline_model_parallel_size": ("job", "v"),
     "model.sequence_parallel": ("job", "sequence_parallel"),
+    "model.cp_comm_type": ("job", "cp_comm_type"),
     "model.pipeline_model_parallel_layout": ("bridge", "layout"),
     "model.num_layers_in_first_pipeline_stage": ("job", "first_stage_layers"),
     "model.num_layers_in_last_pipeline_stage": ("job", "last_stage_layers"),
@@ -292,6 +293,14 @@ def _typed(key, name, value):
         if not isinstance(value, str):
             raise InvalidValueError(f"{key} must be a name, got {value!r:.40}")
         return value
+    if name == "cp_comm_type":
+        # TransformerConfig.cp_comm_type: one name, one per layer, or None (p2p)
+        # (megatron/core/transformer/transformer_config.py:1030 at d98e8a64dd)
+        names = value if isinstance(value, (list, tuple)) else (value,)
+        if value is not None and not (names and all(isinstance(v, str) for v in names)):
+            raise InvalidValueError(f"{key} must be a name or a list of names, got "
+                                    f"{value!r:.40}")
+        return tuple(value) if isinstance(value, (list, tuple)) else value
     if name == "capacity_factor":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
     else:

@@ -317,8 +317,8 @@ def cp_method(framework: str, given) -> str | None:
     Traceback (most recent call last):
     ...
     memsym.errors.InvalidValueError: torchtitan's context-parallel attention runs allgather or alltoall, not p2p
-    >>> cp_method("megatron", ["a2a", "a2a"])
-    'a2a'
+    >>> cp_method("megatron", ["a2a", "a2a"]), cp_method("megatron", "allgather")
+    ('a2a', 'all_gather')
     """
     if isinstance(given, (list, tuple)):
         # Megatron's --cp-comm-type takes one type for every layer, or one per layer
@@ -333,6 +333,10 @@ def cp_method(framework: str, given) -> str | None:
     if record is None or not record.cp_attention:
         return None
     methods = record.cp_attention[1]
+    if given == "allgather" and "all_gather" in methods:
+        # Megatron-core's DSA attention spells it so (transformer_config.py:3172 at d98e8a64dd
+        # drops the underscore); Transformer Engine's does not: rule te-cp-allgather
+        given = "all_gather"
     if given is not None and given not in methods:
         raise InvalidValueError(f"{record.title}'s context-parallel attention "
                                 f"runs {' or '.join(methods)}, not {given}")
