@@ -4,6 +4,7 @@ on an NVL72 rack, and bad input as one line (exit 2, nothing on stdout).
 Each expected string comes from the framework's or the vendor's own wording, cited beside it.
 """
 
+import argparse
 import json
 
 import pytest
@@ -207,3 +208,34 @@ def test_time_takes_the_world_size_as_the_job_commands_spell_it(capsys):
         runs.append(json.loads(out))
     assert runs[0] == runs[1] and runs[0]["gpus"] == 64
     assert runs[0]["seconds"] == pytest.approx(8 * 10**12 * 8_030_261_248 / (64 * 494.7e12))
+
+
+def test_no_memsym_option_is_an_argument_megatron_removed():
+    # a pasted launch is read word by word: memsym's --warmup (check's log lines) was read as
+    # Megatron-LM's removed --warmup, which validate_args refuses (arguments.py:590-605)
+    from memsym.cli import build_parser
+    from memsym.readers.megatron_effects import MEGATRON_REFUSES
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    ours = {o for parser in sub.choices.values() for a in parser._actions
+            for o in a.option_strings}
+    removed = {"--" + name.replace("_", "-") for name in MEGATRON_REFUSES}
+    assert "--warmup" in removed and not ours & removed
+
+
+def test_check_s_warmup_lines_beside_a_launch_script(capsys, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(
+        f" [2026-01-10 10:00:00] iteration {i:8d}/    1000 | consumed samples: {i * 8:12d} | "
+        "elapsed time per iteration (ms): 1000.0 | learning rate: 3.000000E-04 | global batch "
+        "size:     8 | lm loss: 7.8E+00 | loss scale: 1.0 | grad norm: 2.3 | number of skipped "
+        "iterations:   0 | number of nan iterations:   0 |\n" for i in (10, 20)), encoding="utf-8")
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\ntorchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 "
+                      "--hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+                      "--max-position-embeddings 128 --vocab-size 1000 --micro-batch-size 1 "
+                      "--global-batch-size 8 --bf16\n", encoding="utf-8")
+    code, out, err = run(capsys, "check", str(log), "--launch-script", str(script),
+                         "--warmup-lines", "1", "--gpu", "h100-80gb")
+    assert code == 0, err
+    assert "warm-up: 1 iteration lines skipped (--warmup-lines)" in " ".join(out.split())

@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
         "iteration and memory lines) and the job that ran (the options of memsym estimate, "
         "with --gpu), and print predicted against measured step time and peak memory, the gap "
         "explained term by term. The step time is the median after the warm-up (the first "
-        "10 % of the iteration lines, at least 2; --warmup N).")
+        "10 % of the iteration lines, at least 2; --warmup-lines N).")
 
 
 def _refuse(message: str):
@@ -125,7 +125,7 @@ def check_report(args) -> dict:
     cal = read_calibration(args.calibration) if args.calibration else None
     j, rep, device = _job(args)
     gpu_name = device.name
-    skipped, measured, kept = steady_step(log, args.warmup, tokens_per_step=rep["tokens_per_step"],
+    skipped, measured, kept = steady_step(log, args.warmup_lines, tokens_per_step=rep["tokens_per_step"],
                                           gpus=rep["gpus"])
     parts = dict(rep["step_time_parts_s"])
     predicted = Fraction(rep["step_time_s"])
@@ -152,7 +152,7 @@ def check_report(args) -> dict:
                    "framework": log.framework, "framework_name": FRAMEWORK_NAMES[log.framework],
                    "lines": log.lines, "iteration_lines": len(log.iterations)},
            "warmup": {"skipped": skipped, "kept": len(kept),
-                      "rule": "--warmup" if args.warmup is not None else
+                      "rule": "--warmup-lines" if args.warmup_lines is not None else
                       f"the first 10 % of the iteration lines, at least {WARMUP_MIN}"},
            "job": {"model": rep["model"], "layout": rep["layout"], "gpu": gpu_name,
                    "global_batch": rep["global_batch"], "tokens_per_step": rep["tokens_per_step"],

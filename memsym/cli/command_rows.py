@@ -156,7 +156,8 @@ def check_rows():
         option("log", group="input", metavar="LOG", positional=True, commands=chk,
            effect="input", help="check: a training log of Megatron-LM, Megatron-Bridge or "
            "torchtitan (its iteration and memory lines; at most memsym.limits.MAX_LOG_BYTES)"),
-        option("--warmup", group="check", type=T.log_lines, metavar="N", commands=chk,
+        # not --warmup: Megatron-LM's removed --warmup, which a pasted launch may carry
+        option("--warmup-lines", group="check", type=T.log_lines, metavar="N", commands=chk,
            effect="output", source="memsym.readers.logs: the first 10 % of the iteration "
            "lines, at least 2",
            help="iteration lines skipped as warm-up before the median step time"),

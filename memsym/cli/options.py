@@ -33,7 +33,7 @@ def positive_int(text: str) -> int:
 
 
 def log_lines(text: str) -> int:
-    """A count of log lines, 0 .. memsym.limits.MAX_LOG_LINES (``check --warmup``)."""
+    """A count of log lines, 0 .. memsym.limits.MAX_LOG_LINES (``check --warmup-lines``)."""
     from ..limits import MAX_LOG_LINES
 
     raw = str(text).strip()

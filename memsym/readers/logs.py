@@ -337,7 +337,7 @@ def steady_step(log: TrainingLog, warmup: int | None = None, *,
     if not kept:
         raise InvalidValueError(
             f"the log has {len(log.iterations)} iteration line(s) and the first {skipped} are "
-            f"warm-up (the first 10 %, at least {WARMUP_MIN}; --warmup N to change): no "
+            f"warm-up (the first 10 %, at least {WARMUP_MIN}; --warmup-lines N to change): no "
             "steady iteration left to measure")
     if LOG_RATE[log.framework] == "tokens_per_s":
         if not tokens_per_step or not gpus:
