@@ -467,3 +467,23 @@ def test_toml_experts_over_replicas_refused_in_one_line():
     with pytest.raises(InvalidValueError) as err:
         torchtitan_job(read_torchtitan_toml(toml, 16))
     assert "shards the model with FSDP2" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_copied_config_registry_takes_its_model_from_the_function(tmp_path):
+    # torchtitan's config_registry.py imports model_registry from its own package
+    # (models/llama3: "from . import model_registry"); a copy kept in another folder still
+    # reads llama3_8b's model (said in the notes), and a function that names none is refused
+    text = (PY / "llama3" / "config_registry.py").read_text(encoding="utf-8")
+    copy = tmp_path / "jobs" / "config_registry.py"
+    copy.parent.mkdir()
+    copy.write_text(text, encoding="utf-8")
+    shipped = read_torchtitan_python(f"{PY / 'llama3' / 'config_registry.py'}:llama3_8b",
+                                     world_size=8)
+    copied = read_torchtitan_python(f"{copy}:llama3_8b", world_size=8)
+    assert copied["model"] == shipped["model"]
+    assert any("model llama3 read from the function's name" in n for n in copied["notes"])
+    renamed = tmp_path / "jobs" / "mine.py"
+    renamed.write_text(text.replace("def llama3_8b()", "def my_job()"), encoding="utf-8")
+    with pytest.raises(InvalidValueError, match="names no torchtitan model") as err:
+        read_torchtitan_python(f"{renamed}:my_job", world_size=8)
+    assert "\n" not in str(err.value)

@@ -38,6 +38,8 @@ import os
 import warnings
 
 from ..errors import InvalidValueError
+from ..text import printable
+from .torchtitan_models import NOT_COUNTED, TORCHTITAN_FLAVORS
 from ..limits import MAX_CONFIG_CALL_DEPTH, MAX_NESTING, check_text
 from ._values import MAX_BATCH, MAX_BYTES_INPUT, MAX_LAYERS, MAX_SEQ, read_bounded
 from .torchtitan import TORCHTITAN_KEYS, read_torchtitan_toml, torchtitan_settings
@@ -121,6 +123,7 @@ class _Reader:
     def __init__(self, tree, path):
         self.functions, self.registries, self.constants = {}, {}, {}
         package = os.path.basename(os.path.dirname(os.path.abspath(path))) if path else None
+        self.package = package
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
                 self.functions[node.name] = node
@@ -349,11 +352,38 @@ def read_torchtitan_python(source, world_size: int | None = None) -> dict:
         function = configs[0]
     if function not in reader.functions:
         raise InvalidValueError(f"{WHAT} has no function {function!r:.60}")
+    said = _model_of_a_copy(reader, function)
     cfg = reader.function(function)
     if not isinstance(cfg, _Config) or not cfg.name.endswith("Trainer.Config"):
         raise InvalidValueError(f"{WHAT}: {function} does not return Trainer.Config(...) with "
                                 f"literal values (it returns {getattr(cfg, 'text', cfg)!r:.50})")
-    return _settings(cfg, world_size)
+    out = _settings(cfg, world_size)
+    out["notes"] = (*said, *out.get("notes", ()))
+    return out
+
+
+def _model_of_a_copy(reader, function: str) -> list:
+    """Where ``from . import model_registry`` names a folder that is no torchtitan model (a
+    copy of ``torchtitan/models/X/config_registry.py`` kept elsewhere), the model the config
+    function is named for (``llama3_8b``: llama3; the longest model name it starts with),
+    said in the notes returned; refused in one line where it names none."""
+    known, said = {name for name, _ in TORCHTITAN_FLAVORS} | set(NOT_COUNTED), []
+    for alias, module in list(reader.registries.items()):
+        if module != reader.package or module in known:
+            continue
+        named = [m for m in known if function == m or function.startswith(m + "_")]
+        if not named:
+            raise InvalidValueError(
+                f"{WHAT} imports model_registry from its own folder ({printable(module, 40)!r}), "
+                "which names no torchtitan model, and its function "
+                f"{printable(function, 60)!r} names none either (known: "
+                f"{', '.join(sorted(known))}): keep it in torchtitan/models/<model>/ or give "
+                "the MODEL")
+        reader.registries[alias] = max(named, key=len)
+        said.append(f"model {reader.registries[alias]} read from the function's name "
+                    f"{printable(function, 60)}: the file's folder "
+                    f"({printable(module, 40)!r}) names no torchtitan model")
+    return said
 
 
 #: b5bcd76c6's ParallelismConfig (config/configs.py:282-291) has expert_parallel_degree and
