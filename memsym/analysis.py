@@ -18,6 +18,7 @@ import sympy as sp
 from .errors import BeyondSearchBound, InvalidValueError, NoFitError
 from .limits import MAX_CANDIDATES, SEARCH_BOUND
 from .printing import latex, tidy
+from .rational import linear_root
 from .symbols import C, G, d, lookup, p, t
 from .values import as_values, exact
 from .text import approx, short
@@ -113,6 +114,8 @@ def _inside_min_max(expr: sp.Expr, unknown: sp.Symbol) -> bool:
 def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
     """Real solutions of ``expr = C`` for ``unknown`` as solved (not yet tidied), or None if
     solve cannot."""
+    if (root := linear_root(expr - C, unknown)) is not None:
+        return (root,)    # the root of a linear total, on sparse polynomials: is_real not False
     sols = _linear_root(expr, unknown)
     if sols is None and _inside_min_max(expr, unknown):
         return None
@@ -122,10 +125,6 @@ def _closed_form(expr: sp.Expr, unknown: sp.Symbol):
         return None
     sols = [s for s in sols if s.is_real is not False]
     return tuple(sols) if sols else None
-
-
-#: a root in the form a person writes it (a whole job's root takes tidy about a second), once
-_tidy = functools.lru_cache(maxsize=256)(tidy)
 
 
 def _prepare(total, unknown, capacity, values):
@@ -199,7 +198,7 @@ def closed_bound(expr, x, vals, cap, want_small: bool = True, tidied: bool = Tru
     sols = _closed_form(expr, x)
     if not sols:
         return None, None
-    form = _tidy if tidied else (lambda root: root)
+    form = tidy if tidied else (lambda root: root)   # tidy keeps its answers
     for sol in sols:
         if (val := sol.xreplace({**vals, C: cap})).is_real and val.is_positive:
             return form(sol), form(sol).xreplace({**vals, C: cap})   # the shown root's value

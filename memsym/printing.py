@@ -18,12 +18,13 @@ from typing import Mapping
 import sympy as sp
 
 from .bibliography import clean_locator, entry_text, references
+from .rational import limit_at_infinity, plain_cancel
 from .symbols import C
 from .tex_grouped import NamedPrinter, align_lines, shown_terms
 # the printer and escaping live in memsym.tex_printer; printing.latex / escape stay public
 from .tex_printer import MemsymLatexPrinter, escape, escape_inline, latex
 from .tex_width import BUDGET, FILL, tex_width
-from .values import as_values
+from .values import as_values, cached_max, cached_min
 
 __all__ = ["MemsymLatexPrinter", "latex", "derivation_latex", "document", "escape",
            "term_table_latex", "snippet_latex", "solution_lines", "design_document",
@@ -63,13 +64,20 @@ def linear_form(solve, parts):
     if parts is None or parts.values is None:
         return None
     x = solve.unknown
-    vals = {k: v for k, v in parts.values.items() if k != x}
-    fixed = parts.expr.xreplace(vals)
+    vals = tuple((k, v) for k, v in parts.values.items() if k != x)
+    return _linear_parts(parts.expr, vals, x, solve.relation)
+
+
+@functools.lru_cache(maxsize=64)    # a document asks twice (its solve lines and their sentence)
+def _linear_parts(expr, vals: tuple, x, relation: str):
+    fixed = expr.xreplace(dict(vals))
     if fixed.free_symbols != {x}:
         return None
     try:
-        if solve.relation == ">=":
-            m0 = sp.limit(fixed, x, sp.oo)
+        if relation == ">=":
+            # a polynomial over a power of x on sparse polynomials, else SymPy's gruntz
+            m0 = limit_at_infinity(fixed, x)
+            m0 = sp.limit(fixed, x, sp.oo) if m0 is None else m0
             m1 = sp.cancel((fixed - m0) * x)
             kind = "inverse"
         else:
@@ -135,22 +143,48 @@ def _closed_tex(closed, budget: float):
     """The tidied closed form's LaTeX; None for a maximum (minimum) of branches too wide for a line
     together: they are tidy's output (memsym.analysis.closed_bound) and a maximum keeps each one
     SymPy cannot prove smaller, so tidying drops none, after 50 s of comparisons for 8 (torchtitan)."""
-    if isinstance(closed, (sp.Max, sp.Min)) and isinstance(kept := type(closed)(*closed.args),
+    # the extremum as SymPy evaluates it (cached_max is Max without its hopeless proofs)
+    extremum = cached_max if isinstance(closed, sp.Max) else cached_min
+    if isinstance(closed, (sp.Max, sp.Min)) and isinstance(kept := extremum(*closed.args),
                                                           type(closed)):
         if sum(tex_width(latex(arg)) for arg in kept.args) > budget:
             return None
     return latex(tidy(closed))
 
 
+#: tidy's answers, kept (a whole job's closed form takes it tens of milliseconds; the solve and
+#: its printed line ask twice); a bounded cache: emptied when full
+_TIDIED: dict = {}
+_TIDIED_MAX = 512
+
+
 def tidy(expr: sp.Expr) -> sp.Expr:
     """A closed form as a person writes it: common factors out, no minus sign leading the
     numerator and the denominator (``-16N/(-Cpt + 2N)`` becomes ``16N/(Cpt - 2N)``).
+
+    ``sympy.cancel`` first brings the expression to one form (on sparse polynomials where it
+    can, :func:`memsym.rational.plain_cancel`), so that equal closed forms tidy alike and a
+    tidied form tidies to itself (remembered as such).
 
     >>> from memsym.symbols import C, N, p, t
     >>> tidy(-16 * N / (-C * p * t + 2 * N))
     16*N/(C*p*t - 2*N)
     """
-    expr = sp.factor_terms(sp.cancel(expr))
+    if (done := _TIDIED.get(expr)) is not None:
+        return done
+    canceled = plain_cancel(expr)
+    out = _tidy_canceled(sp.cancel(expr) if canceled is None else canceled)
+    if len(_TIDIED) >= _TIDIED_MAX:
+        _TIDIED.clear()
+    _TIDIED[expr] = out
+    if canceled is not None:
+        # the form depends only on the canonical P/Q, which the tidied form has too
+        _TIDIED[out] = out
+    return out
+
+
+def _tidy_canceled(expr: sp.Expr) -> sp.Expr:
+    expr = sp.factor_terms(expr)
     num, den = sp.fraction(expr)
     # the capacity enters the denominator with a plus sign where it does (C p t - 2 N), else
     # no leading minus (could_extract_minus_sign counts the negative terms of a sum)

@@ -15,6 +15,7 @@ from typing import Mapping
 import sympy as sp
 
 from .groups import ACTIVATION_KEYS, ALLOWANCE_KEYS, BUFFER_KEYS, STATE_KEYS, TRANSIENT_KEYS
+from .rational import is_zero
 from .symbols import E as E_, L as L_, M_alloc, phi_frag
 from .tex_printer import MemsymLatexPrinter, escape, latex
 from .tex_width import break_sum, tex_width
@@ -115,6 +116,12 @@ def shorten(key: str, expr: sp.Expr, pr: NamedPrinter, defs: list, taken: set, b
     return expr
 
 
+def _vanishes(expr: sp.Expr) -> bool:
+    """``sympy.cancel(expr) == 0``: shown on sparse polynomials where it holds
+    (:func:`memsym.rational.is_zero`; a whole stage's sum takes ``cancel`` tens of ms)."""
+    return bool(is_zero(expr)) or sp.cancel(expr) == 0
+
+
 def shown_terms(total, values: Mapping, budget: float, printer: NamedPrinter,
                 shown: Mapping | None = None, layer_counts: dict | None = None):
     """The terms of a total as a grouped derivation shows them.
@@ -149,7 +156,7 @@ def shown_terms(total, values: Mapping, budget: float, printer: NamedPrinter,
     for tm in total:
         group = next((g for g, _, ks in GROUPS if tm.key in ks), "other")
         expr = shown.get(tm.key, tm.expr)
-        if tm.key == "fragmentation" and sp.cancel(tm.expr - phi_frag * allocated) == 0:
+        if tm.key == "fragmentation" and _vanishes(tm.expr - phi_frag * allocated):
             expr = phi_frag * M_alloc
         elif group != "states":
             expr = shorten(tm.key, expr, printer, defs, taken, budget - 20, layer_counts)

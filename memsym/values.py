@@ -23,7 +23,7 @@ from .text import short
 from .limits import check_limit
 
 __all__ = ["exact", "whole", "positive", "positive_or_symbolic", "boolean", "as_values", "as_expr",
-           "lazy_min", "cached_max", "holds_float"]
+           "lazy_min", "cached_max", "cached_min", "holds_float"]
 
 
 #: The most bits an exact number's numerator or denominator may have (about 1,233 digits):
@@ -394,7 +394,7 @@ def cached_max(*args: sp.Expr) -> sp.Expr:
     the same maxima for every row and option (issue 29).  Where every two arguments are
     ordered one way at one point and the other way at another (:func:`_both_signs`), no
     proof exists and ``Max`` keeps them all: that ``Max`` is built without looking for one
-    (``evaluate=False`` orders the same arguments the same way).  Otherwise :func:`_max`
+    (``evaluate=False`` orders the same arguments the same way).  Otherwise :func:`_built`
     builds SymPy's ``Max`` skipping the proof attempts of the pairs that cross.
 
     Examples
@@ -406,26 +406,47 @@ def cached_max(*args: sp.Expr) -> sp.Expr:
     >>> cached_max(m, 4 * m / c) == sp.Max(m, 4 * m / c)   # c < 4 and c > 4: both kept
     True
     """
+    return _extremum(sp.Max, args)
+
+
+@functools.lru_cache(maxsize=256)
+def cached_min(*args: sp.Expr) -> sp.Expr:
+    """``sympy.Min(*args)``, built once per distinct argument tuple as :func:`cached_max`
+    builds ``Max`` (the minimum of a largest-value closed form's branches).
+
+    Examples
+    --------
+    >>> from sympy import Symbol
+    >>> m, c = Symbol("m", positive=True), Symbol("c", positive=True)
+    >>> cached_min(m, 2 * m), cached_min(m, 4 * m / c) == sp.Min(m, 4 * m / c)
+    (m, True)
+    """
+    return _extremum(sp.Min, args)
+
+
+def _extremum(cls, args: tuple) -> sp.Expr:
+    """``cls(*args)`` (``Max`` or ``Min``) as :func:`cached_max` describes."""
     args = tuple(as_expr(a) for a in args)
     plain = all(not a.is_number and not isinstance(a, (sp.Min, sp.Max)) for a in args)
     if plain and len(set(args)) == len(args) > 1 and all(
             _both_signs(a - b) for i, a in enumerate(args) for b in args[i + 1:]):
-        return sp.Max(*args, evaluate=False)
-    return _max(args)
+        return cls(*args, evaluate=False)
+    return _built(cls, args)
 
 
-def _max(args: tuple) -> sp.Expr:
-    """``sympy.Max(*args)`` built as SymPy 1.14 builds it (``MinMaxBase.__new__``: the argument
-    filter, the collapse of nested extrema, then each argument kept unless one already kept is
-    proved at least as large, ``_find_localzeros``), with one step skipped where it cannot
+def _built(cls, args: tuple) -> sp.Expr:
+    """``cls(*args)`` (``sympy.Max`` or ``Min``) built as SymPy 1.14 builds it
+    (``MinMaxBase.__new__``: the argument filter, the collapse of nested extrema, then each
+    argument kept unless one already kept is proved at least as large (as small for ``Min``),
+    ``_find_localzeros``), with one step skipped where it cannot
     succeed: the ``factor_terms`` of a pair's difference (``_is_connected``) when the pair is
     ordered one way at one point and the other way at another (:func:`_both_signs`), where no
     proof exists and SymPy keeps both after tens of milliseconds.  The same arguments are
     kept, in the same order, so the result is the same expression."""
     try:
-        kept = sp.Max._collapse_arguments(frozenset(sp.Max._new_args_filter(args)))
+        kept = cls._collapse_arguments(frozenset(cls._new_args_filter(args)))
     except ShortCircuit:
-        return sp.Max.zero
+        return cls.zero
     zeros: set = set()
     for v in kept:
         new = True
@@ -436,12 +457,12 @@ def _max(args: tuple) -> sp.Expr:
             con = _connected(v, z)
             if con:
                 new = False
-                if con is True or con == sp.Max:
+                if con is True or con == cls:
                     zeros.remove(z)
                     zeros.add(v)
         if new:
             zeros.add(v)
-    return sp.Max(*zeros, evaluate=False)
+    return cls(*zeros, evaluate=False)
 
 
 def _connected(x: sp.Expr, y: sp.Expr):

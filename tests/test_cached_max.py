@@ -11,7 +11,7 @@ import pytest
 import sympy as sp
 import sympy.functions.elementary.miscellaneous as minmax
 
-from memsym.values import cached_max
+from memsym.values import cached_max, cached_min
 
 m, c, a, b = (sp.Symbol(name, positive=True) for name in "mcab")
 n = sp.Symbol("n", integer=True, positive=True)
@@ -34,6 +34,14 @@ def test_cached_max_is_sympys_max(args):
     got, want = cached_max(*args), sp.Max(*args)
     assert got == want and type(got) is type(want)
     assert got.args == want.args      # the same arguments in the same order
+
+
+@pytest.mark.parametrize("args", CASES + [(m, sp.Min(m, c), a), (sp.Max(m, c), m, c)],
+                         ids=range(len(CASES) + 2))
+def test_cached_min_is_sympys_min(args):
+    got, want = cached_min(*args), sp.Min(*args)
+    assert got == want and type(got) is type(want)
+    assert got.args == want.args
 
 
 def test_a_crossing_pair_is_not_factored(monkeypatch):

@@ -42,7 +42,7 @@ LAYERS = (
     ("core", ("memsym.errors", "memsym.symbols", "memsym.values", "memsym.units",
               "memsym.limits", "memsym.text", "memsym.numeric", "memsym.compile_cache",
               "memsym.version", "memsym.vocabulary", "memsym.frameworks", "memsym.tex_width",
-              "memsym.tex_printer", "memsym.tex_grouped",
+              "memsym.tex_printer", "memsym.tex_grouped", "memsym.rational",
               "memsym.printing", "memsym.bibliography", "memsym.devices", "memsym.hardware",
               "memsym.groups")),
     ("term", ("memsym.term",)),
