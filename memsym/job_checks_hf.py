@@ -8,7 +8,7 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .job_record import Layout, Training
-from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
+from .terms.autocast import AUTOCAST16_LAYERS, AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
 from .terms.gemma4_norms import GEMMA4_NORM_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable
@@ -115,15 +115,18 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
     Hugging Face Trainer runs it: plain DDP of transformers' model code (framework deepspeed,
     sharding ddp), fp32 weights, full training, one GPU per replica, SDPA, no recompute or
     full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`), with the
-    activation measured where the config names one (:data:`AUTOCAST_ACTIVATIONS`)."""
+    activation measured where the config names one (:data:`AUTOCAST_ACTIVATIONS`); over 16-bit
+    weights of the autocast's own dtype on GPT-2 and GPT-NeoX (:data:`AUTOCAST16_LAYERS`)."""
     dtype = training.states.autocast
     if dtype is None:
         return
     choose("autocast dtype", dtype, ("bf16", "fp16"))
     kind = (x.extra or {}).get("hf_model_type")
     activation = (x.extra or {}).get("hf_activation")
-    said = (f"precision {training.states.precision} (autocast here is over fp32 weights)"
-            if training.states.precision != "fp32" else
+    precision = training.states.precision
+    types = AUTOCAST_MODEL_TYPES if precision == "fp32" else tuple(AUTOCAST16_LAYERS)
+    said = (f"precision {precision} (autocast here is over fp32 weights, or 16-bit weights "
+            "of its own dtype)" if precision not in ("fp32", dtype) else
             f"framework {training.framework}" if not framework_record(
                 training.framework).hf_model_code else
             f"sharding {training.states.sharding}" if training.states.sharding != "ddp" else
@@ -132,9 +135,8 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"recompute {training.memory.recompute}"
             if training.memory.recompute not in ("none", "full") else
             "eager attention (flash_attention off)" if not training.memory.flash_attention else
-            f"a {str(kind)[:40]} model (a config.json of type "
-            + ", ".join(AUTOCAST_MODEL_TYPES) + ")"
-            if kind not in AUTOCAST_MODEL_TYPES or x.num_experts else
+            f"a {str(kind)[:40]} model (a config.json of type " + ", ".join(types) + ")"
+            if kind not in types or x.num_experts else
             # the activation measured (gelu_new's pow is fp32 under CUDA's autocast, F.gelu not)
             f"a {kind} model of activation {printable(str(activation), 40)} ("
             f"{AUTOCAST_ACTIVATIONS[kind]} is counted)" if kind in AUTOCAST_ACTIVATIONS
@@ -142,9 +144,9 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
     if said is not None:
         raise InvalidValueError(
             f"autocast {dtype} over fp32 weights is counted for transformers' "
-            f"{'/'.join(AUTOCAST_MODEL_TYPES)} decoder layers under plain DDP (framework "
-            "deepspeed, sharding ddp, precision fp32, full training, SDPA, recompute none or "
-            f"full), as measured; not {said}")
+            f"{'/'.join(AUTOCAST_MODEL_TYPES)} decoder layers, over {dtype} weights for its "
+            f"{'/'.join(AUTOCAST16_LAYERS)} ones, under plain DDP (framework deepspeed, sharding "
+            f"ddp, full training, SDPA, recompute none or full), as measured; not {said}")
 
 
 def check_chunked_loss(x, layout: Layout, training: Training) -> None:

@@ -49,7 +49,7 @@ def _config(tmp_path, family="gpt2", **extra) -> str:
 
 def _launch(model, *extra, dtype="float32", autocast="--bf16"):
     return ["estimate", "torchrun", "--nproc_per_node", "2", "run_clm.py", "--model_name_or_path",
-            model, "--dtype", dtype, autocast, "--block_size", str(S),
+            model, "--dtype", dtype, *([autocast] if autocast else []), "--block_size", str(S),
             "--per_device_train_batch_size", str(B), "--output_dir", "o", *extra, "--gpu",
             "h100-80gb", *ALLOCATED]
 
@@ -102,12 +102,13 @@ CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
 @pytest.mark.parametrize("family, parallel, checkpointing", CASES)
 def test_a_float32_model_under_bf16_is_the_bf16_job_plus_autocasts_bytes(
         capsys, tmp_path, family, parallel, checkpointing):
-    """``--dtype float32 --bf16`` against ``--dtype bfloat16 --bf16``: each phase's
+    """``--dtype float32 --bf16`` against ``--dtype bfloat16`` without autocast (the plain
+    16-bit model; its autocast's own excess: tests/test_autocast_16bit.py): each phase's
     difference is the by-hand sum."""
     model = _config(tmp_path, family, **({} if parallel else {"use_parallel_residual": False}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
     fp32 = json_report(capsys, _launch(model, *extra))
-    bf16 = json_report(capsys, _launch(model, *extra, dtype="bfloat16"))
+    bf16 = json_report(capsys, _launch(model, *extra, dtype="bfloat16", autocast=None))
     assert fp32["training"]["autocast"] == "bf16" and bf16["training"]["autocast"] is None
     want = _by_hand(checkpointing, family, parallel)
     assert {ph: fp32["phases"][ph] - bf16["phases"][ph] for ph in want} == want
@@ -127,10 +128,11 @@ def test_the_tutorial_command_gets_a_total(capsys, tmp_path):
     fp16 = json_report(capsys, [*args, "--fp16"])
     assert fp16["training"]["autocast"] == "fp16" and fp16["bytes"]["total"] > 0
     assert json_report(capsys, [*args, "--bf16"])["bytes"] == fp16["bytes"]
-    # the peak (the forward's end) against --dtype bfloat16 --bf16, by hand at GPT-2 small:
+    # the peak (the forward's end) against --dtype bfloat16 (no autocast), by hand at GPT-2
+    # small:
     # 12 layers of 4 tau h + 6 tau f + 2 x 12 h^2 and 2 x 6,912 bias casts; ln_f's fp32 input
     # and the tied wte's 16-bit copy (tau = 4 x 1024, h = 768, f = 3072, V = 50257)
-    bf16 = json_report(capsys, [*args[:-1], "bfloat16", "--bf16"])
+    bf16 = json_report(capsys, [*args[:-1], "bfloat16"])
     tau, h, f = 4 * 1024, 768, 3072
     want = 12 * (4 * tau * h + 6 * tau * f + 2 * 12 * h * h + 2 * 6912) + 2 * tau * h + (
         2 * 50257 * h)
@@ -262,8 +264,8 @@ def test_torchs_memory_tracker_sees_autocasts_bytes_where_memsym_counts_them(
     every weight's) and as the loss's backward starts."""
     model = _config(tmp_path, family, **({} if parallel else {"use_parallel_residual": False}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
-    memsym = {dtype: json_report(capsys, _launch(model, *extra, dtype=dtype))["phases"]
-              for dtype in ("float32", "bfloat16")}
+    memsym = {dtype: json_report(capsys, _launch(model, *extra, dtype=dtype, autocast=(
+        "--bf16" if dtype == "float32" else None)))["phases"] for dtype in ("float32", "bfloat16")}
     measured = {dtype: _tracked(family, dtype, checkpointing, parallel)
                 for dtype in ("float32", "bfloat16")}
     states = (2 + 2 + 2 + 4) * PARAMS[family]
@@ -286,7 +288,7 @@ def test_gelu_new_keeps_three_more_tensors_than_a_fused_gelu(capsys, tmp_path):
     for act in ("gelu_new", "gelu"):
         (tmp_path / act).mkdir()
         ours[act] = json_report(capsys, _launch(_config(tmp_path / act, activation_function=act),
-                                                dtype="bfloat16"))["phases"]
+                                                dtype="bfloat16", autocast=None))["phases"]
     for phase in ("forward", "loss-backward"):
         assert measured["gelu_new"][phase] - measured["gelu"][phase] == want, phase
         assert ours["gelu_new"][phase] - ours["gelu"][phase] == want, phase
@@ -309,5 +311,6 @@ def test_gelu_new_is_read_and_counted_for_gptj_and_phi(capsys, tmp_path, family)
             {"model_type": family, "vocab_size": V, "hidden_size": H, "n_inner": F,
              "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "intermediate_size": F,
              **({} if act == "gelu_new" else {field: act})}), encoding="utf-8")
-        ours[act] = json_report(capsys, _launch(str(folder), dtype="bfloat16"))["phases"]
+        ours[act] = json_report(capsys, _launch(str(folder), dtype="bfloat16",
+                                                autocast=None))["phases"]
     assert ours["gelu_new"]["forward"] - ours["gelu"]["forward"] == measured

@@ -19,11 +19,14 @@ Accelerate, whose reducer keeps a second copy of every gradient in its buckets, 
 ``torch.optim.AdamW`` on the module's own parameters, every state in their dtype, no fp32
 master copy: :mod:`memsym.terms.torch_ddp`), ``P`` the weights' dtype: run_clm.py's ``--dtype``
 or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
-``dtype="auto"``).  ``--bf16`` over bf16 weights is read (autocast casts no weight; the notes
-say what it adds that memsym does not count); over fp32 weights it is ``--precision fp32
---autocast bf16`` (a 16-bit cast of every linear weight kept for the backward, an fp32 residual
-stream: :mod:`memsym.terms.autocast`); over 16-bit weights of the other dtype, and ``--fp16``
-over fp16 weights (the GradScaler refuses their gradients), it is refused in one line.
+``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2 and GPT-NeoX it is
+``--precision bf16 --autocast bf16`` (their LayerNorms and gelu_new's pow run in fp32 on a GPU:
+:func:`memsym.terms.autocast.autocast16_layer_excess`), on the Llama family the 16-bit job
+(nothing more kept), and on any other model the 16-bit job with a note saying what is not
+counted (:func:`_autocast16`); over fp32 weights it is ``--precision fp32 --autocast bf16`` (a
+16-bit cast of every linear weight kept for the backward, an fp32 residual stream:
+:mod:`memsym.terms.autocast`); over 16-bit weights of the other dtype, and ``--fp16`` over fp16
+weights (the GradScaler refuses their gradients), it is refused in one line.
 
 ``search``, ``solve`` and ``plot`` read the same words and say the same reading
 (:func:`hf_reading`, :func:`reading_lines`); the DeepSpeed config is parsed once, where the
@@ -39,7 +42,7 @@ from ..errors import InvalidValueError
 from ..limits import check_limit
 from ..readers.hf_trainer import load_dtype, read_hf_trainer_launch
 from ..readers.hf_trainer_args import ADAMW, RUN_CLM, TRAINING_ARGS
-from ..text import looks_like_option
+from ..text import looks_like_option, printable
 from .report_text import notes_and_defaults
 
 __all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read_as",
@@ -293,7 +296,7 @@ def _ddp_words(r):
     (:func:`_weights_dtype`), with ``--autocast`` over fp32 weights; autocast over 16-bit
     weights of another dtype is refused in one line."""
     dtype, said = _weights_dtype(r)
-    weights = _DTYPES.get(dtype)
+    weights, counted = _DTYPES.get(dtype), False
     if weights is None:
         raise InvalidValueError(f"plain DDP with {said}: memsym counts float32, bfloat16 "
                                 "or float16 weights (run_clm.py's --dtype choices)")
@@ -323,15 +326,15 @@ def _ddp_words(r):
             f"{_NAMES[r.autocast]}; not counted: Accelerate's fp32 copy of the model's outputs "
             "(convert_outputs_to_fp32, accelerator.py:1796-1801, utils/operations.py:896-914)")
     elif r.autocast is not None:
+        counted, said_ops = _autocast16(r)
         r.notes.append(
             f"--{r.autocast} runs the forward under torch.autocast({_NAMES[weights]}) (Accelerate "
             "1.16 accelerator.py:1791-1801, utils/modeling.py:2066-2069), which casts no "
-            f"{_NAMES[weights]} weight (autocast caches casts of fp32 leaves only); not counted: "
-            "Accelerate's fp32 copy of the model's outputs (convert_outputs_to_fp32, "
-            "accelerator.py:1796-1801, utils/operations.py:896-914), the logits' 4 x "
-            f"{r.micro_batch_size} x {r.seq_length or 'sequence'} x vocabulary bytes from the "
-            "forward's end until compute_loss returns, and autocast's fp32 ops beyond those the "
-            "model runs in fp32")
+            f"{_NAMES[weights]} weight (autocast caches casts of fp32 leaves only) "
+            f"{said_ops}; not counted: Accelerate's fp32 copy of the model's outputs "
+            "(convert_outputs_to_fp32, accelerator.py:1796-1801, utils/operations.py:896-914), "
+            f"the logits' 4 x {r.micro_batch_size} x {r.seq_length or 'sequence'} x vocabulary "
+            "bytes from the forward's end until compute_loss returns")
     if "ddp_bucket_cap_mb" in r.values:
         r.notes.append("--ddp_bucket_cap_mb groups the gradients into buckets of that size; "
                        "the buckets together hold every gradient once whatever the cap")
@@ -339,7 +342,48 @@ def _ddp_words(r):
     # (reducer.cpp, Reducer::autograd_hook -> mark_variable_ready): the reduce overlaps it
     return ["--framework", "deepspeed", "--sharding", "ddp", "--torch-ddp-buckets",
             "--optimizer", "adam", "--overlap-grad-reduce"] + (
-        ["--autocast", r.autocast] if r.autocast is not None and weights == "fp32" else [])
+        ["--autocast", r.autocast] if r.autocast is not None and (
+            weights == "fp32" or counted) else [])
+
+
+#: The config.json field naming the activation of a type in AUTOCAST16_LAYERS's LayerNorm ones
+#: (GPT2Config.activation_function, GPTNeoXConfig.hidden_act: transformers 5.25.0
+#: configuration_gpt2.py:83, configuration_gpt_neox.py:66).
+_ACTIVATION_FIELD = {"gpt2": "activation_function", "gpt_neox": "hidden_act"}
+
+
+def _autocast16(r):
+    """(whether memsym counts it, a phrase) for ``--bf16`` / ``--fp16`` over 16-bit weights
+    of the same dtype: CUDA's autocast runs some ops in fp32 that meet the model's 16-bit
+    tensors (LayerNorm, gelu_new's pow: :mod:`memsym.terms.autocast`); counted (memsym's
+    ``--autocast``) on the measured GPT-2 and GPT-NeoX layers of their default activation in
+    full training, none on the Llama family, said as not counted on any other model."""
+    from ..terms.autocast import AUTOCAST16_LAYERS, AUTOCAST_ACTIVATIONS
+
+    cfg = _checkpoint(r.model)
+    kind = cfg.get("model_type")
+    measured = "/".join(k for k, v in AUTOCAST16_LAYERS.items() if v is not None)
+    if kind in AUTOCAST16_LAYERS and AUTOCAST16_LAYERS[kind] is None:
+        return False, ("and runs no op in fp32 on this model's 16-bit tensors that it does not "
+                       f"run in fp32 itself ({kind}: its RMSNorm casts to fp32; measured, "
+                       "memsym.terms.autocast)")
+    activation = cfg.get(_ACTIVATION_FIELD.get(kind, ""), AUTOCAST_ACTIVATIONS.get(kind))
+    if kind in AUTOCAST16_LAYERS and r.lora is None \
+            and activation == AUTOCAST_ACTIVATIONS[kind]:
+        return True, ("but runs its LayerNorms" + (" and gelu_new's pow" if kind == "gpt2"
+                                                   else "") + " in fp32 on a GPU, which keep "
+                      "fp32 copies of their 16-bit inputs (--autocast: memsym.terms.autocast, "
+                      "autocast16_layer_excess; torch 2.13 aten/src/ATen/autocast_mode.h:870, "
+                      ":874)")
+    what = (f"a {printable(str(kind), 40)} model" if kind else "a model without a config.json "
+            "type") + (" under --use_peft" if r.lora is not None and kind else "") + (
+        f" of activation {printable(str(activation), 40)}" if kind in AUTOCAST16_LAYERS
+        and r.lora is None else "")
+    return False, ("but runs some ops in fp32 on a GPU (torch 2.13 aten/src/ATen/"
+                   "autocast_mode.h AT_FORALL_FP32: LayerNorm, pow, softmax, exp, ...), counted "
+                   f"for full training of {measured} of their default activation; not counted "
+                   f"for {what}: e.g. each LayerNorm's fp32 copy of its 16-bit input (2 bytes an "
+                   "element more), weight and bias")
 
 
 def _weights_dtype(r):

@@ -332,7 +332,8 @@ def communication_report(args, j) -> dict:
     m_ = j.m or 1       # the job's m, computed once when it was built
     if training.states.grad_dtype in ("bf16", "fp16"):   # --grad-reduce-in-bf16: 2-byte gradients
         values["b_g"] = 2                           # reduced, as the step time prices them
-    elif training.states.autocast:      # matmuls at the autocast dtype, fp32 gradients reduced
+    elif training.states.autocast and training.states.precision == "fp32":
+        # matmuls at the autocast dtype, fp32 gradients reduced
         values["b_g"] = 4
     values.update({"s": training.batch.seq_length, "b": training.batch.micro_batch_size, "m": m_,
                    "t": layout.t, "p": layout.p, "d": layout.d, "c": layout.c, "e": layout.e,

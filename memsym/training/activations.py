@@ -24,7 +24,7 @@ from ..terms.gemma4_ple import gemma4_ple_model
 from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered_inputs,
                                  mtp_input_activations, output_activations)
 from ..terms.adapters import LORA_TARGETS
-from ..terms.autocast import autocast_output
+from ..terms.autocast import AUTOCAST16_LAYERS, autocast16_output, autocast_output
 from ..terms.chunked_loss import chunked_loss_activations
 from ..terms.fp32_residual import fp32_stage_input
 from ..terms.hf_norms import final_norm_excess
@@ -131,7 +131,10 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
         out = Total(out.name, (*out.terms, peft_frozen_output(
             *token_split(sp_on), norm=("fp32" if fp32_normed else "llama") if rms else None,
             head_input=not chunked, width=activation_width(training))))
-    if training.states.autocast:   # the final norm's fp32 input (memsym.terms.autocast)
+    if training.states.autocast and training.states.precision != "fp32":
+        if AUTOCAST16_LAYERS.get((x.extra or {}).get("hf_model_type")) is not None:
+            out = Total(out.name, (*out.terms, autocast16_output()))   # fp32 final LayerNorm
+    elif training.states.autocast:   # the final norm's fp32 input (memsym.terms.autocast)
         out = Total(out.name, (*out.terms, autocast_output(
             tied=not x.untie_embeddings_and_output_weights, weight_cast=not chunked)))
     if chunked:   # TRL's chunked loss: no lm_head input or logits kept, the packed rows instead

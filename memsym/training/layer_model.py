@@ -25,7 +25,8 @@ from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bits
-from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
+from ..terms.autocast import (AUTOCAST16_LAYERS, AUTOCAST_LAYERS, autocast16_layer_excess,
+                              autocast_layer_excess)
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
@@ -369,7 +370,14 @@ def _autocast_excess(x, training: Training) -> dict:
     """torch.autocast over fp32 weights, by the layer's recompute: the fp32 residual stream's
     norms, each projection's own 16-bit cast of it, the weights' casts, as the model type's
     layer meets autocast (memsym.terms.autocast; job_checks admits AUTOCAST_LAYERS); under a
-    parallel residual both norms read one residual."""
+    parallel residual both norms read one residual.  Over 16-bit weights: the LayerNorms' fp32
+    copies and gelu_new's fp32 tensors alone (AUTOCAST16_LAYERS)."""
+    kind = (x.extra or {}).get("hf_model_type")
+    if training.states.autocast and training.states.precision != "fp32":
+        shape16 = AUTOCAST16_LAYERS.get(kind)      # None: the layer keeps nothing more
+        return {mode: autocast16_layer_excess(mode, **shape16, norm_tensors=1 if
+                                              x.parallel_attention else 2).expr
+                if shape16 is not None else 0 for mode in ("none", "full")}
     shape = dict(AUTOCAST_LAYERS.get((x.extra or {}).get("hf_model_type"), {}),
                  norm_tensors=1 if x.parallel_attention else 2)
     return {mode: autocast_layer_excess(mode, **shape).expr if training.states.autocast

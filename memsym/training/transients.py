@@ -332,8 +332,8 @@ def _add_recompute_absences(out: dict, acts, x, training: Training) -> None:
                  for n, moe in ((x.num_layers - n_moe, False), (n_moe, True)) if n]
         out["forward"].append(replace(casts[0], expr=sp.Add(*(c_.expr for c_ in casts)).xreplace(
             {r_lora: sp.Integer(training.adapters.lora_rank)})))
-    if not training.states.autocast:
-        return
+    if not training.states.autocast or training.states.precision != "fp32":
+        return           # autocast caches casts of fp32 leaves alone: none of 16-bit weights
     # the linears' biases (GPT-2's Conv1D, Qwen2's q, k, v) are cast and cached, kept by no
     # backward; Q, K, V and O follow attention_bias, else add_bias_linear (as the counts do)
     attn = x.add_bias_linear if x.attention_bias is None else x.attention_bias
@@ -360,7 +360,8 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
     gathered; under PEFT ``lm_head``'s input, which the causal LM's forward holds through the
     loss: :func:`memsym.terms.peft_lora.peft_head_input_held`), the deferred embedding weight-gradient buffers, and in the blocks' backward the
     output layer's activations freed (``output_freed``)."""
-    kind, amp = loss_kind(layout, training), bool(training.states.autocast)
+    kind = loss_kind(layout, training)
+    amp = bool(training.states.autocast) and training.states.precision == "fp32"
     if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks)
         # DeepSpeed's engine: 16-bit weights, no autocast; ZeRO-3 gathers lm_head per chunk
         ds = training.states.sharding in DEEPSPEED_ZERO

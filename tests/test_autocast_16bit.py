@@ -1,0 +1,280 @@
+"""torch.autocast over 16-bit weights (the Trainer's ``--bf16`` over a bf16 checkpoint) on
+transformers' GPT-2 and GPT-NeoX (Pythia), against the same model without autocast, and by-hand
+sums (memsym.terms.autocast: autocast16_layer_excess, autocast16_output).
+
+Autocast casts no bf16 weight and leaves the residual bf16; what a GPU run keeps beyond the
+plain bf16 model comes from the ops CUDA's autocast runs in fp32 that the CPU's leaves in 16
+bits (``layer_norm``, gelu_new's ``pow``: torch 2.13 aten/src/ATen/autocast_mode.h
+``AT_FORALL_FP32``).  The oracle: torch's MemTracker on transformers' model on the CPU, bfloat16
+under ``torch.autocast("cpu", torch.bfloat16)`` with those ops run in CUDA's dtype
+(:func:`_cuda_policy`), against bfloat16 without autocast.  Sizes: h = 128, 2 heads of 64,
+f = 4h, 2 layers, V = 1000; s = 128 (--block_size), b = 2, tau = sb = 256.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from in_process import json_report
+
+H, HEADS, LAYERS, V, POSITIONS = 128, 2, 2, 1000, 256
+F, S, B = 4 * H, 128, 2
+TAU = S * B
+ALLOCATED = ("--metric", "allocated")               # no allowance: phases are allocations alone
+#: what CPU autocast must run in fp32 to be CUDA's: the AutocastCUDA kernels emulated below
+EMULATED = {"aten::layer_norm": "layer_norm", "aten::pow.Tensor_Scalar": "pow.Tensor_Scalar"}
+
+
+def _config(tmp_path, family="gpt2", **extra) -> str:
+    folder = tmp_path / family
+    folder.mkdir()
+    fields = {"n_embd": H, "n_layer": LAYERS, "n_head": HEADS, "n_positions": POSITIONS} \
+        if family == "gpt2" else {"hidden_size": H, "num_hidden_layers": LAYERS,
+                                  "num_attention_heads": HEADS, "intermediate_size": F,
+                                  "max_position_embeddings": POSITIONS}
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": family, "vocab_size": V, **fields, **extra}), encoding="utf-8")
+    return str(folder)
+
+
+def _launch(model, *extra, autocast=("--bf16",)):
+    return ["estimate", "torchrun", "--nproc_per_node", "2", "run_clm.py", "--model_name_or_path",
+            model, "--dtype", "bfloat16", *autocast, "--block_size", str(S),
+            "--per_device_train_batch_size", str(B), "--output_dir", "o", *extra, "--gpu",
+            "h100-80gb", *ALLOCATED]
+
+
+def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
+    """--bf16 - no autocast over bf16 weights, phase by phase, written out from
+    modeling_gpt2.py:254-256, :276, :307, :619 and modeling_gpt_neox.py:232-233, :250, :261,
+    :266, :357 under CUDA's autocast: each nn.LayerNorm keeps an fp32 copy of its bf16 input
+    (4 tau h) where the bf16 model keeps the bf16 input (2 tau h, once for GPT-NeoX's two
+    parallel-residual norms, which read one residual) and fp32 copies of its weight and bias
+    (8 h); GPT-2's gelu_new keeps its pow input, tanh and 1 + tanh in fp32 (+2 x 3 tau f); the
+    norms' fp32 outputs are cast once by the fused projection, as the bf16 model keeps them.
+    No weight is cast, the states are the same, a checkpoint is the bf16 residual."""
+    inputs = 1 if family == "gpt_neox" and parallel else 2
+    gelu = 3 * 2 * TAU * F if family == "gpt2" else 0
+    layer = 2 * 4 * TAU * H - inputs * 2 * TAU * H + gelu + 2 * 8 * H
+    output = 2 * TAU * H + 8 * H                      # the final LayerNorm
+    if not checkpointing:
+        return {"forward": LAYERS * layer + output, "loss-backward": LAYERS * layer + output,
+                "backward": LAYERS * layer, "optimizer": 0}          # output freed
+    return {"forward": output, "loss-backward": output, "backward": layer,   # one layer rebuilt
+            "optimizer": 0}
+
+
+CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
+         ("gpt_neox", True, True), ("gpt_neox", False, False)]   # family, parallel, checkpointing
+
+
+def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict:
+    folder = tmp_path / ("amp" if autocast else "plain")
+    folder.mkdir()
+    model = _config(folder, family, **({} if parallel else {"use_parallel_residual": False}))
+    extra = ["--gradient_checkpointing"] if checkpointing else []
+    rep = json_report(capsys, _launch(model, *extra, autocast=("--bf16",) if autocast else ()))
+    assert rep["training"]["autocast"] == ("bf16" if autocast else None)
+    return rep["phases"]
+
+
+@pytest.mark.parametrize("family, parallel, checkpointing", CASES)
+def test_a_bf16_model_under_bf16_is_the_bf16_job_plus_its_fp32_layernorms(
+        capsys, tmp_path, family, parallel, checkpointing):
+    """``--dtype bfloat16 --bf16`` against ``--dtype bfloat16``: each phase's difference is the
+    by-hand sum."""
+    amp, plain = (_phases(capsys, tmp_path, family, parallel, checkpointing, on)
+                  for on in (True, False))
+    want = _by_hand(checkpointing, family, parallel)
+    assert {ph: amp[ph] - plain[ph] for ph in want} == want
+
+
+def test_the_terms_are_the_derivation():
+    """memsym's terms, symbol for symbol, against the by-hand excess (GPT-2's layer, GPT-NeoX's
+    parallel one, the final norm)."""
+    import sympy as sp
+    from memsym.symbols import b, c, f, h, s
+    from memsym.terms.autocast import autocast16_layer_excess, autocast16_output
+    tau = s * b
+    assert sp.expand(autocast16_layer_excess(tanh_gelu=True).expr.xreplace({c: 1})
+                     - (8 * tau * h - 4 * tau * h + 6 * tau * f + 16 * h)) == 0
+    assert sp.expand(autocast16_layer_excess(norm_tensors=1).expr.xreplace({c: 1})
+                     - (8 * tau * h - 2 * tau * h + 16 * h)) == 0
+    assert sp.expand(autocast16_output().expr.xreplace({c: 1}) - (2 * tau * h + 8 * h)) == 0
+
+
+def test_fp16_weights_under_fp16_autocast_keep_what_bf16_ones_do(capsys, tmp_path):
+    """memsym's own options (the Trainer refuses --fp16 over fp16 weights: its GradScaler):
+    the same 2-byte widths, the same excess."""
+    model = _config(tmp_path, "gpt2")
+    common = ["estimate", model, "--framework", "deepspeed", "--sharding", "ddp",
+              "--torch-ddp-buckets", "--optimizer", "adam", "--seq-length", str(S),
+              "--micro-batch-size", str(B), *ALLOCATED]
+    got = {p: json_report(capsys, [*common, "--precision", p, "--autocast", p])["phases"]
+           for p in ("bf16", "fp16")}
+    assert got["bf16"] == got["fp16"]
+
+
+def _notes(capsys, tmp_path, family, *extra, **fields) -> tuple:
+    rep = json_report(capsys, _launch(_config(tmp_path, family, **fields), *extra))
+    return rep["training"]["autocast"], " ".join(rep["notes"])
+
+
+def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path):
+    """Phi (one LayerNorm read by q, k, v and fc1, gelu_new; not measured) stays the bf16 job,
+    and its note says the fp32 LayerNorm copies are not counted; GPT-2 of another activation
+    too; the Llama family keeps nothing more (measured below)."""
+    amp, notes = _notes(capsys, tmp_path, "phi")
+    assert amp is None and "not counted for a phi model" in notes and "LayerNorm" in notes
+    amp, notes = _notes(capsys, tmp_path, "gpt2", activation_function="gelu_fast")
+    assert amp is None and "not counted for a gpt2 model of activation gelu_fast" in notes
+    amp, notes = _notes(capsys, tmp_path, "gpt_neox")
+    assert amp == "bf16" and "autocast16_layer_excess" in notes
+    amp, notes = _notes(capsys, tmp_path, "llama", num_key_value_heads=HEADS)
+    assert amp is None and "its RMSNorm casts to fp32" in notes
+
+
+# --- a real engine: torch's MemTracker on transformers' own models on the CPU ----------------
+def _cuda_policy(torch):
+    """CUDA's autocast dtype for the ops of :data:`EMULATED`, as kernels of CPU autocast's
+    dispatch key (live while the returned Library is): fp32 (torch 2.13.0
+    aten/src/ATen/autocast_mode.h:870, :874, ``AT_FORALL_FP32``: every floating argument cast
+    to fp32, as autocast's fp32 policy casts them)."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def fp32(op):
+        def kernel(*args):
+            with torch.autocast("cpu", enabled=False):     # redispatch below autocast
+                return op(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                            else x for x in args))
+        return kernel
+
+    for name in EMULATED.values():
+        overload = name.partition(".")[2] or "default"
+        lib.impl(name, fp32(getattr(getattr(torch.ops.aten, name.partition(".")[0]), overload)),
+                 "AutocastCPU")
+    return lib
+
+
+def test_the_emulated_ops_are_cudas_own():
+    """This torch's CUDA autocast has its own kernel for each emulated op, the CPU's none."""
+    torch = pytest.importorskip("torch")
+    cuda = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA"))
+    cpu = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU"))
+    for op in EMULATED:
+        assert op in cuda and op not in cpu, op
+
+
+def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
+    """transformers' two-layer model of ``family``, SDPA, use_cache off as the Trainer sets it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    common = dict(vocab_size=V, use_cache=False, bos_token_id=None, eos_token_id=None,
+                  pad_token_id=None, attn_implementation="sdpa")
+    if family == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=H, n_layer=LAYERS, n_head=HEADS, n_positions=POSITIONS, **common))
+    else:
+        classes = {"gpt_neox": "GPTNeoX", "llama": "Llama", "mistral": "Mistral",
+                   "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
+        extra = {"use_parallel_residual": parallel} if family == "gpt_neox" else {
+            "num_key_value_heads": HEADS}
+        cfg = getattr(transformers, classes + "Config")(
+            hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            intermediate_size=F, max_position_embeddings=POSITIONS, **extra, **common)
+        model = getattr(transformers, classes + "ForCausalLM")(cfg)
+    model = model.to(getattr(torch, dtype)).train()
+    if checkpointing:
+        model.activation_checkpointing_enable()      # --gradient_checkpointing's call
+    return model
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3"])
+def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family):
+    """Every op of the bf16 model's forward under CPU autocast that CUDA's autocast registers
+    and the CPU's does not, on a 16-bit input, is one :data:`EMULATED` covers (``layer_norm``
+    reaches the kernels as ``native_layer_norm``); the Llama family meets none (its RMSNorm
+    casts to fp32 itself), so its CPU run is CUDA's and it keeps nothing more."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    cuda_only = (set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA"))
+                 - set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU")))
+    half = (torch.bfloat16, torch.float16)
+    met = set()
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name + ("" if func._overloadname == "default"
+                                        else "." + func._overloadname)
+            if name in cuda_only and any(isinstance(x, torch.Tensor) and x.dtype in half
+                                         for x in (*args, *(kwargs or {}).values())):
+                met.add(name)
+            return func(*args, **(kwargs or {}))
+
+    model = _model(family)
+    ids = torch.randint(0, V, (B, S))
+    with torch.autocast("cpu", dtype=torch.bfloat16), Ops():
+        model(input_ids=ids, labels=ids)
+    covered = {"aten::native_layer_norm" if op == "aten::layer_norm" else op for op in EMULATED}
+    assert met <= covered, met - covered
+    assert (met == set()) == (family not in ("gpt2", "gpt_neox")), met
+
+
+def _tracked(family: str, autocast: bool, checkpointing: bool, parallel: bool = True) -> dict:
+    """Activation bytes (MemTracker's ACT + TEMP) of the bf16 model's training forward at the
+    forward's end and as the loss's backward starts, under CPU bf16 autocast with CUDA's
+    dtypes (:func:`_cuda_policy`) or without autocast."""
+    torch = pytest.importorskip("torch")
+    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    model = _model(family, parallel=parallel, checkpointing=checkpointing)
+    ids = torch.randint(0, V, (B, S))
+    mt = tracker.MemTracker()
+    mt.track_external(model)
+    policy = _cuda_policy(torch) if autocast else None
+    with mt:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    del policy                                        # CPU autocast's own kernels again
+    root = next(st for st in mt.memory_tracking.values()
+                if st.mod_fqn == type(model).__name__)
+
+    def kept(state) -> int:
+        (snap,) = root.snapshots[state][0].values()
+        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
+                                                       tracker._MemRefType.TEMP))
+    return {"forward": kept(tracker._ModState.POST_FW),
+            "loss-backward": kept(tracker._ModState.PRE_BW)}
+
+
+def _cpu_only(checkpointing: bool) -> int:
+    """What the CPU's kernels keep beyond CUDA's in autocast - plain: native_layer_norm on the
+    CPU keeps mean and rstd in its input's dtype (fp32 under the emulated autocast, 4 + 4 bytes
+    a token; bf16 without, 2 + 2) where CUDA keeps fp32 in both: +4 tau for each LayerNorm
+    call that keeps them (the final one, and the layers' two without checkpointing)."""
+    return (1 + (0 if checkpointing else 2 * LAYERS)) * 4 * TAU
+
+
+@pytest.mark.parametrize("family, parallel, checkpointing", CASES)
+def test_torchs_memory_tracker_sees_the_excess_memsym_counts(
+        capsys, tmp_path, family, parallel, checkpointing):
+    """bf16 under (emulated CUDA) autocast - bf16 as torch's MemTracker measures transformers'
+    own model = the by-hand sum = memsym's phase difference, plus the CPU kernels' own
+    (:func:`_cpu_only`), at the forward's end and as the loss's backward starts."""
+    amp, plain = (_phases(capsys, tmp_path, family, parallel, checkpointing, on)
+                  for on in (True, False))
+    measured = {on: _tracked(family, on, checkpointing, parallel) for on in (True, False)}
+    want = _by_hand(checkpointing, family, parallel)
+    for phase in ("forward", "loss-backward"):
+        seen = measured[True][phase] - measured[False][phase] - _cpu_only(checkpointing)
+        assert seen == want[phase] == amp[phase] - plain[phase], phase
+
+
+def test_the_llama_family_keeps_nothing_more_under_autocast():
+    """Llama's bf16 model under CPU autocast (CUDA's, as no op CUDA alone runs in fp32 meets
+    its 16-bit tensors) keeps what it keeps without: memsym's 16-bit job is its count."""
+    measured = {on: _tracked("llama", on, False) for on in (True, False)}
+    assert measured[True] == measured[False]
