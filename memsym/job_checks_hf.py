@@ -116,7 +116,7 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
     sharding ddp), fp32 weights, full training, one GPU per replica, SDPA, no recompute or
     full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`), with the
     activation measured where the config names one (:data:`AUTOCAST_ACTIVATIONS`); over 16-bit
-    weights of the autocast's own dtype on GPT-2 and GPT-NeoX (:data:`AUTOCAST16_LAYERS`)."""
+    weights of the autocast's own dtype on the layers of :data:`AUTOCAST16_LAYERS`."""
     dtype = training.states.autocast
     if dtype is None:
         return
@@ -137,6 +137,7 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             "eager attention (flash_attention off)" if not training.memory.flash_attention else
             f"a {str(kind)[:40]} model (a config.json of type " + ", ".join(types) + ")"
             if kind not in types or x.num_experts else
+            "qk_layernorm (LayerNorms on q and k, not measured)" if x.qk_layernorm else
             # the activation measured (gelu_new's pow is fp32 under CUDA's autocast, F.gelu not)
             f"a {kind} model of activation {printable(str(activation), 40)} ("
             f"{AUTOCAST_ACTIVATIONS[kind]} is counted)" if kind in AUTOCAST_ACTIVATIONS

@@ -33,7 +33,9 @@ def _config(tmp_path, family="gpt2", **extra) -> str:
     fields = {"n_embd": H, "n_layer": LAYERS, "n_head": HEADS, "n_positions": POSITIONS} \
         if family == "gpt2" else {"hidden_size": H, "num_hidden_layers": LAYERS,
                                   "num_attention_heads": HEADS, "intermediate_size": F,
-                                  "max_position_embeddings": POSITIONS}
+                                  "max_position_embeddings": POSITIONS,
+                                  **({} if family == "gpt_neox"
+                                     else {"num_key_value_heads": HEADS})}
     (folder / "config.json").write_text(json.dumps({
         "model_type": family, "vocab_size": V, **fields, **extra}), encoding="utf-8")
     return str(folder)
@@ -46,18 +48,33 @@ def _launch(model, *extra, autocast=("--bf16",)):
             "h100-80gb", *ALLOCATED]
 
 
+#: per family, by hand from transformers 5.25.0: (LayerNorms a layer, linears reading their
+#: outputs, gelu_new); GPT-2 modeling_gpt2.py:254-256 (ln_1, ln_2), :187, :241 (c_attn, c_fc),
+#: :237 (gelu_new); GPT-NeoX modeling_gpt_neox.py:232-233, :250, :261, :266 (query_key_value,
+#: dense_h_to_4h; F.gelu); Phi modeling_phi.py:258, :190-192, :247 (one input_layernorm read by
+#: q_proj, k_proj, v_proj and fc1; gelu_new); StableLM modeling_stablelm.py:327-330, :267-269,
+#: :152 (input_layernorm read by q, k, v; post_attention_layernorm by gate and up; SiLU), with
+#: use_parallel_residual one norm read by all five (:359-364)
+SHAPES = {"gpt2": (2, 2, True), "gpt_neox": (2, 2, False), "phi": (1, 4, True),
+          "stablelm": (2, 5, False)}
+
+
 def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
-    """--bf16 - no autocast over bf16 weights, phase by phase, written out from
-    modeling_gpt2.py:254-256, :276, :307, :619 and modeling_gpt_neox.py:232-233, :250, :261,
-    :266, :357 under CUDA's autocast: each nn.LayerNorm keeps an fp32 copy of its bf16 input
-    (4 tau h) where the bf16 model keeps the bf16 input (2 tau h, once for GPT-NeoX's two
-    parallel-residual norms, which read one residual) and fp32 copies of its weight and bias
-    (8 h); GPT-2's gelu_new keeps its pow input, tanh and 1 + tanh in fp32 (+2 x 3 tau f); the
-    norms' fp32 outputs are cast once by the fused projection, as the bf16 model keeps them.
-    No weight is cast, the states are the same, a checkpoint is the bf16 residual."""
-    inputs = 1 if family == "gpt_neox" and parallel else 2
-    gelu = 3 * 2 * TAU * F if family == "gpt2" else 0
-    layer = 2 * 4 * TAU * H - inputs * 2 * TAU * H + gelu + 2 * 8 * H
+    """--bf16 - no autocast over bf16 weights, phase by phase, under CUDA's autocast: each
+    nn.LayerNorm keeps an fp32 copy of its bf16 input (4 tau h) where the bf16 model keeps the
+    bf16 input (2 tau h, once for the norms of a parallel residual, which read one residual:
+    GPT-NeoX's two) and fp32 copies of its weight and bias (8 h); each linear reading a norm's
+    fp32 output keeps its own bf16 cast, where the bf16 model keeps the norm's bf16 output once
+    (2 tau h for each reader beyond one a norm: Phi's 3, StableLM's 3); gelu_new keeps its pow
+    input, tanh and 1 + tanh in fp32 (+2 x 3 tau f); the final LayerNorm 2 tau h + 8 h.  No
+    weight is cast, the states are the same, a checkpoint is the bf16 residual."""
+    norms, readers, gelu_new = SHAPES[family]
+    if family == "stablelm" and parallel:
+        norms = 1                                     # no post_attention_layernorm
+    inputs = 1 if family in ("gpt_neox", "phi", "stablelm") and parallel else norms
+    gelu = 3 * 2 * TAU * F if gelu_new else 0
+    layer = norms * 4 * TAU * H - inputs * 2 * TAU * H + (readers - norms) * 2 * TAU * H \
+        + gelu + norms * 8 * H
     output = 2 * TAU * H + 8 * H                      # the final LayerNorm
     if not checkpointing:
         return {"forward": LAYERS * layer + output, "loss-backward": LAYERS * layer + output,
@@ -67,13 +84,16 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
 
 
 CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
-         ("gpt_neox", True, True), ("gpt_neox", False, False)]   # family, parallel, checkpointing
+         ("gpt_neox", True, True), ("gpt_neox", False, False), ("phi", True, False),
+         ("phi", True, True), ("stablelm", False, False), ("stablelm", True, False),
+         ("stablelm", False, True)]                  # family, parallel, checkpointing
 
 
 def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict:
     folder = tmp_path / ("amp" if autocast else "plain")
     folder.mkdir()
-    model = _config(folder, family, **({} if parallel else {"use_parallel_residual": False}))
+    model = _config(folder, family, **({"use_parallel_residual": parallel}
+                                       if family in ("gpt_neox", "stablelm") else {}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
     rep = json_report(capsys, _launch(model, *extra, autocast=("--bf16",) if autocast else ()))
     assert rep["training"]["autocast"] == ("bf16" if autocast else None)
@@ -103,6 +123,14 @@ def test_the_terms_are_the_derivation():
     assert sp.expand(autocast16_layer_excess(norm_tensors=1).expr.xreplace({c: 1})
                      - (8 * tau * h - 2 * tau * h + 16 * h)) == 0
     assert sp.expand(autocast16_output().expr.xreplace({c: 1}) - (2 * tau * h + 8 * h)) == 0
+    # Phi: one norm (4 tau h over a 2 tau h input), three more casts of its output, gelu_new
+    phi = autocast16_layer_excess(tanh_gelu=True, norms=1, norm_tensors=1, readers=4)
+    assert sp.expand(phi.expr.xreplace({c: 1})
+                     - (4 * tau * h - 2 * tau * h + 3 * 2 * tau * h + 6 * tau * f + 8 * h)) == 0
+    # StableLM: two norms, q, k, v on the first and gate, up on the second (three more casts)
+    stablelm = autocast16_layer_excess(readers=5)
+    assert sp.expand(stablelm.expr.xreplace({c: 1})
+                     - (8 * tau * h - 4 * tau * h + 3 * 2 * tau * h + 16 * h)) == 0
 
 
 def test_fp16_weights_under_fp16_autocast_keep_what_bf16_ones_do(capsys, tmp_path):
@@ -123,16 +151,18 @@ def _notes(capsys, tmp_path, family, *extra, **fields) -> tuple:
 
 
 def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path):
-    """Phi (one LayerNorm read by q, k, v and fc1, gelu_new; not measured) stays the bf16 job,
-    and its note says the fp32 LayerNorm copies are not counted; GPT-2 of another activation
+    """StarCoder2 (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
+    LayerNorm copies are not counted; GPT-2 of another activation and Phi with qk_layernorm
     too; the Llama family keeps nothing more (measured below)."""
-    amp, notes = _notes(capsys, tmp_path, "phi")
-    assert amp is None and "not counted for a phi model" in notes and "LayerNorm" in notes
+    amp, notes = _notes(capsys, tmp_path, "starcoder2")
+    assert amp is None and "not counted for a starcoder2 model" in notes and "LayerNorm" in notes
+    amp, notes = _notes(capsys, tmp_path, "phi", qk_layernorm=True)
+    assert amp is None and "not counted for a phi model with qk_layernorm" in notes
     amp, notes = _notes(capsys, tmp_path, "gpt2", activation_function="gelu_fast")
     assert amp is None and "not counted for a gpt2 model of activation gelu_fast" in notes
     amp, notes = _notes(capsys, tmp_path, "gpt_neox")
     assert amp == "bf16" and "autocast16_layer_excess" in notes
-    amp, notes = _notes(capsys, tmp_path, "llama", num_key_value_heads=HEADS)
+    amp, notes = _notes(capsys, tmp_path, "llama")
     assert amp is None and "its RMSNorm casts to fp32" in notes
 
 
@@ -179,9 +209,10 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
             n_embd=H, n_layer=LAYERS, n_head=HEADS, n_positions=POSITIONS, **common))
     else:
         classes = {"gpt_neox": "GPTNeoX", "llama": "Llama", "mistral": "Mistral",
-                   "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
+                   "qwen2": "Qwen2", "qwen3": "Qwen3", "phi": "Phi", "stablelm": "StableLm"}[family]
         extra = {"use_parallel_residual": parallel} if family == "gpt_neox" else {
-            "num_key_value_heads": HEADS}
+            "num_key_value_heads": HEADS, **({"use_parallel_residual": parallel}
+                                             if family == "stablelm" else {})}
         cfg = getattr(transformers, classes + "Config")(
             hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
             intermediate_size=F, max_position_embeddings=POSITIONS, **extra, **common)
@@ -192,7 +223,8 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
     return model
 
 
-@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "phi", "stablelm", "llama", "mistral",
+                                    "qwen2", "qwen3"])
 def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family):
     """Every op of the bf16 model's forward under CPU autocast that CUDA's autocast registers
     and the CPU's does not, on a 16-bit input, is one :data:`EMULATED` covers (``layer_norm``
@@ -220,7 +252,7 @@ def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family):
         model(input_ids=ids, labels=ids)
     covered = {"aten::native_layer_norm" if op == "aten::layer_norm" else op for op in EMULATED}
     assert met <= covered, met - covered
-    assert (met == set()) == (family not in ("gpt2", "gpt_neox")), met
+    assert (met == set()) == (family not in SHAPES), met
 
 
 def _tracked(family: str, autocast: bool, checkpointing: bool, parallel: bool = True) -> dict:
@@ -250,12 +282,13 @@ def _tracked(family: str, autocast: bool, checkpointing: bool, parallel: bool = 
             "loss-backward": kept(tracker._ModState.PRE_BW)}
 
 
-def _cpu_only(checkpointing: bool) -> int:
+def _cpu_only(checkpointing: bool, family: str, parallel: bool) -> int:
     """What the CPU's kernels keep beyond CUDA's in autocast - plain: native_layer_norm on the
     CPU keeps mean and rstd in its input's dtype (fp32 under the emulated autocast, 4 + 4 bytes
     a token; bf16 without, 2 + 2) where CUDA keeps fp32 in both: +4 tau for each LayerNorm
-    call that keeps them (the final one, and the layers' two without checkpointing)."""
-    return (1 + (0 if checkpointing else 2 * LAYERS)) * 4 * TAU
+    call that keeps them (the final one, and the layers' without checkpointing)."""
+    norms = 1 if family == "phi" or (family == "stablelm" and parallel) else 2
+    return (1 + (0 if checkpointing else norms * LAYERS)) * 4 * TAU
 
 
 @pytest.mark.parametrize("family, parallel, checkpointing", CASES)
@@ -269,7 +302,8 @@ def test_torchs_memory_tracker_sees_the_excess_memsym_counts(
     measured = {on: _tracked(family, on, checkpointing, parallel) for on in (True, False)}
     want = _by_hand(checkpointing, family, parallel)
     for phase in ("forward", "loss-backward"):
-        seen = measured[True][phase] - measured[False][phase] - _cpu_only(checkpointing)
+        seen = measured[True][phase] - measured[False][phase] - _cpu_only(checkpointing, family,
+                                                                          parallel)
         assert seen == want[phase] == amp[phase] - plain[phase], phase
 
 

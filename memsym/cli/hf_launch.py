@@ -19,8 +19,9 @@ Accelerate, whose reducer keeps a second copy of every gradient in its buckets, 
 ``torch.optim.AdamW`` on the module's own parameters, every state in their dtype, no fp32
 master copy: :mod:`memsym.terms.torch_ddp`), ``P`` the weights' dtype: run_clm.py's ``--dtype``
 or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
-``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2 and GPT-NeoX it is
-``--precision bf16 --autocast bf16`` (their LayerNorms and gelu_new's pow run in fp32 on a GPU:
+``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2, GPT-NeoX, Phi and
+StableLM it is ``--precision bf16 --autocast bf16`` (their LayerNorms and gelu_new's pow run in
+fp32 on a GPU:
 :func:`memsym.terms.autocast.autocast16_layer_excess`), on the Llama family the 16-bit job
 (nothing more kept), and on any other model the 16-bit job with a note saying what is not
 counted (:func:`_autocast16`); over fp32 weights it is ``--precision fp32 --autocast bf16`` (a
@@ -346,19 +347,21 @@ def _ddp_words(r):
             weights == "fp32" or counted) else [])
 
 
-#: The config.json field naming the activation of a type in AUTOCAST16_LAYERS's LayerNorm ones
-#: (GPT2Config.activation_function, GPTNeoXConfig.hidden_act: transformers 5.25.0
-#: configuration_gpt2.py:83, configuration_gpt_neox.py:66).
-_ACTIVATION_FIELD = {"gpt2": "activation_function", "gpt_neox": "hidden_act"}
+#: The config.json field naming the activation of a type in AUTOCAST16_LAYERS's LayerNorm ones,
+#: and the one measured, its default (transformers 5.25.0 configuration_gpt2.py:83,
+#: configuration_gpt_neox.py:66, configuration_phi.py:71, configuration_stablelm.py:50).
+_ACTIVATION = {"gpt2": ("activation_function", "gelu_new"), "gpt_neox": ("hidden_act", "gelu"),
+               "phi": ("hidden_act", "gelu_new"), "stablelm": ("hidden_act", "silu")}
 
 
 def _autocast16(r):
     """(whether memsym counts it, a phrase) for ``--bf16`` / ``--fp16`` over 16-bit weights
     of the same dtype: CUDA's autocast runs some ops in fp32 that meet the model's 16-bit
     tensors (LayerNorm, gelu_new's pow: :mod:`memsym.terms.autocast`); counted (memsym's
-    ``--autocast``) on the measured GPT-2 and GPT-NeoX layers of their default activation in
-    full training, none on the Llama family, said as not counted on any other model."""
-    from ..terms.autocast import AUTOCAST16_LAYERS, AUTOCAST_ACTIVATIONS
+    ``--autocast``) on the measured GPT-2, GPT-NeoX, Phi and StableLM layers of their default
+    activation (no qk_layernorm) in full training, none on the Llama family, said as not
+    counted on any other model."""
+    from ..terms.autocast import AUTOCAST16_LAYERS
 
     cfg = _checkpoint(r.model)
     kind = cfg.get("model_type")
@@ -367,16 +370,18 @@ def _autocast16(r):
         return False, ("and runs no op in fp32 on this model's 16-bit tensors that it does not "
                        f"run in fp32 itself ({kind}: its RMSNorm casts to fp32; measured, "
                        "memsym.terms.autocast)")
-    activation = cfg.get(_ACTIVATION_FIELD.get(kind, ""), AUTOCAST_ACTIVATIONS.get(kind))
-    if kind in AUTOCAST16_LAYERS and r.lora is None \
-            and activation == AUTOCAST_ACTIVATIONS[kind]:
-        return True, ("but runs its LayerNorms" + (" and gelu_new's pow" if kind == "gpt2"
-                                                   else "") + " in fp32 on a GPU, which keep "
+    field, measured_act = _ACTIVATION.get(kind, ("", None))
+    activation = cfg.get(field, measured_act)
+    if kind in AUTOCAST16_LAYERS and r.lora is None and activation == measured_act \
+            and not cfg.get("qk_layernorm"):
+        gelu = " and gelu_new's pow" if activation == "gelu_new" else ""
+        return True, (f"but runs its LayerNorms{gelu} in fp32 on a GPU, which keep "
                       "fp32 copies of their 16-bit inputs (--autocast: memsym.terms.autocast, "
                       "autocast16_layer_excess; torch 2.13 aten/src/ATen/autocast_mode.h:870, "
                       ":874)")
     what = (f"a {printable(str(kind), 40)} model" if kind else "a model without a config.json "
             "type") + (" under --use_peft" if r.lora is not None and kind else "") + (
+        " with qk_layernorm" if cfg.get("qk_layernorm") and r.lora is None else
         f" of activation {printable(str(activation), 40)}" if kind in AUTOCAST16_LAYERS
         and r.lora is None else "")
     return False, ("but runs some ops in fp32 on a GPU (torch 2.13 aten/src/ATen/"

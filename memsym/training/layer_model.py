@@ -375,8 +375,9 @@ def _autocast_excess(x, training: Training) -> dict:
     kind = (x.extra or {}).get("hf_model_type")
     if training.states.autocast and training.states.precision != "fp32":
         shape16 = AUTOCAST16_LAYERS.get(kind)      # None: the layer keeps nothing more
-        return {mode: autocast16_layer_excess(mode, **shape16, norm_tensors=1 if
-                                              x.parallel_attention else 2).expr
+        norms = x.norms_per_layer
+        return {mode: autocast16_layer_excess(mode, **shape16, norms=norms, norm_tensors=1 if
+                                              x.parallel_attention else norms).expr
                 if shape16 is not None else 0 for mode in ("none", "full")}
     shape = dict(AUTOCAST_LAYERS.get((x.extra or {}).get("hf_model_type"), {}),
                  norm_tensors=1 if x.parallel_attention else 2)
