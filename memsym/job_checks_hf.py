@@ -144,10 +144,10 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             and activation != AUTOCAST_ACTIVATIONS[kind] else None)
     if said is not None:
         raise InvalidValueError(
-            f"autocast {dtype} over fp32 weights is counted for transformers' "
-            f"{'/'.join(AUTOCAST_MODEL_TYPES)} decoder layers, over {dtype} weights for its "
-            f"{'/'.join(AUTOCAST16_LAYERS)} ones, under plain DDP (framework deepspeed, sharding "
-            f"ddp, full training, SDPA, recompute none or full), as measured; not {said}")
+            f"autocast {dtype} over {'fp32' if precision == 'fp32' else dtype} weights is "
+            f"counted for transformers' {'/'.join(types)} decoder layers under plain DDP "
+            "(framework deepspeed, sharding ddp, full training, SDPA, recompute none or full), "
+            f"as measured; not {said}")
 
 
 def check_chunked_loss(x, layout: Layout, training: Training) -> None:

@@ -31,7 +31,7 @@ def _config(tmp_path, family="gpt2", **extra) -> str:
     folder = tmp_path / family
     folder.mkdir()
     fields = {"n_embd": H, "n_layer": LAYERS, "n_head": HEADS, "n_positions": POSITIONS} \
-        if family == "gpt2" else {"hidden_size": H, "num_hidden_layers": LAYERS,
+        if family in GPT2_STYLE else {"hidden_size": H, "num_hidden_layers": LAYERS,
                                   "num_attention_heads": HEADS, "intermediate_size": F,
                                   "max_position_embeddings": POSITIONS,
                                   **({} if family == "gpt_neox"
@@ -54,9 +54,18 @@ def _launch(model, *extra, autocast=("--bf16",)):
 #: dense_h_to_4h; F.gelu); Phi modeling_phi.py:258, :190-192, :247 (one input_layernorm read by
 #: q_proj, k_proj, v_proj and fc1; gelu_new); StableLM modeling_stablelm.py:327-330, :267-269,
 #: :152 (input_layernorm read by q, k, v; post_attention_layernorm by gate and up; SiLU), with
-#: use_parallel_residual one norm read by all five (:359-364)
+#: use_parallel_residual one norm read by all five (:359-364); GPT-J modeling_gptj.py:213,
+#: :141-143, :202 (ln_1 read by q, k, v and fc_in in parallel; gelu_new); CodeGen
+#: modeling_codegen.py:212, :138, :201 (ln_1 read by the fused qkv_proj and fc_in; gelu_new);
+#: GPTBigCode modeling_gpt_bigcode.py:266-270, :203, :253 (GPT-2's layout, gelu_pytorch_tanh);
+#: StarCoder2 modeling_starcoder2.py:212-213, :171-173, :63 (q, k, v; c_fc; gelu_pytorch_tanh)
 SHAPES = {"gpt2": (2, 2, True), "gpt_neox": (2, 2, False), "phi": (1, 4, True),
-          "stablelm": (2, 5, False)}
+          "stablelm": (2, 5, False), "gptj": (1, 4, True), "codegen": (1, 2, True),
+          "gpt_bigcode": (2, 2, False), "starcoder2": (2, 4, False)}
+#: the parallel blocks: one LayerNorm read by attention and MLP, or two on one residual
+PARALLEL = ("gpt_neox", "phi", "stablelm", "gptj", "codegen")
+#: transformers' GPT-2-style configs (n_embd, n_layer, n_head, n_positions)
+GPT2_STYLE = ("gpt2", "gptj", "codegen", "gpt_bigcode")
 
 
 def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
@@ -71,7 +80,7 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
     norms, readers, gelu_new = SHAPES[family]
     if family == "stablelm" and parallel:
         norms = 1                                     # no post_attention_layernorm
-    inputs = 1 if family in ("gpt_neox", "phi", "stablelm") and parallel else norms
+    inputs = 1 if family in PARALLEL and parallel else norms
     gelu = 3 * 2 * TAU * F if gelu_new else 0
     layer = norms * 4 * TAU * H - inputs * 2 * TAU * H + (readers - norms) * 2 * TAU * H \
         + gelu + norms * 8 * H
@@ -86,7 +95,9 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
 CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
          ("gpt_neox", True, True), ("gpt_neox", False, False), ("phi", True, False),
          ("phi", True, True), ("stablelm", False, False), ("stablelm", True, False),
-         ("stablelm", False, True)]                  # family, parallel, checkpointing
+         ("stablelm", False, True), ("gptj", True, False), ("codegen", True, False),
+         ("gpt_bigcode", True, False), ("starcoder2", True, False),
+         ("starcoder2", True, True)]                 # family, parallel, checkpointing
 
 
 def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict:
@@ -151,11 +162,11 @@ def _notes(capsys, tmp_path, family, *extra, **fields) -> tuple:
 
 
 def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path):
-    """StarCoder2 (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
+    """OPT (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
     LayerNorm copies are not counted; GPT-2 of another activation and Phi with qk_layernorm
     too; the Llama family keeps nothing more (measured below)."""
-    amp, notes = _notes(capsys, tmp_path, "starcoder2")
-    assert amp is None and "not counted for a starcoder2 model" in notes and "LayerNorm" in notes
+    amp, notes = _notes(capsys, tmp_path, "opt", ffn_dim=F)
+    assert amp is None and "not counted for a opt model" in notes and "LayerNorm" in notes
     amp, notes = _notes(capsys, tmp_path, "phi", qk_layernorm=True)
     assert amp is None and "not counted for a phi model with qk_layernorm" in notes
     amp, notes = _notes(capsys, tmp_path, "gpt2", activation_function="gelu_fast")
@@ -204,12 +215,16 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
     torch.manual_seed(0)
     common = dict(vocab_size=V, use_cache=False, bos_token_id=None, eos_token_id=None,
                   pad_token_id=None, attn_implementation="sdpa")
-    if family == "gpt2":
-        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+    if family in GPT2_STYLE:
+        name = {"gpt2": "GPT2", "gptj": "GPTJ", "codegen": "CodeGen",
+                "gpt_bigcode": "GPTBigCode"}[family]
+        head = "LMHeadModel" if family == "gpt2" else "ForCausalLM"
+        model = getattr(transformers, name + head)(getattr(transformers, name + "Config")(
             n_embd=H, n_layer=LAYERS, n_head=HEADS, n_positions=POSITIONS, **common))
     else:
         classes = {"gpt_neox": "GPTNeoX", "llama": "Llama", "mistral": "Mistral",
-                   "qwen2": "Qwen2", "qwen3": "Qwen3", "phi": "Phi", "stablelm": "StableLm"}[family]
+                   "qwen2": "Qwen2", "qwen3": "Qwen3", "phi": "Phi", "stablelm": "StableLm",
+                   "starcoder2": "Starcoder2"}[family]
         extra = {"use_parallel_residual": parallel} if family == "gpt_neox" else {
             "num_key_value_heads": HEADS, **({"use_parallel_residual": parallel}
                                              if family == "stablelm" else {})}
@@ -223,8 +238,7 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
     return model
 
 
-@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "phi", "stablelm", "llama", "mistral",
-                                    "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", [*SHAPES, "llama", "mistral", "qwen2", "qwen3"])
 def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family):
     """Every op of the bf16 model's forward under CPU autocast that CUDA's autocast registers
     and the CPU's does not, on a 16-bit input, is one :data:`EMULATED` covers (``layer_norm``
@@ -287,7 +301,8 @@ def _cpu_only(checkpointing: bool, family: str, parallel: bool) -> int:
     CPU keeps mean and rstd in its input's dtype (fp32 under the emulated autocast, 4 + 4 bytes
     a token; bf16 without, 2 + 2) where CUDA keeps fp32 in both: +4 tau for each LayerNorm
     call that keeps them (the final one, and the layers' without checkpointing)."""
-    norms = 1 if family == "phi" or (family == "stablelm" and parallel) else 2
+    norms = 1 if family in ("phi", "gptj", "codegen") or (family == "stablelm" and parallel) \
+        else 2
     return (1 + (0 if checkpointing else norms * LAYERS)) * 4 * TAU
 
 
@@ -312,3 +327,17 @@ def test_the_llama_family_keeps_nothing_more_under_autocast():
     its 16-bit tensors) keeps what it keeps without: memsym's 16-bit job is its count."""
     measured = {on: _tracked("llama", on, False) for on in (True, False)}
     assert measured[True] == measured[False]
+
+
+def test_gpt_bigcodes_default_activation_is_its_config_classs(capsys, tmp_path):
+    """A GPTBigCode config.json without activation_function runs GPTBigCodeConfig's default,
+    gelu_pytorch_tanh (a fused F.gelu: none of gelu_new's three more tensors), read as such."""
+    transformers = pytest.importorskip("transformers")
+    assert transformers.GPTBigCodeConfig().activation_function == "gelu_pytorch_tanh"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    default = json_report(capsys, _launch(_config(tmp_path / "a", "gpt_bigcode"), autocast=()))
+    named = json_report(capsys, _launch(_config(tmp_path / "b", "gpt_bigcode",
+                                                activation_function="gelu_pytorch_tanh"),
+                                        autocast=()))
+    assert default["phases"] == named["phases"]

@@ -19,9 +19,9 @@ Accelerate, whose reducer keeps a second copy of every gradient in its buckets, 
 ``torch.optim.AdamW`` on the module's own parameters, every state in their dtype, no fp32
 master copy: :mod:`memsym.terms.torch_ddp`), ``P`` the weights' dtype: run_clm.py's ``--dtype``
 or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
-``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2, GPT-NeoX, Phi and
-StableLM it is ``--precision bf16 --autocast bf16`` (their LayerNorms and gelu_new's pow run in
-fp32 on a GPU:
+``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2, GPT-NeoX, Phi,
+StableLM, GPT-J, CodeGen, GPTBigCode and StarCoder2 it is ``--precision bf16 --autocast bf16``
+(their LayerNorms and gelu_new's pow run in fp32 on a GPU:
 :func:`memsym.terms.autocast.autocast16_layer_excess`), on the Llama family the 16-bit job
 (nothing more kept), and on any other model the 16-bit job with a note saying what is not
 counted (:func:`_autocast16`); over fp32 weights it is ``--precision fp32 --autocast bf16`` (a
@@ -349,18 +349,24 @@ def _ddp_words(r):
 
 #: The config.json field naming the activation of a type in AUTOCAST16_LAYERS's LayerNorm ones,
 #: and the one measured, its default (transformers 5.25.0 configuration_gpt2.py:83,
-#: configuration_gpt_neox.py:66, configuration_phi.py:71, configuration_stablelm.py:50).
+#: configuration_gpt_neox.py:66, configuration_phi.py:71, configuration_stablelm.py:50,
+#: configuration_gptj.py:74, configuration_codegen.py:77, configuration_gpt_bigcode.py:64,
+#: configuration_starcoder2.py:66).
 _ACTIVATION = {"gpt2": ("activation_function", "gelu_new"), "gpt_neox": ("hidden_act", "gelu"),
-               "phi": ("hidden_act", "gelu_new"), "stablelm": ("hidden_act", "silu")}
+               "phi": ("hidden_act", "gelu_new"), "stablelm": ("hidden_act", "silu"),
+               "gptj": ("activation_function", "gelu_new"),
+               "codegen": ("activation_function", "gelu_new"),
+               "gpt_bigcode": ("activation_function", "gelu_pytorch_tanh"),
+               "starcoder2": ("hidden_act", "gelu_pytorch_tanh")}
 
 
 def _autocast16(r):
     """(whether memsym counts it, a phrase) for ``--bf16`` / ``--fp16`` over 16-bit weights
     of the same dtype: CUDA's autocast runs some ops in fp32 that meet the model's 16-bit
     tensors (LayerNorm, gelu_new's pow: :mod:`memsym.terms.autocast`); counted (memsym's
-    ``--autocast``) on the measured GPT-2, GPT-NeoX, Phi and StableLM layers of their default
-    activation (no qk_layernorm) in full training, none on the Llama family, said as not
-    counted on any other model."""
+    ``--autocast``) on the measured layers (AUTOCAST16_LAYERS) of their default activation
+    (no qk_layernorm) in full training, none on the Llama family, said as not counted on any
+    other model."""
     from ..terms.autocast import AUTOCAST16_LAYERS
 
     cfg = _checkpoint(r.model)

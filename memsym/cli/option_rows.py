@@ -113,14 +113,14 @@ def _state_rows():
         option("--autocast", group="states", type=T.choice("autocast dtype", ("bf16", "fp16")),
            field="autocast", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
            source="memsym.job.DEFAULTS: no autocast (a Hugging Face Trainer launch: --bf16 / "
-           "--fp16 over fp32 weights, and over bf16 weights of GPT-2, GPT-NeoX, Phi, StableLM)",
+           "--fp16 over fp32 weights, and over bf16 weights of LayerNorm models measured)",
            help="torch.autocast over --precision fp32 weights, as the Hugging Face Trainer's "
            "--bf16 / --fp16 runs a float32 checkpoint (plain DDP, --framework deepspeed "
            "--sharding ddp; transformers' Llama, Mistral, Qwen2, Qwen3, GPT-2, GPT-NeoX layers): a "
            "cached 16-bit copy of every linear weight, an fp32 residual stream, matmuls at that "
            "dtype; over 16-bit weights of its own dtype, the fp32 LayerNorms (and gelu_new's "
-           "pow) CUDA's autocast runs on GPT-2's, GPT-NeoX's, Phi's and StableLM's 16-bit "
-           "tensors, nothing more on the Llama family's"),
+           "pow) CUDA's autocast runs on the 16-bit tensors of GPT-2, GPT-NeoX, Phi, StableLM, "
+           "GPT-J, CodeGen, GPTBigCode, StarCoder2, nothing more on the Llama family's"),
         option("--fp8-recipe", group="states", type=T.choice("FP8 recipe", FP8_RECIPES),
            field="fp8_recipe", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
            source="memsym.job.DEFAULTS: per-tensor scaling (delayed and tensorwise counted alike)",

@@ -147,6 +147,10 @@ def _read_gpt_bigcode(c: ConfigFields, mtype: str, notes: list) -> dict:
     if c.bool("add_cross_attention", False):
         raise c._bad("add_cross_attention true (an encoder-decoder GPTBigCode) is not modelled")
     kw = _read_gpt2(c, mtype, notes)
+    # GPTBigCodeConfig's default activation is gelu_pytorch_tanh (transformers 5.25.0
+    # configuration_gpt_bigcode.py:64), a fused F.gelu, not GPT-2's gelu_new
+    kw["extra"] = {**kw["extra"], "hf_activation": c.str("activation_function",
+                                                         "gelu_pytorch_tanh")}
     if c.bool("multi_query", True):
         kw["num_query_groups"] = 1
     return kw

@@ -113,8 +113,9 @@ under a parallel residual; :math:`n_{\mathrm{read}}` the linears reading them), 
 model's end the final ``LayerNorm``'s :math:`2\tau h + 8h`.  Measured on transformers'
 ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``PhiForCausalLM`` and ``StableLmForCausalLM``
 (bfloat16 under CPU autocast with CUDA's fp32 ops emulated, against bfloat16 without autocast)
-in ``tests/test_autocast_16bit.py``.  Other LayerNorm models (OPT, Falcon, StarCoder2,
-GPTBigCode, CodeGen, GPT-J, ...) are not counted: the Trainer launch's note says so.
+in ``tests/test_autocast_16bit.py``, and so GPT-J's, CodeGen's, GPTBigCode's and
+StarCoder2's.  Other LayerNorm models (OPT, Falcon, BLOOM, MPT, ...) are not counted: the
+Trainer launch's note says so.
 
 References
 ----------
@@ -157,21 +158,30 @@ AUTOCAST_LAYERS = {"llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {},
                    "gpt_neox": dict(qkv_projections=1, up_projections=1, gated=False)}
 AUTOCAST_MODEL_TYPES = tuple(AUTOCAST_LAYERS)
 #: The activation measured for a type whose config.json names one (GPT2Config's
-#: activation_function, GPTNeoXConfig's and PhiConfig's hidden_act: their defaults,
-#: transformers 5.25.0 configuration_gpt2.py:83, configuration_gpt_neox.py:66,
-#: configuration_phi.py:71); another is refused
+#: activation_function, GPTNeoXConfig's and PhiConfig's hidden_act, GPTJConfig's,
+#: CodeGenConfig's and GPTBigCodeConfig's activation_function: their defaults, transformers
+#: 5.25.0 configuration_gpt2.py:83, configuration_gpt_neox.py:66, configuration_phi.py:71,
+#: configuration_gptj.py:74, configuration_codegen.py:77, configuration_gpt_bigcode.py:64);
+#: another is refused
 #: (memsym.job_checks_hf.check_autocast): whether its ops are fp32 under CUDA's autocast.
-AUTOCAST_ACTIVATIONS = {"gpt2": "gelu_new", "gpt_neox": "gelu", "phi": "gelu_new"}
+AUTOCAST_ACTIVATIONS = {"gpt2": "gelu_new", "gpt_neox": "gelu", "phi": "gelu_new",
+                        "gptj": "gelu_new", "codegen": "gelu_new",
+                        "gpt_bigcode": "gelu_pytorch_tanh"}
 #: transformers model types whose layer under autocast over 16-bit weights memsym counts, with
 #: the :func:`autocast16_layer_excess` keywords of its layer (measured:
-#: tests/test_autocast_16bit.py): GPT-2, GPT-NeoX, Phi and StableLM, whose LayerNorms (and
-#: GPT-2's and Phi's gelu_new) run in fp32 under CUDA's autocast, with the linears reading the
-#: norms (GPT-2's c_attn, c_fc; Phi's q, k, v, fc1; StableLM's q, k, v, gate, up); None where
+#: tests/test_autocast_16bit.py): GPT-2, GPT-NeoX, Phi, StableLM, GPT-J, CodeGen, GPTBigCode
+#: and StarCoder2, whose LayerNorms (and gelu_new) run in fp32 under CUDA's autocast, with the
+#: linears reading the norms (GPT-2's and GPTBigCode's c_attn, c_fc; Phi's q, k, v, fc1;
+#: StableLM's q, k, v, gate, up; GPT-J's q, k, v, fc_in; CodeGen's qkv_proj, fc_in;
+#: StarCoder2's q, k, v, c_fc); None where
 #: the layer keeps nothing more (the Llama family: no op that CUDA's autocast alone runs in
 #: fp32 meets a 16-bit tensor, LlamaRMSNorm casting to fp32 itself).
 AUTOCAST16_LAYERS = {"llama": None, "mistral": None, "qwen2": None, "qwen3": None,
                      "gpt2": dict(tanh_gelu=True, readers=2), "gpt_neox": dict(readers=2),
-                     "phi": dict(tanh_gelu=True, readers=4), "stablelm": dict(readers=5)}
+                     "phi": dict(tanh_gelu=True, readers=4), "stablelm": dict(readers=5),
+                     "gptj": dict(tanh_gelu=True, readers=4),
+                     "codegen": dict(tanh_gelu=True, readers=2),
+                     "gpt_bigcode": dict(readers=2), "starcoder2": dict(readers=4)}
 
 _LAYER = Source("hf-transformers-5-25", "models/llama/modeling_llama.py:62-67 (LlamaRMSNorm on "
                 "the fp32 residual), :163-164, :244-246 (each projection casts its fp32 input), "
