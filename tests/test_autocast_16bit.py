@@ -35,7 +35,8 @@ def _config(tmp_path, family="gpt2", **extra) -> str:
                                   "num_attention_heads": HEADS, "intermediate_size": F,
                                   "max_position_embeddings": POSITIONS,
                                   **({} if family == "gpt_neox"
-                                     else {"num_key_value_heads": HEADS})}
+                                     else {"num_key_value_heads": HEADS}),
+                                  **({"ffn_dim": F} if family == "opt" else {})}
     (folder / "config.json").write_text(json.dumps({
         "model_type": family, "vocab_size": V, **fields, **extra}), encoding="utf-8")
     return str(folder)
@@ -58,10 +59,12 @@ def _launch(model, *extra, autocast=("--bf16",)):
 #: :141-143, :202 (ln_1 read by q, k, v and fc_in in parallel; gelu_new); CodeGen
 #: modeling_codegen.py:212, :138, :201 (ln_1 read by the fused qkv_proj and fc_in; gelu_new);
 #: GPTBigCode modeling_gpt_bigcode.py:266-270, :203, :253 (GPT-2's layout, gelu_pytorch_tanh);
-#: StarCoder2 modeling_starcoder2.py:212-213, :171-173, :63 (q, k, v; c_fc; gelu_pytorch_tanh)
+#: StarCoder2 modeling_starcoder2.py:212-213, :171-173, :63 (q, k, v; c_fc; gelu_pytorch_tanh);
+#: OPT modeling_opt.py:197-202, :218, :153-157, :242-244 (self_attn_layer_norm read by q, k,
+#: v; final_layer_norm by fc1; relu)
 SHAPES = {"gpt2": (2, 2, True), "gpt_neox": (2, 2, False), "phi": (1, 4, True),
           "stablelm": (2, 5, False), "gptj": (1, 4, True), "codegen": (1, 2, True),
-          "gpt_bigcode": (2, 2, False), "starcoder2": (2, 4, False)}
+          "gpt_bigcode": (2, 2, False), "starcoder2": (2, 4, False), "opt": (2, 4, False)}
 #: the parallel blocks: one LayerNorm read by attention and MLP, or two on one residual
 PARALLEL = ("gpt_neox", "phi", "stablelm", "gptj", "codegen")
 #: transformers' GPT-2-style configs (n_embd, n_layer, n_head, n_positions)
@@ -97,7 +100,8 @@ CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
          ("phi", True, True), ("stablelm", False, False), ("stablelm", True, False),
          ("stablelm", False, True), ("gptj", True, False), ("codegen", True, False),
          ("gpt_bigcode", True, False), ("starcoder2", True, False),
-         ("starcoder2", True, True)]                 # family, parallel, checkpointing
+         ("starcoder2", True, True), ("opt", True, False),
+         ("opt", True, True)]                        # family, parallel, checkpointing
 
 
 def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict:
@@ -162,11 +166,15 @@ def _notes(capsys, tmp_path, family, *extra, **fields) -> tuple:
 
 
 def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path):
-    """OPT (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
-    LayerNorm copies are not counted; GPT-2 of another activation and Phi with qk_layernorm
-    too; the Llama family keeps nothing more (measured below)."""
-    amp, notes = _notes(capsys, tmp_path, "opt", ffn_dim=F)
-    assert amp is None and "not counted for a opt model" in notes and "LayerNorm" in notes
+    """Falcon (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
+    LayerNorm copies are not counted; GPT-2 of another activation, Phi with qk_layernorm and
+    OPT without the LayerNorms' weights too; the Llama family keeps nothing more (measured
+    below)."""
+    amp, notes = _notes(capsys, tmp_path, "falcon")
+    assert amp is None and "not counted for a falcon model" in notes and "LayerNorm" in notes
+    amp, notes = _notes(capsys, tmp_path, "opt", layer_norm_elementwise_affine=False)
+    assert amp is None and "not counted for a opt model with qk_layernorm or LayerNorms " \
+        "without weight" in notes
     amp, notes = _notes(capsys, tmp_path, "phi", qk_layernorm=True)
     assert amp is None and "not counted for a phi model with qk_layernorm" in notes
     amp, notes = _notes(capsys, tmp_path, "gpt2", activation_function="gelu_fast")
@@ -224,10 +232,11 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
     else:
         classes = {"gpt_neox": "GPTNeoX", "llama": "Llama", "mistral": "Mistral",
                    "qwen2": "Qwen2", "qwen3": "Qwen3", "phi": "Phi", "stablelm": "StableLm",
-                   "starcoder2": "Starcoder2"}[family]
+                   "starcoder2": "Starcoder2", "opt": "OPT"}[family]
         extra = {"use_parallel_residual": parallel} if family == "gpt_neox" else {
             "num_key_value_heads": HEADS, **({"use_parallel_residual": parallel}
-                                             if family == "stablelm" else {})}
+                                             if family == "stablelm" else {}),
+            **({"ffn_dim": F, "word_embed_proj_dim": H} if family == "opt" else {})}
         cfg = getattr(transformers, classes + "Config")(
             hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
             intermediate_size=F, max_position_embeddings=POSITIONS, **extra, **common)
