@@ -139,6 +139,8 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             if kind not in types or x.num_experts else
             "qk_layernorm (LayerNorms on q and k, not measured)" if x.qk_layernorm else
             "LayerNorms without weight and bias (not measured)" if not x.norm_affine else
+            "alibi (not measured)" if kind == "falcon" and x.position_embedding_type != "rope"
+            else
             # the activation measured (gelu_new's pow is fp32 under CUDA's autocast, F.gelu not)
             f"a {kind} model of activation {printable(str(activation), 40)} ("
             f"{AUTOCAST_ACTIVATIONS[kind]} is counted)" if kind in AUTOCAST_ACTIVATIONS

@@ -61,10 +61,14 @@ def _launch(model, *extra, autocast=("--bf16",)):
 #: GPTBigCode modeling_gpt_bigcode.py:266-270, :203, :253 (GPT-2's layout, gelu_pytorch_tanh);
 #: StarCoder2 modeling_starcoder2.py:212-213, :171-173, :63 (q, k, v; c_fc; gelu_pytorch_tanh);
 #: OPT modeling_opt.py:197-202, :218, :153-157, :242-244 (self_attn_layer_norm read by q, k,
-#: v; final_layer_norm by fc1; relu)
+#: v; final_layer_norm by fc1; relu); Falcon modeling_falcon.py:371-381, :396-420, :296, :352
+#: (input_layernorm read by query_key_value and dense_h_to_4h in parallel; parallel_attn false:
+#: input_layernorm, post_attention_layernorm; new_decoder_architecture: ln_attn and ln_mlp on
+#: one residual; gelu)
 SHAPES = {"gpt2": (2, 2, True), "gpt_neox": (2, 2, False), "phi": (1, 4, True),
           "stablelm": (2, 5, False), "gptj": (1, 4, True), "codegen": (1, 2, True),
-          "gpt_bigcode": (2, 2, False), "starcoder2": (2, 4, False), "opt": (2, 4, False)}
+          "gpt_bigcode": (2, 2, False), "starcoder2": (2, 4, False), "opt": (2, 4, False),
+          "falcon": (1, 2, False)}
 #: the parallel blocks: one LayerNorm read by attention and MLP, or two on one residual
 PARALLEL = ("gpt_neox", "phi", "stablelm", "gptj", "codegen")
 #: transformers' GPT-2-style configs (n_embd, n_layer, n_head, n_positions)
@@ -83,7 +87,9 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
     norms, readers, gelu_new = SHAPES[family]
     if family == "stablelm" and parallel:
         norms = 1                                     # no post_attention_layernorm
-    inputs = 1 if family in PARALLEL and parallel else norms
+    if family == "falcon":
+        norms = 1 if parallel == "old" else 2         # one input_layernorm, or two norms
+    inputs = 1 if family in PARALLEL and parallel or family == "falcon" and parallel else norms
     gelu = 3 * 2 * TAU * F if gelu_new else 0
     layer = norms * 4 * TAU * H - inputs * 2 * TAU * H + (readers - norms) * 2 * TAU * H \
         + gelu + norms * 8 * H
@@ -101,14 +107,22 @@ CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
          ("stablelm", False, True), ("gptj", True, False), ("codegen", True, False),
          ("gpt_bigcode", True, False), ("starcoder2", True, False),
          ("starcoder2", True, True), ("opt", True, False),
-         ("opt", True, True)]                        # family, parallel, checkpointing
+         ("opt", True, True), ("falcon", "old", False), ("falcon", "new", False),
+         ("falcon", False, False), ("falcon", "old", True)]   # family, parallel, checkpointing
+
+
+#: Falcon's layouts (``parallel`` in CASES): the old parallel block (one input_layernorm,
+#: multi-query), the new decoder architecture (ln_attn and ln_mlp, grouped KV), sequential
+_FALCON = {"old": {}, "new": {"new_decoder_architecture": True, "num_kv_heads": HEADS},
+           False: {"parallel_attn": False}}
 
 
 def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict:
     folder = tmp_path / ("amp" if autocast else "plain")
     folder.mkdir()
     model = _config(folder, family, **({"use_parallel_residual": parallel}
-                                       if family in ("gpt_neox", "stablelm") else {}))
+                                       if family in ("gpt_neox", "stablelm") else
+                                       _FALCON[parallel] if family == "falcon" else {}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
     rep = json_report(capsys, _launch(model, *extra, autocast=("--bf16",) if autocast else ()))
     assert rep["training"]["autocast"] == ("bf16" if autocast else None)
@@ -166,15 +180,17 @@ def _notes(capsys, tmp_path, family, *extra, **fields) -> tuple:
 
 
 def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path):
-    """Falcon (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
-    LayerNorm copies are not counted; GPT-2 of another activation, Phi with qk_layernorm and
-    OPT without the LayerNorms' weights too; the Llama family keeps nothing more (measured
-    below)."""
-    amp, notes = _notes(capsys, tmp_path, "falcon")
-    assert amp is None and "not counted for a falcon model" in notes and "LayerNorm" in notes
+    """MPT (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
+    LayerNorm copies are not counted; GPT-2 of another activation, Phi with qk_layernorm,
+    OPT without the LayerNorms' weights and Falcon with alibi too; the Llama family keeps
+    nothing more (measured below)."""
+    amp, notes = _notes(capsys, tmp_path, "mpt")
+    assert amp is None and "not counted for a mpt model" in notes and "LayerNorm" in notes
     amp, notes = _notes(capsys, tmp_path, "opt", layer_norm_elementwise_affine=False)
-    assert amp is None and "not counted for a opt model with qk_layernorm or LayerNorms " \
-        "without weight" in notes
+    assert amp is None and "not counted for a opt model with qk_layernorm, alibi or " \
+        "LayerNorms without weight" in notes
+    amp, notes = _notes(capsys, tmp_path, "falcon", alibi=True)
+    assert amp is None and "not counted for a falcon model with qk_layernorm, alibi" in notes
     amp, notes = _notes(capsys, tmp_path, "phi", qk_layernorm=True)
     assert amp is None and "not counted for a phi model with qk_layernorm" in notes
     amp, notes = _notes(capsys, tmp_path, "gpt2", activation_function="gelu_fast")
@@ -232,11 +248,14 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
     else:
         classes = {"gpt_neox": "GPTNeoX", "llama": "Llama", "mistral": "Mistral",
                    "qwen2": "Qwen2", "qwen3": "Qwen3", "phi": "Phi", "stablelm": "StableLm",
-                   "starcoder2": "Starcoder2", "opt": "OPT"}[family]
+                   "starcoder2": "Starcoder2", "opt": "OPT", "falcon": "Falcon"}[family]
         extra = {"use_parallel_residual": parallel} if family == "gpt_neox" else {
             "num_key_value_heads": HEADS, **({"use_parallel_residual": parallel}
                                              if family == "stablelm" else {}),
-            **({"ffn_dim": F, "word_embed_proj_dim": H} if family == "opt" else {})}
+            **({"ffn_dim": F, "word_embed_proj_dim": H} if family == "opt" else {}),
+            **(_FALCON.get(parallel, {}) if family == "falcon" else {})}
+        if family == "falcon":
+            extra.pop("num_key_value_heads")
         cfg = getattr(transformers, classes + "Config")(
             hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
             intermediate_size=F, max_position_embeddings=POSITIONS, **extra, **common)
@@ -311,7 +330,7 @@ def _cpu_only(checkpointing: bool, family: str, parallel: bool) -> int:
     a token; bf16 without, 2 + 2) where CUDA keeps fp32 in both: +4 tau for each LayerNorm
     call that keeps them (the final one, and the layers' without checkpointing)."""
     norms = 1 if family in ("phi", "gptj", "codegen") or (family == "stablelm" and parallel) \
-        else 2
+        or (family == "falcon" and parallel == "old") else 2
     return (1 + (0 if checkpointing else norms * LAYERS)) * 4 * TAU
 
 

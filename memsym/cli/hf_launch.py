@@ -20,8 +20,8 @@ Accelerate, whose reducer keeps a second copy of every gradient in its buckets, 
 master copy: :mod:`memsym.terms.torch_ddp`), ``P`` the weights' dtype: run_clm.py's ``--dtype``
 or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
 ``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2, GPT-NeoX, Phi,
-StableLM, GPT-J, CodeGen, GPTBigCode, StarCoder2 and OPT it is ``--precision bf16 --autocast
-bf16`` (their LayerNorms and gelu_new's pow run in fp32 on a GPU:
+StableLM, GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT and Falcon it is ``--precision bf16
+--autocast bf16`` (their LayerNorms and gelu_new's pow run in fp32 on a GPU:
 :func:`memsym.terms.autocast.autocast16_layer_excess`), on the Llama family the 16-bit job
 (nothing more kept), and on any other model the 16-bit job with a note saying what is not
 counted (:func:`_autocast16`); over fp32 weights it is ``--precision fp32 --autocast bf16`` (a
@@ -351,14 +351,14 @@ def _ddp_words(r):
 #: and the one measured, its default (transformers 5.25.0 configuration_gpt2.py:83,
 #: configuration_gpt_neox.py:66, configuration_phi.py:71, configuration_stablelm.py:50,
 #: configuration_gptj.py:74, configuration_codegen.py:77, configuration_gpt_bigcode.py:64,
-#: configuration_starcoder2.py:66, configuration_opt.py:64).
+#: configuration_starcoder2.py:66, configuration_opt.py:64, configuration_falcon.py:87).
 _ACTIVATION = {"gpt2": ("activation_function", "gelu_new"), "gpt_neox": ("hidden_act", "gelu"),
                "phi": ("hidden_act", "gelu_new"), "stablelm": ("hidden_act", "silu"),
                "gptj": ("activation_function", "gelu_new"),
                "codegen": ("activation_function", "gelu_new"),
                "gpt_bigcode": ("activation_function", "gelu_pytorch_tanh"),
                "starcoder2": ("hidden_act", "gelu_pytorch_tanh"),
-               "opt": ("activation_function", "relu")}
+               "opt": ("activation_function", "relu"), "falcon": ("activation", "gelu")}
 
 
 def _autocast16(r):
@@ -379,8 +379,8 @@ def _autocast16(r):
                        "memsym.terms.autocast)")
     field, measured_act = _ACTIVATION.get(kind, ("", None))
     activation = cfg.get(field, measured_act)
-    plain_norms = not cfg.get("qk_layernorm") and cfg.get("layer_norm_elementwise_affine",
-                                                           True) is not False
+    plain_norms = not cfg.get("qk_layernorm") and not cfg.get("alibi") and cfg.get(
+        "layer_norm_elementwise_affine", True) is not False
     if kind in AUTOCAST16_LAYERS and r.lora is None and activation == measured_act \
             and plain_norms:
         gelu = " and gelu_new's pow" if activation == "gelu_new" else ""
@@ -390,7 +390,7 @@ def _autocast16(r):
                       ":874)")
     what = (f"a {printable(str(kind), 40)} model" if kind else "a model without a config.json "
             "type") + (" under --use_peft" if r.lora is not None and kind else "") + (
-        " with qk_layernorm or LayerNorms without weight" if not plain_norms
+        " with qk_layernorm, alibi or LayerNorms without weight" if not plain_norms
         and r.lora is None else
         f" of activation {printable(str(activation), 40)}" if kind in AUTOCAST16_LAYERS
         and r.lora is None else "")

@@ -120,7 +120,8 @@ def _state_rows():
            "cached 16-bit copy of every linear weight, an fp32 residual stream, matmuls at that "
            "dtype; over 16-bit weights of its own dtype, the fp32 LayerNorms (and gelu_new's "
            "pow) CUDA's autocast runs on the 16-bit tensors of GPT-2, GPT-NeoX, Phi, StableLM, "
-           "GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT, nothing more on the Llama family's"),
+           "GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT, Falcon, nothing more on the Llama "
+           "family's"),
         option("--fp8-recipe", group="states", type=T.choice("FP8 recipe", FP8_RECIPES),
            field="fp8_recipe", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
            source="memsym.job.DEFAULTS: per-tensor scaling (delayed and tensorwise counted alike)",

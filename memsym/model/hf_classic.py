@@ -82,7 +82,9 @@ def _read_falcon(c: ConfigFields, mtype: str, notes: list) -> dict:
                 vocab_size=c.int("vocab_size"),
                 position_embedding_type="none" if c.bool("alibi", False) else "rope",
                 max_position_embeddings=c.int("max_position_embeddings", 2048),
-                add_bias_linear=bias, norms_per_layer=norms, parallel_attention=parallel)
+                add_bias_linear=bias, norms_per_layer=norms, parallel_attention=parallel,
+                # FalconConfig's default gelu (configuration_falcon.py:87), read for autocast
+                extra={"hf_activation": c.str("activation", "gelu")})
 
 
 def _read_bloom(c: ConfigFields, mtype: str, notes: list) -> dict:

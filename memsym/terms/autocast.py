@@ -114,8 +114,8 @@ model's end the final ``LayerNorm``'s :math:`2\tau h + 8h`.  Measured on transfo
 ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``PhiForCausalLM`` and ``StableLmForCausalLM``
 (bfloat16 under CPU autocast with CUDA's fp32 ops emulated, against bfloat16 without autocast)
 in ``tests/test_autocast_16bit.py``, and so GPT-J's, CodeGen's, GPTBigCode's, StarCoder2's
-and OPT's (affine LayerNorms).  Other LayerNorm models (Falcon, BLOOM, MPT, ...) are not
-counted: the Trainer launch's note says so.
+OPT's (affine LayerNorms) and Falcon's (rotary, its three layer layouts).  Other LayerNorm
+models (BLOOM, MPT, Falcon with alibi, ...) are not counted: the Trainer launch's note says so.
 
 References
 ----------
@@ -162,18 +162,19 @@ AUTOCAST_MODEL_TYPES = tuple(AUTOCAST_LAYERS)
 #: CodeGenConfig's and GPTBigCodeConfig's activation_function: their defaults, transformers
 #: 5.25.0 configuration_gpt2.py:83, configuration_gpt_neox.py:66, configuration_phi.py:71,
 #: configuration_gptj.py:74, configuration_codegen.py:77, configuration_gpt_bigcode.py:64,
-#: configuration_opt.py:64); another is refused
+#: configuration_opt.py:64, configuration_falcon.py:87); another is refused
 #: (memsym.job_checks_hf.check_autocast): whether its ops are fp32 under CUDA's autocast.
 AUTOCAST_ACTIVATIONS = {"gpt2": "gelu_new", "gpt_neox": "gelu", "phi": "gelu_new",
                         "gptj": "gelu_new", "codegen": "gelu_new",
-                        "gpt_bigcode": "gelu_pytorch_tanh", "opt": "relu"}
+                        "gpt_bigcode": "gelu_pytorch_tanh", "opt": "relu", "falcon": "gelu"}
 #: transformers model types whose layer under autocast over 16-bit weights memsym counts, with
 #: the :func:`autocast16_layer_excess` keywords of its layer (measured:
 #: tests/test_autocast_16bit.py): GPT-2, GPT-NeoX, Phi, StableLM, GPT-J, CodeGen, GPTBigCode
 #: and StarCoder2, whose LayerNorms (and gelu_new) run in fp32 under CUDA's autocast, with the
 #: linears reading the norms (GPT-2's and GPTBigCode's c_attn, c_fc; Phi's q, k, v, fc1;
 #: StableLM's q, k, v, gate, up; GPT-J's q, k, v, fc_in; CodeGen's qkv_proj, fc_in;
-#: StarCoder2's and OPT's q, k, v and c_fc / fc1); None where
+#: StarCoder2's and OPT's q, k, v and c_fc / fc1; Falcon's query_key_value, dense_h_to_4h,
+#: rotary: alibi not measured); None where
 #: the layer keeps nothing more (the Llama family: no op that CUDA's autocast alone runs in
 #: fp32 meets a 16-bit tensor, LlamaRMSNorm casting to fp32 itself).
 AUTOCAST16_LAYERS = {"llama": None, "mistral": None, "qwen2": None, "qwen3": None,
@@ -182,7 +183,7 @@ AUTOCAST16_LAYERS = {"llama": None, "mistral": None, "qwen2": None, "qwen3": Non
                      "gptj": dict(tanh_gelu=True, readers=4),
                      "codegen": dict(tanh_gelu=True, readers=2),
                      "gpt_bigcode": dict(readers=2), "starcoder2": dict(readers=4),
-                     "opt": dict(readers=4)}
+                     "opt": dict(readers=4), "falcon": dict(readers=2)}
 
 _LAYER = Source("hf-transformers-5-25", "models/llama/modeling_llama.py:62-67 (LlamaRMSNorm on "
                 "the fp32 residual), :163-164, :244-246 (each projection casts its fp32 input), "
@@ -539,6 +540,7 @@ def autocast16_layer_excess(recompute: str = "none", *, tanh_gelu: bool = False,
        ``models/gpt_bigcode/modeling_gpt_bigcode.py:266-270``, :203, :253;
        ``models/starcoder2/modeling_starcoder2.py:212-213``, :171-173, :63;
        ``models/opt/modeling_opt.py:197-202``, :218, :153-157, :242-244;
+       ``models/falcon/modeling_falcon.py:371-381``, :396-420, :296, :352;
        measured in ``tests/test_autocast_16bit.py``.
     .. [pytorch-autocast] torch 2.13 ``aten/src/ATen/autocast_mode.h:870``, :874
        (``AT_FORALL_FP32``: ``pow``, ``layer_norm``); ``tools/autograd/derivatives.yaml``
