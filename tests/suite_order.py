@@ -18,12 +18,13 @@ import collections
 #: 20 s, ran alone at the end while the other worker had nothing left.  Only the order
 #: depends on this list; a file missing from it runs after these, in pytest-xdist's order.
 #: test_chunked_loss (44 s), test_peft_activations (24 s), test_engine_ddp (16 s) and
-#: test_autocast (14 s) are placed by their single-file times on the idle machine.
+#: test_autocast (14 s) are placed by their single-file times on the idle machine, and
+#: test_autocast_16bit (38 s under load) beside test_autocast.
 LONGEST_FIRST = (
     "tests/test_chunked_loss.py", "tests/test_search.py", "tests/test_one_reading.py",
     "tests/test_search_job.py", "tests/test_peft_activations.py",
     "tests/test_bench.py", "tests/test_emit.py", "tests/test_bounds.py",
-    "tests/test_engine_ddp.py", "tests/test_autocast.py",
+    "tests/test_engine_ddp.py", "tests/test_autocast.py", "tests/test_autocast_16bit.py",
     "tests/test_fake_tracker_dense.py", "tests/test_shell_reader.py",
     "tests/test_emit_roundtrip.py", "tests/test_properties.py", "docs/howto-search.md",
     "tests/test_timing.py", "tests/test_fake_tracker_moe.py", "tests/test_muon_search.py",
