@@ -302,11 +302,12 @@ def test_every_accepted_type_has_a_small_config():
     from test_hf_newer_types import SMALL as NEWER
     from test_hf_gemma4 import SMALL as GEMMA4
     from test_hf_recent_types import SMALL as RECENT
+    from test_hf_types_more import SMALL as TYPES_MORE
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
                                            **DBRX_DSA, **ZAMBA, **CLASSIC_MORE,
                                            **MOE_MORE, **SWA, **DENSE_MORE,
-                                           **GEMMA4, **RECENT}.values()}
+                                           **GEMMA4, **RECENT, **TYPES_MORE}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -596,7 +597,8 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
            # Param2 and Sarvam configs build GLM-4.5's and DeepSeek-V3's models
            "param2moe": "glm4_moe", "sarvam_moe": "glm4_moe", "sarvam_mla": "deepseek_v3",
            "apertus1p5_text": "apertus1p5", "gemma4_text": "gemma4",
-           "aria_text": "aria"}.get(mtype, mtype)
+           "aria_text": "aria", "cohere_compass_text": "cohere_compass",
+           "gemma4_unified_text": "gemma4_unified"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
     # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to

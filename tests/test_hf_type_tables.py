@@ -27,20 +27,24 @@ import test_hf_layer_kinds as layer_kinds
 import test_hf_moe_types as moe
 import test_hf_recent_types as recent
 import test_hf_swa_types as swa
+import test_hf_types_more as more
 
-FILES = (classic, dense, moe, swa, gemma4, recent, layer_kinds)
+FILES = (classic, dense, moe, swa, gemma4, recent, more, layer_kinds)
 TYPES = {t for f in FILES for t in f.TYPES}
 SMALL = {case: cfg for f in FILES for case, cfg in f.SMALL.items()}
 REAL = {case: cfg for f in FILES for case, cfg in f.REAL.items()}
 # the types whose config class's own defaults are counted here; left out: DbrxConfig's (its
 # DbrxAttentionConfig has no rope_theta, so transformers 5.25.0 builds no model of them:
 # refused, tests/test_hf_class_defaults.py) and Lfm2MoeConfig's (no default layer_types:
-# refused, tests/test_hf_layer_kinds.py)
-_DEFAULTS = sorted(TYPES - {"dbrx", "lfm2_moe"})
+# refused, tests/test_hf_layer_kinds.py) and CohereCompassTextConfig's (no rope_parameters per
+# layer type, which CohereCompassRotaryEmbedding reads: refused, tests/test_hf_types_more.py)
+_DEFAULTS = sorted(TYPES - {"dbrx", "lfm2_moe", "cohere_compass_text"})
 # the files whose types' modules read attention_dropout alone (the classic types read more:
 # tests/test_hf_classic_types.py checks theirs)
 _ATTENTION_DROPOUT_ONLY = one_case_per_type({**dense.SMALL, **moe.SMALL, **swa.SMALL,
-                                             **recent.SMALL})
+                                             **recent.SMALL,
+                                             **{k: v for k, v in more.SMALL.items()
+                                                if v["model_type"] != "ctrl"}})
 # IQuestCoderConfig names LlamaForCausalLM: a file naming only that class is a llama file (and
 # Param2MoeConfig / SarvamMoEConfig name Glm4MoeForCausalLM, SarvamMLAConfig
 # DeepseekV3ForCausalLM); the Qwen3.5 vision-language files hold their sizes in text_config,

@@ -22,6 +22,7 @@ from .hf_hybrid import HYBRID_READERS, HYBRID_TYPES
 from .hf_moe import MOE_READERS
 from .hf_moe_more import MORE_MOE_READERS
 from .hf_ssm import SSM_READERS, SSM_TYPES
+from .hf_types_more import MORE_DECODER_READERS, MORE_LAYERED_READERS
 from .hf_zamba import ZAMBA_READERS, ZAMBA_TYPES
 
 __all__ = ["from_hf_config", "HF_MODEL_TYPES", "class_dropout"]
@@ -178,6 +179,59 @@ _NOT_MODELLED: dict = {
     # branches (:592-595), and relative-position logits (r_proj, rel_logits_proj, :196-206)
     "inkling_text": "Inkling's short convolutions on keys, values and both residual branches "
                     "and its relative-position logits are not in memsym's Architecture",
+    # transformers 5.25.0 causal-LM types triaged further (issue 32, item 4):
+    # modeling_inkling2.py: Inkling2DynamicShortConvolution on keys and values (:397),
+    # Inkling2RelativePositionBias (:197), Inkling2BlockAttentionResidual queries (:877);
+    # modeling_inkling2_loop.py adds Inkling2LoopMessageGate on q, k and the MLP (:81, :975)
+    "inkling2_text": "Inkling 2's short convolutions on keys, values and residual branches, "
+                     "relative-position bias and block attention residuals are not in memsym's "
+                     "Architecture",
+    "inkling2_loop_text": "Inkling 2 Loop's message gates, short convolutions on keys, values "
+                          "and residual branches, relative-position bias and block attention "
+                          "residuals are not in memsym's Architecture",
+    # modeling_hrm_text.py HrmTextModel: two HrmTextStack modules (L_module, H_module, :408-409)
+    # iterated in H_cycles x L_cycles, a per-head output gate_proj in attention (:181)
+    "hrm_text": "HRM's two recurrent stacks (H and L modules iterated in cycles) and gated "
+                "attention are not in memsym's Architecture",
+    # modeling_gemma4_assistant.py / modeling_gemma4_unified_assistant.py: a drafter on a
+    # backbone's states: pre_projection 2 h_b -> h, post_projection h -> h_b (:124-125 / :129),
+    # masked-embedding centroids (:55), attention reusing the backbone's keys and values
+    "gemma4_assistant": "Gemma 4's assistant drafter (projections to and from its backbone's "
+                        "hidden size, attention on the backbone's keys and values) is not in "
+                        "memsym's Architecture",
+    "gemma4_unified_assistant": "Gemma 4's assistant drafter (projections to and from its "
+                                "backbone's hidden size, attention on the backbone's keys and "
+                                "values) is not in memsym's Architecture",
+    # modeling_modernbert_decoder.py: ModernBertDecoderPredictionHead (a dense h x h and a norm,
+    # :338-344) before the decoder, beside the embedding norm
+    "modernbert-decoder": "ModernBERT decoder's prediction head (a dense layer and a norm "
+                          "before the output layer) is not in memsym's Architecture",
+    # modeling_recurrent_gemma.py RecurrentGemmaRecurrentBlock / RecurrentGemmaRglru (:281, :392)
+    "recurrent_gemma": "RecurrentGemma's RG-LRU recurrent blocks are not in memsym's "
+                       "layer_mixers",
+    # modeling_rwkv.py RwkvSelfAttention (time mixing, :217), RwkvFeedForward (:287)
+    "rwkv": "RWKV's time-mixing and channel-mixing blocks are not in memsym's layer_mixers",
+    # modeling_xlstm.py xLSTMBlock's mlstm_layer (xLSTMLayer, :1037, :1184)
+    "xlstm": "xLSTM's mLSTM blocks are not in memsym's layer_mixers",
+    # modeling_blt.py BltLocalEncoder / BltLocalDecoder (:562, :676) with cross-attention to
+    # patches, encoder_hash_tok_embedding (:1161)
+    "blt": "BLT's byte-level local encoder and decoder (cross-attention to patches, hash n-gram "
+           "embeddings) are not in memsym's Architecture",
+    # modeling_cpmant.py CpmAntSegmentPositionEmbedding (:418), segment_embedding (:544)
+    "cpmant": "CPM-Ant's relative-position attention bias and segment embeddings are not in "
+              "memsym's Architecture",
+    # modeling_mllama.py MllamaCrossAttentionDecoderLayer (:672-681): cross-attention to the
+    # image features with tanh gates
+    "mllama": "Mllama's gated cross-attention layers (to image features) are not in memsym's "
+              "Architecture",
+    # modeling_gpt_neox_japanese.py GPTNeoXJapaneseAttention.dense_bias (:155-157): an output
+    # bias in the last layer's attention only
+    "gpt_neox_japanese": "GPT-NeoX Japanese's attention output bias in the last layer only "
+                         "(dense_bias) is not in memsym's Architecture",
+    # modeling_reformer.py LSHSelfAttention / LocalSelfAttention (:416, :1110), reversible
+    # layers, AxialPositionEmbeddings (:193)
+    "reformer": "Reformer's LSH and local attention, reversible layers and axial position "
+                "embeddings are not in memsym's Architecture",
 }
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
@@ -189,6 +243,9 @@ _DROPOUT.update({
     "ernie4_5": {}, "ernie4_5_moe": {},          # attention dropout fixed at 0.0 in modeling
     "seed_oss": {"attention_dropout": 0.1, "residual_dropout": 0.1},
     "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+    # CTRL: EncoderLayer's dropout1 / dropout2 (resid_pdrop) and CTRLModel's embd_pdrop; its
+    # attention applies none (modeling_ctrl.py:142, :165-166, :226)
+    "ctrl": {"resid_pdrop": 0.1, "embd_pdrop": 0.1},
     "gptj": {"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0},
     "phi3": {"attention_dropout": 0.0, "resid_pdrop": 0.0},
     "gpt_neox": {"attention_dropout": 0.0, "hidden_dropout": 0.0},
@@ -218,10 +275,10 @@ _DROPOUT.update({
 })
 # model_type -> (reader (c, notes), tie_word_embeddings default, dropout) of the families whose
 # modules are not a Llama-like decoder's: hybrid Mamba / attention and pure Mamba
-_LAYERED_READERS = {**HYBRID_READERS, **SSM_READERS, **ZAMBA_READERS}
+_LAYERED_READERS = {**HYBRID_READERS, **SSM_READERS, **ZAMBA_READERS, **MORE_LAYERED_READERS}
 _DROPOUT.update({mtype: row[2] for mtype, row in _LAYERED_READERS.items()})
 HF_MODEL_TYPES = tuple(sorted(set(DECODER_DEFAULTS) | set(_TEXT_CONFIG) | set(HYBRID_TYPES)
-                              | set(SSM_TYPES) | set(ZAMBA_TYPES)))
+                              | set(SSM_TYPES) | set(ZAMBA_TYPES) | set(MORE_LAYERED_READERS)))
 """The ``model_type`` values :func:`from_hf_config` reads."""
 
 def class_dropout(model_type: str) -> dict | None:
@@ -293,13 +350,16 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "HyperCLOVAXForCausalLM": "hyperclovax",
              "Apertus1p5TextForCausalLM": "apertus1p5_text",
              "OlmoHybridForCausalLM": "olmo_hybrid", "FlintForCausalLM": "flint",
-             "AriaTextForCausalLM": "aria_text"}
+             "AriaTextForCausalLM": "aria_text", "LaraMiniForCausalLM": "lara_mini",
+             "CohereCompassForCausalLM": "cohere_compass_text", "CTRLLMHeadModel": "ctrl",
+             "Gemma4UnifiedForCausalLM": "gemma4_unified_text"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
 
 # model_type -> its reader (c, mtype, notes); every other DECODER_DEFAULTS type is Llama-like
-_READERS = {**CLASSIC_READERS, **MOE_READERS, **MORE_MOE_READERS, "llama4_text": read_llama4,
+_READERS = {**CLASSIC_READERS, **MOE_READERS, **MORE_MOE_READERS, **MORE_DECODER_READERS,
+            "llama4_text": read_llama4,
             "gemma4_text": read_gemma4}
 
 

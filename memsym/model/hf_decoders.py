@@ -62,6 +62,9 @@ DECODER_DEFAULTS = {
     "dots1": (False, 32, None, 2048),
     "olmo3": (False, None, None, 2048),
     "cohere2": (True, None, None, 8192),
+    # CohereCompassTextConfig (configuration_cohere_compass.py:86-110, :112-117)
+    "cohere_compass_text": (True, None, None, 8192),
+    "ctrl": (True, None, None, 256),          # CTRLConfig (configuration_ctrl.py:52-66)
     "ministral": (False, 8, None, 131072),
     "ministral3": (False, 8, 128, 262144),
     "helium": (False, 20, 128, 4096),
@@ -112,6 +115,8 @@ DECODER_DEFAULTS = {
     "biogpt": (True, None, None, 1024),
     # Gemma4TextConfig (transformers 5.25.0): read by memsym.model.hf_gemma4
     "gemma4_text": (True, 4, 256, 131072),
+    # Gemma4UnifiedTextConfig (modular_gemma4_unified.py:457-459)
+    "gemma4_unified_text": (True, 4, 256, 262144),
     # Param2MoeConfig, SarvamMoEConfig (Glm4MoeForCausalLM of them) and SarvamMLAConfig
     # (DeepseekV3ForCausalLM of it), transformers 5.25.0
     "param2moe": (True, 8, 64, 32768),
