@@ -36,7 +36,8 @@ from .job_record import Layout, Training, microbatches, whole
 from .job_checks_hf import (check_autocast, check_chunked_loss, check_gemma4_layers,
                             check_gemma4_moe, check_peft_variants, check_torch_ddp)
 
-__all__ = ["check_fields", "canonical", "validate", "compile_changes_recompute"]
+__all__ = ["check_fields", "canonical", "validate", "compile_changes_recompute",
+           "check_dispatcher"]
 
 
 def compile_changes_recompute(recompute: str) -> bool:
@@ -418,14 +419,31 @@ def _check_expert_tp(layout: Layout, framework: str) -> None:
                                                                              layout.t))
 
 
-def _check_dispatcher(x, layout: Layout, dispatcher: str, framework: str) -> None:
-    # Megatron-core's dispatchers; DeepEP has configs for some group sizes only (e t_e > 1)
+def check_dispatcher(dispatcher: str, framework: str, moe: bool) -> None:
+    """Refuse a MoE token dispatcher the framework or the model cannot have, in the words
+    :func:`validate` and the search (:mod:`memsym.search.space`) both use.
+
+    Megatron-core's ``--moe-token-dispatcher-type`` choices other than ``alltoall`` are its
+    own, and it builds no token dispatcher without routed experts.  ``dispatcher`` is a
+    canonical name (:data:`memsym.vocabulary.MOE_DISPATCHERS`), ``moe`` whether the model has
+    routed experts; raises :class:`memsym.errors.InvalidValueError`.
+
+    >>> check_dispatcher("alltoall", "deepspeed", moe=False)
+    >>> check_dispatcher("flex", "deepspeed", moe=True)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: moe_dispatcher flex is Megatron-core's, not deepspeed's
+    """
     if dispatcher != "alltoall" and not framework_record(framework).megatron_options:
         raise InvalidValueError(f"moe_dispatcher {dispatcher} is Megatron-core's, not {framework}'s")
-    if dispatcher != "alltoall" and not x.is_moe:
+    if dispatcher != "alltoall" and not moe:
         raise InvalidValueError(f"moe_dispatcher {dispatcher} needs an MoE model (Megatron-core "
                                 "builds no token dispatcher without experts)")
-    if dispatcher == "deepep":
+
+
+def _check_dispatcher(x, layout: Layout, dispatcher: str, framework: str) -> None:
+    check_dispatcher(dispatcher, framework, x.is_moe)
+    if dispatcher == "deepep":     # DeepEP has configs for some group sizes only (e t_e > 1)
         check_deepep_group(layout.e * (layout.t if layout.t_e is None else layout.t_e))
 
 

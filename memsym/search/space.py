@@ -16,7 +16,7 @@ from ..vocabulary import MOE_DISPATCHERS
 from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
-from ..job_checks import compile_changes_recompute
+from ..job_checks import check_dispatcher, compile_changes_recompute
 from ..job_framework import framework_architecture
 from ..limits import check_limit
 from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, byte_widths
@@ -410,13 +410,9 @@ def _allowances(allowances) -> tuple:
 
 def _dispatcher(name, arch, framework) -> str:
     """The MoE token dispatcher held fixed over the search, checked as a job checks it
-    (:mod:`memsym.job_checks`): Megatron-core's, and only with experts."""
+    (:func:`memsym.job_checks.check_dispatcher`): Megatron-core's, and only with experts."""
     name = choose("MoE token dispatcher", name, MOE_DISPATCHERS)
-    if name != "alltoall" and not FRAMEWORK[framework].megatron_options:
-        raise InvalidValueError(f"moe_dispatcher {name} is Megatron-core's, not {framework}'s")
-    if name != "alltoall" and not arch.num_experts:
-        raise InvalidValueError(f"moe_dispatcher {name} needs an MoE model (Megatron-core "
-                                "builds no token dispatcher without experts)")
+    check_dispatcher(name, framework, bool(arch.num_experts))
     return name
 
 
