@@ -14,6 +14,7 @@ import sys
 from .framework_jobs import framework_input, framework_job_from_args, framework_read_as
 from .job_options import ARCH_OPTIONS, grad_reduce, memsym_options
 from .option_table import switches
+from ..vocabulary import CONVENTION_NAMES
 from .job_report import (advice_report, advice_tried, metric_report, report_for,
                          sensitivity_report)
 
@@ -303,7 +304,7 @@ def estimate_training(args) -> int:
     # conservative "fits", the verdict says whether only the allocator's reserve is in doubt
     status = 1 if fits is False else 0
     if cap is not None and (rep["verdict"] == "does not fit" or getattr(args, "advise", False)) \
-            and args.convention not in ("megatron-lm", "megatron-bridge"):
+            and args.convention not in CONVENTION_NAMES:
         rep["advice"] = advice_report(j.replace(capacity=usable) if j.capacity != usable else j)
         rep["advice_tried"] = advice_tried(j)      # what "no single change of ..." names
     if getattr(args, "sensitivity", False):
