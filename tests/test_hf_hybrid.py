@@ -18,7 +18,7 @@ import pytest
 from memsym.errors import InvalidValueError, UnknownNameError
 from memsym.model import active_parameter_count, from_hf_config, parameter_count, parameter_counts
 from memsym.model.layer_patterns import layer_kinds, mixer_counts
-from memsym.model.counts import symbolic_parameters
+from memsym.model.symbolic_counts import symbolic_parameters
 
 from hf_oracle import TOKENS, small_config, transformers_count, write_config
 from in_process import estimate

@@ -20,7 +20,8 @@ Conventions (each chosen so that the counts equal the published / Hugging Face t
 
 from .architecture import Architecture, Resolved, resolve, padded_vocab_size
 from .layer_patterns import moe_layer_pattern
-from .counts import COMPONENTS, parameter_expression, parameter_values, parameter_counts, parameter_count, active_parameter_count, gpt_parameter_expression, symbolic_parameters, lora_parameter_count
+from .counts import COMPONENTS, parameter_expression, parameter_values, parameter_counts, parameter_count, active_parameter_count, lora_parameter_count
+from .symbolic_counts import gpt_parameter_expression, symbolic_parameters
 from .lora_counts import lora_layer_adapters
 from .stages import StageParameters, check_layout, stage_layers, layer_parameters, stage_parameters
 from .presets import (PRESET_MODEL_TYPES, PRESETS, RECIPES, preset, preset_dropout, preset_names,

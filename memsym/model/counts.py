@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..errors import InvalidValueError, UnknownNameError
+from ..errors import InvalidValueError
 from .architecture import Architecture, lenient, norm_params, padded_vocab_size, resolve
 from .kv_sharing import kv_reuse_parts
 from .per_layer_inputs import per_layer_model_parts
@@ -18,7 +18,6 @@ from ..symbols import (E, G_ssm, H_idx, H_ssm, L, L_att, L_conv, L_ffn, L_gdn, L
 from .token_mixers import conv_parts, gdn_parts, lightning_parts, mixer_values
 from .lora_counts import lora_parameter_count
 from .shared_blocks import shared_parameter_parts
-from .presets import preset
 from ..text import shared_doc
 from ..values import as_expr  # library arguments: text refused, never parsed
 
@@ -26,7 +25,7 @@ from ..values import as_expr  # library arguments: text refused, never parsed
 # symbolic parameter counts
 # ----------------------------------------------------------------------------------------------
 
-__all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "gpt_parameter_expression", "symbolic_parameters", "lora_parameter_count"]
+__all__ = ["COMPONENTS", "parameter_expression", "parameter_values", "parameter_counts", "parameter_count", "active_parameter_count", "lora_parameter_count"]
 
 _doc = shared_doc(count_params="""
     arch : Architecture
@@ -531,70 +530,3 @@ def active_parameter_count(arch: Architecture, t: int = 1, pad_vocab: bool = Fal
         counts["experts"] = int(counts["experts"] * ratio)
         counts["mtp_experts"] = int(counts["mtp_experts"] * ratio)
     return _kept_sum(counts, mtp, embedding)
-
-
-def gpt_parameter_expression(final_norm: bool = True) -> sp.Expr:
-    """The GPT count in h, L, V, s_max only (f = 4h, d_h = h/a, tied, biases, learned positions).
-
-    .. math:: N = 12Lh^2 + 13Lh + (V + s_{\\max})h \\;[+\\,2h]
-
-    Narayanan et al. 2021 Eq. 2 omits the final LayerNorm (``final_norm=False`` reproduces it).
-
-    Examples
-    --------
-    >>> sp.factor(gpt_parameter_expression(final_norm=False) - 12*L*h**2)
-    h*(13*L + V + s_max)
-    """
-    arch = Architecture(name="gpt", num_layers=2, hidden_size=64, num_attention_heads=8,
-                        vocab_size=128, max_position_embeddings=16)
-    total = sum(parameter_expression(arch).values(), ZERO)
-    total = total.subs({f: 4 * h, d_h: h / a, g: a})
-    if not final_norm:
-        total -= 2 * h
-    return sp.expand(total)
-
-
-_PER_LAYER = {"attention": False, "mamba": False, "norms": False, "mlp": False, "layer": False,
-              "per_layer_inputs": False,
-              "router": True, "latent_projections": True, "shared_experts": True,
-              "experts": True, "moe_layer": True}
-
-
-def symbolic_parameters(model, component: str = "total", per_layer: bool = False) -> sp.Expr:
-    """One component's parameter count as a SymPy expression, for a preset name or Architecture.
-
-    ``per_layer=True`` gives one decoder layer's share: ``attention``, ``norms``, ``mlp``,
-    ``layer`` (a dense layer), ``router``, ``latent_projections``, ``shared_experts``,
-    ``experts``, ``moe_layer``.
-    Otherwise a key of :data:`COMPONENTS` or ``"total"``.
-
-    Examples
-    --------
-    >>> symbolic_parameters("llama3-8b", "layer", per_layer=True)
-    2*a*d_h*h + 2*d_h*g*h + 3*f*h + 2*h
-    """
-    arch = model if isinstance(model, Architecture) else preset(model)
-    x = lenient(arch)
-    if per_layer:
-        if component not in _PER_LAYER:
-            raise UnknownNameError("per-layer component", component, list(_PER_LAYER))
-        moe = _PER_LAYER[component]
-        if component == "mamba":
-            if not mixer_counts(x)[1]:
-                raise InvalidValueError(f"{x.name} has no Mamba layers (asked for mamba)")
-            return sp.expand(sum(mamba_parts(x), ZERO))
-        if component in ("layer", "moe_layer") and is_hybrid(x):
-            raise InvalidValueError(f"{x.name} is a hybrid model whose layers differ: ask for "
-                                    "attention, mamba, mlp, norms or the MoE parts")
-        if moe and not x.is_moe:
-            raise InvalidValueError(f"{x.name} has no MoE layers (asked for {component})")
-        parts = layer_parts(x, moe)
-        if component in ("layer", "moe_layer"):
-            return sp.expand(sum((sum(q, ZERO) for q in parts.values()), ZERO))
-        return sp.expand(sum(parts.get(component, (ZERO,)), ZERO))
-    exprs = parameter_expression(x)
-    if component == "total":
-        return sum(exprs.values(), ZERO)
-    if component not in exprs:
-        raise UnknownNameError("parameter component", component, list(exprs) + ["total"])
-    return exprs[component]
