@@ -162,7 +162,7 @@ class Framework:
     frozen_linear_keeps_no_input : bool
         Whether a linear layer whose weight is frozen (a LoRA base weight without an adapter)
         saves no input for the backward: Transformer Engine's ``Linear`` saves its input only
-        when the weight requires a gradient (:func:`memsym.terms.adapters.frozen_linear_inputs`
+        when the weight requires a gradient (:func:`memsym.terms.megatron_lora.frozen_linear_inputs`
         cites it).  torch's frozen ``nn.Linear`` keeps no input either: under PEFT on the
         frameworks running transformers' code (DeepSpeed) :func:`memsym.terms.peft_lora.peft_frozen_base`
         counts it with the adapters' own tensors; torchtitan's LoRA is not modelled so.

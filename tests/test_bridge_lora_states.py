@@ -33,7 +33,7 @@ from memsym.training import Layout, Training, training_memory
 from memsym.training.model_states import stage_counts
 from memsym.job import job as make_job
 from memsym.symbols import b_g, b_m, b_mg, b_o, c, d
-from memsym.terms.adapters import megatron_adapter_widths
+from memsym.terms.megatron_lora import megatron_adapter_widths
 from memsym.training.model_states import state_terms, state_training
 
 

@@ -338,7 +338,7 @@ def job(point: Point) -> Job:
       (:func:`memsym.readers.jobs.torchtitan_positions`): no position limit;
     * LoRA: frozen bf16 base (``optimizer="none"``) plus
       :func:`memsym.terms.adapters.adapter_state` of the adapter parameters, at Megatron's
-      widths (:func:`memsym.terms.adapters.megatron_adapter_widths`: bf16 adapters, the DDP
+      widths (:func:`memsym.terms.megatron_lora.megatron_adapter_widths`: bf16 adapters, the DDP
       gradient buffer, the distributed optimizer's fp32 main copy and moments over d c);
     * allowances: memsym's defaults, except no fragmentation for an ``allocated`` metric
       (allocated bytes contain no allocator slack).
@@ -842,7 +842,7 @@ _EXPLANATIONS = [
     "weight (`backward_needs_input = is_grad_enabled and weight_requires_grad` in `Linear` and "
     "`GroupedLinear`; `LayerNormLinear` frees its norm output unless LoRA set "
     "`return_layernorm_output`), so linears without an adapter keep nothing for a weight "
-    "gradient (`memsym.terms.adapters.frozen_linear_inputs`): the 30B recipe's experts carry "
+    "gradient (`memsym.terms.megatron_lora.frozen_linear_inputs`): the 30B recipe's experts carry "
     "no adapter and keep neither their fc1 nor their fc2 input, 1.1 GB less at s = 2048 "
     "(`tests/test_adapters.py` derives it by hand). Even so the absolute peaks are low at the "
     "recipes' lengths without the eager SwiGLU and the clamped GLU copy below (8B −20 %, "

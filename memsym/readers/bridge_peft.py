@@ -186,7 +186,7 @@ def fp8_base_note(opts: dict) -> list:
     under which Megatron-core builds the linear weights as FP8 parameters, frozen or not
     (``get_fp8_context(config, is_init=True)``: ``fp8_model_init`` where ``config.fp8_param``,
     Megatron-LM d98e8a64dd fp8_utils.py:848).  Under the distributed optimizer and DDP memsym
-    counts them so (:func:`memsym.terms.adapters.quantized_frozen_base`); under Megatron-FSDP
+    counts them so (:func:`memsym.terms.megatron_lora.quantized_frozen_base`); under Megatron-FSDP
     it keeps the sharded 16-bit base with Transformer Engine's cached copies
     (:func:`memsym.terms.model_state.te_weight_cache`), more than Bridge holds.
 

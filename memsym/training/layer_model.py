@@ -24,7 +24,8 @@ from ..term import Total
 from ..terms import torch_moments as tm
 from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activations,
                                  unfused_glu_products)
-from ..terms.adapters import LORA_TARGETS, frozen_linear_inputs, quantization_bits
+from ..terms.adapters import LORA_TARGETS, quantization_bits
+from ..terms.megatron_lora import frozen_linear_inputs
 from ..terms.autocast import (AUTOCAST16_LAYERS, AUTOCAST_LAYERS, autocast16_layer_excess,
                               autocast_layer_excess)
 from ..terms.context_parallel import a2a_attention_output
@@ -247,7 +248,7 @@ def _part_addons(x, sp_on: bool, training: Training, recompute: str, cp_a2a: boo
     fw = framework_record(training.framework)
     gathered_in = sp_on and fw.dtensor_tp   # ColwiseParallel's inputs
     # LoRA on Transformer Engine's linears: a frozen linear without an adapter keeps no
-    # input for a weight gradient (memsym.terms.adapters.frozen_linear_inputs)
+    # input for a weight gradient (memsym.terms.megatron_lora.frozen_linear_inputs)
     targets = training.adapters.lora_targets
     frozen = training.adapters.finetune != "full" and targets != "all" \
         and fw.frozen_linear_keeps_no_input

@@ -23,8 +23,8 @@ from ..terms import muon
 from ..terms.torch_ddp import ddp_bucket_copy, torch_adamw_widths, torch_ddp_states
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
-from ..terms.adapters import (LORA_TARGETS, adapter_state, lora, megatron_adapter_widths,
-                              quantized_frozen_base)
+from ..terms.adapters import LORA_TARGETS, adapter_state, lora
+from ..terms.megatron_lora import megatron_adapter_widths, quantized_frozen_base
 from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
                                  model_state, te_weight_cache)
 from ..term import Total
