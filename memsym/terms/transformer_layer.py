@@ -2,7 +2,8 @@ r"""Activations one transformer layer keeps for its backward, term by term.
 
 :func:`layer_activations` derives the tensors of one layer (the derivation of the GPT layer is
 the module docstring of :mod:`memsym.terms.activations`, which re-exports these names); this
-docstring holds what each option of it adds or drops.
+docstring holds what each option of it adds or drops.  The checked options and the list each
+family of terms appends to are :mod:`memsym.terms.layer_options`'.
 
 Flash attention replaces the :math:`(2+3\delta)as\tau/t` scores by one fp32 logsumexp per query
 row and head, :math:`4a\tau/t`: its backward reads Q, K, V, the output and the logsumexp, and
@@ -121,17 +122,16 @@ References
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy as sp
 
 from ..errors import InvalidValueError, choose
 from ..symbols import E, a, b, c, c_f, d_h, f, f_e, f_sh, g, h, h_lat, k, s, t, t_e
-from ..term import Source, Term, Total
+from ..term import Source, Total
 from ..vocabulary import RECOMPUTE, recompute_modules
-from .fp8_attention import FP8_ATTENTION_SOURCE, fp8_attention_widths
+from .fp8_attention import FP8_ATTENTION_SOURCE
 from .hf_norms import fp32_input_copies, fp32_scale_norms, fp32_scale_qk_norms, post_norms
-from .low_precision import saved_input_bytes
+from .layer_options import (LAYER_SOURCE, TE_SAVED_INPUT, LayerOptions, LayerTerms,
+                            layer_options)
 from .op_sac import op_sac_layer
 from .recompute_sources import RECOMPUTE_MODULE_SOURCES
 
@@ -145,7 +145,6 @@ NORMS = {"layernorm": 8, "rmsnorm": 4}
 _K = "korthikanti"
 _DERIVED = Source("memsym-derivation", "memsym/terms/activations.py module docstring")
 
-_TK = Source(_K, "§4.1 (attention block, MLP, LayerNorm)")
 _GATE = Source("hf-transformers-5-25", "models/qwen3_next/modeling_qwen3_next.py "
                "Qwen3NextAttention.forward (lines 270-303: q_proj split into query and gate, "
                "attn_output * torch.sigmoid(gate), then o_proj)")
@@ -156,8 +155,6 @@ _Q3N_ROPE = Source("hf-transformers-5-25", _Q3N + "apply_rotary_pos_emb (lines 1
 _LATENT = Source("megatron-core", "megatron/core/transformer/moe/moe_layer.py:489-490 "
                  "(preprocess: fc1_latent_proj before the dispatch), 591-592 (postprocess: "
                  "fc2_latent_proj after the combine), 266-304 (TELinear, duplicated)")
-_TE = Source("transformer-engine", "pytorch/module/linear.py, _Linear.forward (saved_inputmat: "
-             "the quantized input); layernorm_linear.py (ln_out quantized by the fused norm)")
 
 
 def token_split(sequence_parallel: bool) -> tuple:
@@ -190,114 +187,24 @@ def _common(sp_on: bool, recompute: str, width=2):
     return (choose("recompute mode", recompute, RECOMPUTE), *token_split(sp_on))
 
 
+def _recomputed_modules(recompute: str, modules) -> tuple:
+    """The modules selective recompute reruns (None: Megatron's default ``core_attn``); none
+    under another mode."""
+    if recompute != "selective":
+        return ()
+    return ("core_attn",) if modules is None else recompute_modules(modules)
+
+
 def _full_recompute(tok, sig, width=2) -> Total:
     """Full recompute: the layer input alone (Korthikanti Table 2: 2sbh; ``width`` bytes an
     element)."""
-    terms = _Terms()
+    terms = LayerTerms()
     terms.add("layer_input", width * tok * h / sig, "layer input, the only tensor kept under full "
               "recompute", Source(_K, "Table 2, full activation recomputation"))
     return Total("activations per layer (full recompute)", tuple(terms))
 
-class _Terms(list):
-    """The terms of one layer in order; a zero contribution is left out."""
 
-    def add(self, key, expr, what, source=_TK):
-        """Append a bytes term labelled by its key, unless its expression is 0."""
-        if expr != 0:
-            self.append(Term(key, expr, what, source, label=key.replace("_", " ")))
-
-
-@dataclass(frozen=True)
-class _Layer:
-    """One layer's options, sizes and what its recomputed modules drop, read by each family."""
-
-    tok: sp.Expr
-    sig: object
-    gated: bool
-    flash: bool
-    fp8: object
-    norm: str
-    norm_statistics: bool
-    dropout: bool
-    att_drop: bool
-    qk_norm: object
-    output_gate: bool
-    hf_qwen3_next: bool
-    qk_fp32: bool
-    mla: dict | None
-    moe: bool
-    shared_expert: bool
-    drop_core: bool
-    drop_in_norm: bool
-    drop_pre_mlp_norm: bool
-    drop_up_proj: bool
-    drop_mlp: bool
-    drop_moe: bool
-    drop_moe_act: bool
-    drop_shared: bool
-    combine_kept: bool
-    latent: bool = False
-    norm_fp32: bool = False        # main norms scale by 1 + weight in fp32 (transformers' Gemma)
-    post_norms: bool = False       # post-attention and post-MLP norms (Gemma 2/3, GLM-4)
-    w: int = 2                     # bytes of a 16-bit-compute tensor (4 training in fp32)
-    fp8_dpa: str | None = None     # TE's FP8 attention recipe (memsym.terms.fp8_attention)
-
-    @property
-    def dpa(self):
-        """(Q/K/V, O, statistics) widths of FP8 attention; None: 16-bit or none kept."""
-        kept = self.fp8_dpa is not None and self.flash and not self.drop_core
-        return fp8_attention_widths(self.fp8_dpa) if kept else None
-
-    @property
-    def gx(self):
-        """Bytes per element of a saved GEMM input: FP8 under Transformer Engine (MXFP8: one
-        E8M0 scale byte per 32 elements more), else 16-bit."""
-        return saved_input_bytes(self.fp8) if self.fp8 else self.w
-
-    @property
-    def gsrc(self) -> Source:
-        """The source of a saved GEMM input's width."""
-        return _TE if self.fp8 else _TK
-
-    @property
-    def delta(self) -> int:
-        """1 when the hidden dropout masks are kept."""
-        return 1 if self.dropout else 0
-
-    @property
-    def gam(self) -> int:
-        """1 for a gated MLP (fc1 makes gate and up projections)."""
-        return 1 if self.gated else 0
-
-
-def _layer(recompute, mods, tok, sig, *, gated, flash, fp8, norm, norm_statistics, dropout,
-           att_drop, qk_norm, output_gate, hf_qwen3_next, qk_fp32, mla, moe,
-           shared, combine_kept, latent=False, norm_fp32=False,
-           post_norms=False, width=2, dpa=None) -> _Layer:
-    """The options of one layer with what each recomputed module no longer keeps."""
-    if dpa is not None and fp8 not in (True, "mxfp8"):
-        raise InvalidValueError("fp8_attention: Transformer Engine's FP8 attention runs under "
-                                "an FP8 recipe (fp8_inputs True or 'mxfp8')")
-    # what each recomputed module no longer keeps (RECOMPUTE_MODULE_SOURCES): under the TE
-    # spec only the norms before MLA and before an MoE layer are TENorm modules that
-    # "layernorm" checkpoints; the others are fused into linear_qkv / linear_fc1
-    return _Layer(
-        tok, sig, gated, flash, fp8, norm, norm_statistics, dropout,
-        dropout if att_drop is None else att_drop, qk_norm, output_gate,
-        hf_qwen3_next, qk_fp32 or hf_qwen3_next, mla, moe, shared,
-        drop_core=recompute == "selective" and "core_attn" in mods,
-        drop_in_norm="layernorm" in mods and bool(mla),
-        drop_pre_mlp_norm="layernorm" in mods and moe,
-        drop_up_proj="mla_up_proj" in mods and bool(mla),
-        drop_mlp="mlp" in mods and not moe,
-        drop_moe="moe" in mods and moe,
-        drop_moe_act=("moe_act" in mods or "moe" in mods) and moe,
-        drop_shared=("shared_experts" in mods or "moe" in mods) and moe,
-        combine_kept=combine_kept, latent=latent, norm_fp32=norm_fp32, post_norms=post_norms,
-        w=width, fp8_dpa=dpa)
-
-
-def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
+def _norm_terms(ly: LayerOptions, terms: LayerTerms, copies: bool = False) -> None:
     """The two norms' inputs and statistics (and, ``copies``, the fp32 copies that transformers'
     RMSNorms keep: :func:`~memsym.terms.hf_norms.fp32_input_copies`), the QKV projection's
     input."""
@@ -330,7 +237,7 @@ def _norm_terms(ly: _Layer, terms: _Terms, copies: bool = False) -> None:
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
 
 
-def _qkv_terms(ly: _Layer, terms: _Terms):
+def _qkv_terms(ly: LayerOptions, terms: LayerTerms):
     """Queries, keys and values (MLA: and its latents); returns the attention output's width."""
     tok, mla, dpa = ly.tok, ly.mla, ly.dpa
     qkw = dpa[0] if dpa else ly.w      # FP8 attention saves its own quantized Q, K, V
@@ -355,7 +262,7 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
         return a * d_v
     terms.add("qk", qkw * tok * (a + g) * d_h / t,
               "queries (a d_h wide) and keys (g d_h: GQA) for QK^T" + fp8,
-              FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else _TK)
+              FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else LAYER_SOURCE)
     if ly.qk_norm:
         # one fp32 statistic per head and token ("head", Qwen3), or per token for Q and
         # for K when the norm spans the whole projection ("full", OLMo 2)
@@ -368,11 +275,11 @@ def _qkv_terms(ly: _Layer, terms: _Terms):
             # transformers' Qwen3NextRMSNorm and Gemma3RMSNorm: output * (1.0 + weight.float())
             terms.append(fp32_scale_qk_norms(tok, qwen3_next=ly.hf_qwen3_next, width=ly.w))
     terms.add("v", qkw * tok * g * d_h / t, "values (g d_h wide: GQA) for softmax times V" + fp8,
-              FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else _TK)
+              FP8_ATTENTION_SOURCE[ly.fp8_dpa] if dpa else LAYER_SOURCE)
     return a * d_h
 
 
-def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
+def _attention_terms(ly: LayerOptions, terms: LayerTerms, proj_width) -> None:
     """The attention scores (or flash statistics), the output projection's input, the mask."""
     tok, dpa = ly.tok, ly.dpa
     if not ly.drop_core:
@@ -418,7 +325,7 @@ def _attention_terms(ly: _Layer, terms: _Terms, proj_width) -> None:
               "dropout mask after the attention block")
 
 
-def _dense_mlp_terms(ly: _Layer, terms: _Terms) -> None:
+def _dense_mlp_terms(ly: LayerOptions, terms: LayerTerms) -> None:
     """A dense MLP's fc1 input, activation input and output, and its dropout mask."""
     tok, sig = ly.tok, ly.sig
     if not ly.drop_mlp:
@@ -427,13 +334,13 @@ def _dense_mlp_terms(ly: _Layer, terms: _Terms) -> None:
         terms.add("mlp_activation", (1 + ly.gam) * ly.w * tok * f / t,
                   "fc1 output, input of the " + ("SwiGLU (gate and up, 2f wide)" if ly.gated
                                                  else "GeLU"),
-                  _DERIVED if ly.gated else _TK)
+                  _DERIVED if ly.gated else LAYER_SOURCE)
         terms.add("fc2_input", ly.gx * tok * f / t, "activation output, input of fc2"
                   + (" (FP8)" if ly.fp8 else ""), ly.gsrc)
     terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MLP")
 
 
-def _moe_terms(ly: _Layer, terms: _Terms) -> None:
+def _moe_terms(ly: LayerOptions, terms: LayerTerms) -> None:
     """An MoE layer's router, routed tokens, experts, combine, shared experts and dropout mask."""
     tok, sig, gam = ly.tok, ly.sig, ly.gam
     routed = c_f * k * tok * t_e / t   # token copies one expert GPU receives per micro-batch
@@ -447,13 +354,13 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
                   moe_src)
         terms.add("routed_tokens", ly.gx * routed * w, "dispatched token copies, input of the "
                   "expert fc1 (top-k, capacity factor c_f)" + (", FP8" if ly.fp8 else ""),
-                  _TE if ly.fp8 else Source("shazeer-switch", "§2.2, expert capacity"))
+                  TE_SAVED_INPUT if ly.fp8 else Source("shazeer-switch", "§2.2, expert capacity"))
         terms.add("expert_activation", (1 + gam) * ly.w * routed * f_e / t_e,
                   "expert fc1 outputs, input of the expert activation", moe_src)
         if not ly.drop_moe_act:
             terms.add("expert_fc2_input", ly.gx * routed * f_e / t_e, "expert activation "
                       "outputs, input of fc2" + (" (FP8)" if ly.fp8 else ""),
-                      _TE if ly.fp8 else moe_src)
+                      TE_SAVED_INPUT if ly.fp8 else moe_src)
         if ly.combine_kept:
             terms.add("combine", ly.w * routed * w, "expert outputs kept for the probability-"
                       "weighted combine", moe_src)
@@ -464,11 +371,11 @@ def _moe_terms(ly: _Layer, terms: _Terms) -> None:
         # of the norm output moe_input holds, fc2 one of the activation output
         terms.add("shared_expert", ((1 + gam) * ly.w + ly.gx) * tok * f_sh / t + (
             ly.gx * tok * h / sig if ly.fp8 else 0), "shared-expert activation and fc2 inputs"
-            + (", fc1's FP8 input copy" if ly.fp8 else ""), _TE if ly.fp8 else moe_src)
+            + (", fc1's FP8 input copy" if ly.fp8 else ""), TE_SAVED_INPUT if ly.fp8 else moe_src)
     terms.add("mlp_dropout_mask", ly.delta * tok * h / sig, "dropout mask after the MoE block")
 
 
-def _latent_terms(ly: _Layer, terms: _Terms) -> None:
+def _latent_terms(ly: LayerOptions, terms: LayerTerms) -> None:
     """A latent MoE's projections: what fc1_latent_proj and fc2_latent_proj keep."""
     tok, sig = ly.tok, ly.sig
     if ly.fp8:
@@ -566,19 +473,19 @@ def layer_activations(*, gated: bool = False, flash: bool = False, sequence_para
     (inputs saved quantized); transformers v5.25.0 ``modeling_qwen3_next.py`` (Qwen3-Next).
     """
     recompute, tok, sig = _common(sequence_parallel, recompute, width)
-    mods = (("core_attn",) if modules is None else recompute_modules(modules)) \
-        if recompute == "selective" else ()
+    mods = _recomputed_modules(recompute, modules)
     norm = choose("normalization", norm, NORMS)
     if recompute == "full":
         return _full_recompute(tok, sig, width)
     if recompute == "selective-op":
         return op_sac_layer(tok, sig, gated=gated, flash=flash, moe=moe, mla=mla,
                             sequence_parallel=sequence_parallel, compiled=compiled, width=width)
-    ly = _layer(recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
-                norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
-                output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32, moe=moe,
-                att_drop=attention_dropout, shared=shared_expert, latent=latent, dpa=fp8_attention,
-                combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms, width=width)
+    ly = layer_options(
+        recompute, mods, tok, sig, gated=gated, flash=flash, fp8=fp8_inputs, norm=norm,
+        norm_statistics=norm_statistics, dropout=dropout, qk_norm=qk_norm, mla=mla,
+        output_gate=output_gate, hf_qwen3_next=hf_qwen3_next, qk_fp32=qk_norm_fp32, moe=moe,
+        att_drop=attention_dropout, shared=shared_expert, latent=latent, dpa=fp8_attention,
+        combine_kept=combine_kept, norm_fp32=norm_fp32, post_norms=post_norms, width=width)
     return _layer_total(ly, recompute, mods, copies=hf_norms if norm == "rmsnorm" else False)
 
 
@@ -588,7 +495,7 @@ def _layer_total(ly, recompute: str, mods, copies: bool = False) -> Total:
     transformers' RMSNorms' fp32 input copies (nn.LayerNorm keeps none)."""
     what = recompute + (f": {', '.join(mods) or 'no module'}" if recompute == "selective" else "")
     name = f"activations per layer ({'MoE' if ly.moe else 'dense'}, recompute {what})"
-    terms = _Terms()
+    terms = LayerTerms()
     _norm_terms(ly, terms, copies)
     _attention_terms(ly, terms, _qkv_terms(ly, terms))
     (_moe_terms if ly.moe else _dense_mlp_terms)(ly, terms)
