@@ -325,7 +325,7 @@ class Framework:
 
         A framework whose launch has nothing to set (``launch_overlaps == "always"``:
         torchtitan) overlaps under any scheme, also one a :class:`memsym.job.Training` that no
-        job validated carries (:func:`memsym.timing.step.overlap_of` prices such records).
+        job validated carries (:func:`memsym.timing.step_settings.overlap_of` prices such records).
 
         >>> FRAMEWORK["torchtitan"].overlaps_by_default("distributed-optimizer")
         True

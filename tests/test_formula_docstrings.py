@@ -14,7 +14,7 @@ Every public function of a module under ``memsym/timing/`` is checked too (issue
 its return annotation or without: a summary, a doctest and a ``References`` section always,
 and the math block unless it returns no number: a function whose return annotation names a
 record, a table or a name (``str``, ``dict``, ``list``, ``Shape``, ``Gemm``, ``StepTime``,
-``Overlap``: :data:`_ASSEMBLES`) assembles other functions' formulas and states none of its
+``Overlap``, ``Settings``: :data:`_ASSEMBLES`) assembles other functions' formulas and states none of its
 own, so it is held to the other three parts only.  A function that returns seconds, bytes,
 FLOPs, a count, a fraction or an array of them (or declares no return type) needs the math
 block that its code computes.
@@ -43,7 +43,7 @@ ALLOWED: dict = {}
 #: A return annotation naming a term, a total, a tuple of terms or a SymPy expression.
 _RETURNS = re.compile(r"\b(Term|Total|Expr|Rational|Integer)\b")
 #: A return annotation naming a record, a table or a name: no formula of its own (timing).
-_ASSEMBLES = re.compile(r"^(str|dict|list|Shape|Gemm|StepTime|Overlap)\b")
+_ASSEMBLES = re.compile(r"^(str|dict|list|Shape|Gemm|StepTime|Overlap|Settings)\b")
 _REFERENCES = re.compile(r"^References\n-+\n(.*?)(?=\n\n[A-Z][A-Za-z ]+\n-+\n|\Z)", re.S | re.M)
 #: A framework file at a pinned commit: a file name and a hexadecimal commit (7 to 40 digits).
 _ARXIV = re.compile(r"arXiv:\d{4}\.\d{4,5}")

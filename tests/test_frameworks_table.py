@@ -24,7 +24,7 @@ from memsym.frameworks import FRAMEWORK, FRAMEWORK_SCHEMES, Framework, framework
 from memsym.job import REPORTED_DEFAULTS, Layout, Training, job
 from memsym.readers.jobs import DEEPSPEED_SCHEMES
 from memsym.symbols import V, b, c, h, s, t
-from memsym.timing.step import overlap_of
+from memsym.timing.step_settings import overlap_of
 from memsym.training import phase_transients, stage_activations
 from memsym.vocabulary import FRAMEWORKS, SCHEMES
 from source_trees import parsed

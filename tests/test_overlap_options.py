@@ -9,7 +9,8 @@ from memsym.job import job
 from memsym.readers.deepspeed import read_deepspeed_config
 from memsym.readers.jobs import deepspeed_job, megatron_job
 from memsym.readers.megatron import read_megatron_args
-from memsym.timing.step import overlap_of, step_time
+from memsym.timing.step import step_time
+from memsym.timing.step_settings import overlap_of
 
 LAUNCH = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
           "--ffn-hidden-size", "14336", "--seq-length", "4096", "--max-position-embeddings",

@@ -44,7 +44,8 @@ from memsym.timing.gemm import shape_of  # noqa: E402
 from memsym.timing.model_counts import forward_flops_per_token  # noqa: E402
 from memsym.timing.userbuffers import UB_CONFIGS  # noqa: E402
 from memsym.timing.layer import layer_time  # noqa: E402
-from memsym.timing.step import Overlap, Settings, overlap_of, step_time_grid  # noqa: E402
+from memsym.timing.step import Overlap, Settings, step_time_grid  # noqa: E402
+from memsym.timing.step_settings import overlap_of  # noqa: E402
 from tools.reference import page_main  # noqa: E402
 from tools.time_accuracy_gaps import KNOWN_GAPS  # noqa: E402
 from tools.time_scaling import scaling_lines  # noqa: E402

@@ -11,7 +11,8 @@ from ..frameworks import FRAMEWORK
 from ..job import Training
 from ..job_record import recompute_modules_of
 from ..timing.pipeline import most_layers_per_rank
-from ..timing.step import Settings, overlap_of, step_time_grids
+from ..timing.step import Settings, step_time_grids
+from ..timing.step_settings import overlap_of
 from .job_fields import row_overlaps
 from .choices import recompute_layers
 from .space import Space, KNOBS, states_scheme
@@ -126,7 +127,7 @@ def _search_overlap(space: Space, sharding: str, comm: dict | None = None):
     """The :class:`memsym.timing.step.Overlap` of :func:`launch_overlaps` (or of the space's
     own ``overlaps``, a job's) and ``comm`` (the row's carried communication fields:
     :meth:`Space.comm_fields`), as the job with those options gets it
-    (:func:`memsym.timing.step.overlap_of`)."""
+    (:func:`memsym.timing.step_settings.overlap_of`)."""
     framework = space.framework
     given = launch_overlaps(framework, sharding) if space.overlaps is None \
         else row_overlaps(space.overlaps, framework, sharding)

@@ -24,7 +24,7 @@ def job_step_time(j: Job, *, overlap: Overlap | None = None, eta_gemm=None,
     j : Job
         A validated job with its GPU (``job(..., gpu=NAME)``) and m (a global batch or m).
     overlap : Overlap, optional
-        The overlaps priced (default: the job's own, :func:`memsym.timing.step.overlap_of`).
+        The overlaps priced (default: the job's own, :func:`memsym.timing.step_settings.overlap_of`).
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1] instead of the shape-dependent curve.
     flops_per_token : float, optional

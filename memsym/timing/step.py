@@ -11,7 +11,8 @@ exposed beyond what the last backward / first forward hides, then the optimizer 
 
 This module composes the step; the parts live where they are owned: one layer's time in
 :mod:`.layer`, the stages and the schedule in :mod:`.pipeline`, the data-parallel sync and
-the optimizer step in :mod:`.data_parallel` (their public names are re-exported here).
+the optimizer step in :mod:`.data_parallel` (their public names are re-exported here), what a
+job's records set for the step (its overlaps and :class:`Settings`) in :mod:`.step_settings`.
 
 References
 ----------
@@ -29,7 +30,6 @@ import dataclasses
 import numpy as np
 
 from ..errors import InvalidValueError, choose
-from ..frameworks import framework
 from ..hardware import Cluster, cluster_for, gpu as _gpu
 from ..term import Source
 from . import data_parallel
@@ -40,14 +40,14 @@ from .efficiency import as_array
 from .makespan import pipeline_parts
 from .interleaved import priced_together
 from .mean_layer import bf16_layer_excess, layer_parts, mean_layer
-from .pipeline import most_layers_per_rank
 from .records import Overlap, Settings, StepTime
-from ..job import canonical, dropout_kept, recompute_modules_of
+from .step_settings import overlap_of, settings_of
+from ..job import canonical
 from ..vocabulary import FP8_RECIPES
 from ..vocabulary import MOE_DISPATCHERS, RECOMPUTE_MODULES
 from ..training import microbatches
 
-__all__ = ["Overlap", "StepTime", "Settings", "overlap_of", "step_time", "step_time_grid",
+__all__ = ["Overlap", "StepTime", "Settings", "step_time", "step_time_grid",
            "step_time_grids", "SOURCES"]
 
 #: Where each part of the breakdown comes from (keys of memsym/references.toml).
@@ -393,67 +393,6 @@ def _layout_knobs(t, p, d, c, e, v, b, m, t_e) -> tuple:
     return t, p, d, c, e, v, b, m, t_e_
 
 
-def _recompute_fraction(arch, layout, training) -> float:
-    # Megatron's --recompute-method block N reruns the first N layers of each model chunk;
-    # torchtitan's layer SAC every N-th block of a rank (floor(n/N) of its n, the rank with
-    # the most layers: the slowest stage)
-    method = training.memory.recompute_method if training.memory.recompute == "full" else None
-    if method == "every":
-        n = int(most_layers_per_rank(arch.num_layers, layout.p, layout.first_stage_layers or 0,
-                                     layout.last_stage_layers or 0))
-        return (n // training.memory.recompute_num_layers) / n
-    if method != "block":
-        return 1.0
-    chunk = arch.num_layers / (layout.p * (layout.v or 1))
-    return min(training.memory.recompute_num_layers, chunk) / chunk
-
-
-def overlap_of(training) -> Overlap:
-    """The overlaps a job runs with, each one left unset at its framework's default.
-
-    Its ``overlap_grad_reduce`` / ``overlap_param_gather`` / ``tp_comm_overlap`` /
-    ``overlap_moe_expert_parallel_comm`` / ``overlap_p2p_comm``; the defaults from
-    :meth:`memsym.frameworks.Framework.overlaps_by_default`.  Megatron-LM's ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are ``store_true``
-    flags (off unless given); torchtitan's FSDP2 and torch DDP overlap in the backward;
-    DeepSpeed's ``overlap_comm`` defaults to on for ZeRO-3 only.  The other switches keep
-    :class:`Overlap`'s defaults (Megatron's own: ``overlap_p2p_comm`` with interleaving, the
-    backward's async TP collectives, Transformer Engine's ring attention).
-
-    Parameters
-    ----------
-    training : memsym.training.Training
-        The training step (its framework, sharding and overlap switches).
-
-    Examples
-    --------
-    >>> from memsym.training import Training
-    >>> overlap_of(Training()).grad_reduce, overlap_of(Training(framework="torchtitan",
-    ...     sharding="fsdp")).grad_reduce
-    (False, True)
-    >>> o = overlap_of(Training(overlap_grad_reduce=True, overlap_param_gather=True))
-    >>> o.grad_reduce, o.param_gather, o.tp_comm
-    (True, True, False)
-
-    References
-    ----------
-    .. [megatron-lm-arguments] --overlap-grad-reduce, --overlap-param-gather (store_true).
-    .. [torchtitan-job-config] FSDP2; [deepspeed-config] zero/config.py overlap_comm.
-    """
-    fw = framework(training.framework)
-    default = fw.overlaps_by_default(training.states.sharding)
-
-    def pick(value):
-        return default if value is None else bool(value)
-
-    return Overlap(grad_reduce=pick(training.comm.overlap_grad_reduce),
-                   param_gather=pick(training.comm.overlap_param_gather),
-                   tp_comm=bool(training.comm.tp_comm_overlap),
-                   # torchtitan's async TP is torch's micro-pipelining, not TE's userbuffers
-                   tp_comm_split=fw.tp_userbuffers,
-                   ep_a2a=bool(training.comm.overlap_moe_expert_parallel_comm),
-                   pp_p2p=bool(training.pipeline.overlap_p2p_comm))
-
-
 def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, *,
               overlap: Overlap | None = None, eta_gemm=None, flops_per_token=None,
               m: int | None = None) -> StepTime:
@@ -475,7 +414,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
     cluster : Cluster, optional
         The interconnect (default: the GPU's usual cluster).
     overlap : Overlap, optional
-        Which communication hides behind compute (default: the job's, :func:`overlap_of`).
+        Which communication hides behind compute (default: the job's,
+        :func:`memsym.timing.step_settings.overlap_of`).
     eta_gemm : float, optional
         A fixed achieved GEMM efficiency in (0, 1] [1] replacing the efficiency curve.
     flops_per_token : float, optional
@@ -512,7 +452,7 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
         raise InvalidValueError("give num_microbatches or global_batch_size to price a step")
     if overlap is None:
         overlap = overlap_of(training)
-    st = _settings_of(arch, layout, training)
+    st = settings_of(arch, layout, training)
     pl = getattr(layout, "pipeline_layout", None)
     # a custom layout (--pipeline-model-parallel-layout, the account-for switches): each
     # chunk's own layers, an MTP layer as one more; else Megatron's first/last sizes, every
@@ -542,48 +482,6 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
                     {"overlap": overlap, "eta_gemm": eta_gemm, "microbatches": mm,
                      "sources": SOURCES, "settings": st,
                      "launchable": bool(np.asarray(out["launchable"]).ravel()[0])}, comm)
-
-
-def _settings_of(arch, layout, training) -> Settings:
-    """What the step of ``layout`` and ``training`` does beyond the layout (:class:`Settings`)."""
-    batch, mem, states, pipe = training.batch, training.memory, training.states, training.pipeline
-    titan = framework(training.framework).torch_pipelining      # torch.distributed.pipelining
-    return Settings(seq_length=batch.seq_length, micro_batch_size=batch.micro_batch_size,
-                    recompute=mem.recompute,
-                    sequence_parallel=bool(layout.sequence_parallel and layout.t > 1),
-                    flash_attention=mem.flash_attention, dropout=dropout_kept(training),
-                    # autocast over fp32 weights runs its matmuls at the autocast dtype
-                    precision=states.autocast or states.precision, fp8_recipe=states.fp8_recipe,
-                    fp8_param_gather=bool(states.fp8_param_gather),
-                    fp4_param_gather=bool(states.fp4_param_gather),
-                    bf16_layers=tuple(states.bf16_layers)
-                    if states.precision in ("fp8", "fp4") else (0, 0),
-                    # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
-                    distributed_optimizer=states.sharding != "ddp",
-                    # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the
-                    # memory counts its buffer; otherwise Megatron's fp32 main-grad buffer
-                    grad_bytes=2 if states.grad_dtype in ("bf16", "fp16") else 4,
-                    gather_per_microbatch=states.sharding in ("zero3", "fsdp"),
-                    reduce_per_microbatch=states.sharding == "zero2",
-                    whole_embedding=framework(training.framework).tp_whole_embedding,
-                    gathered_logits=framework(training.framework).tp_gathered_logits,
-                    pipelined_fsdp=states.sharding == "fsdp" and titan,
-                    recompute_fraction=_recompute_fraction(arch, layout, training),
-                    # block skips the MTP layer's recompute (multi_token_prediction.py:1630)
-                    mtp_recompute=mem.recompute_method != "block",
-                    # Megatron's --recompute-modules under selective (default core_attn)
-                    recompute_modules=(recompute_modules_of(training)
-                                       if mem.recompute == "selective" else ("core_attn",)),
-                    group_size=pipe.microbatch_group_size, torch_rounds=titan,
-                    schedule=pipe.schedule, output_first=pipe.stage_placement == "v",
-                    tp_overlap_cfg=training.comm.tp_comm_overlap_cfg,
-                    moe_dispatcher=mem.moe_dispatcher, optimizer=states.optimizer,
-                    # the job's Muon and MLA switches, Megatron-LM's names (memsym.job_record)
-                    muon_tp_mode=states.muon_tp_mode, muon_ns_steps=states.muon_num_ns_steps,
-                    muon_nesterov=states.muon_nesterov,
-                    mla_down_proj_fusion=mem.mla_down_proj_fusion,
-                    bias_activation_fusion=bool(mem.bias_activation_fusion),
-                    fp32_residual_connection=bool(mem.fp32_residual_connection))
 
 
 def _communication_of(first_of, parts: dict) -> dict:
