@@ -38,7 +38,7 @@ from memsym.timing.efficiency import memory_time
 from memsym.timing.gemm import shape_of
 from memsym.timing.pipeline import end_layers
 from memsym.timing.records import Settings
-from memsym.training.activations import output_layer_activations
+from memsym.training.output_layer import output_layer_activations
 from memsym.training.model_states import job_stage_parameters
 from in_process import run
 

@@ -368,7 +368,7 @@ def test_deepseek_v3_latent_norms_are_measured():
 def test_deepspeed_final_norm_keeps_its_fp32_copy():
     from memsym.job import Layout, Training
     from memsym.model import preset, resolve
-    from memsym.training.activations import output_layer_activations
+    from memsym.training.output_layer import output_layer_activations
 
     x = resolve(preset("llama2-7b"), seq_length=4096)
 
@@ -568,7 +568,7 @@ def test_deepspeed_keeps_every_nemotron_h_layers_norm(tmp_path):
 def test_deepspeed_final_norm_follows_the_norm_kind(tmp_path, mtype, cls, kind, extra):
     torch = pytest.importorskip("torch")
     from memsym.job import Layout, Training
-    from memsym.training.activations import output_layer_activations
+    from memsym.training.output_layer import output_layer_activations
 
     # the model's final norm (self.norm; NemotronHModel's norm_f) is the layers' class
     model = _tiny_model(mtype, extra)

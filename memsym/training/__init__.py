@@ -10,6 +10,7 @@ The package composes the total in layers, each module importing only those befor
 * :mod:`memsym.training.traits`: what a job's settings imply (the output stage, the
   activation width, sequence parallelism, the loss kind);
 * :mod:`memsym.training.layer_model`: one decoder layer's activations under a job's settings;
+* :mod:`memsym.training.output_layer`: one micro-batch's final norm, output layer and loss;
 * :mod:`memsym.training.activations`: the activations one stage holds at its peak;
 * :mod:`memsym.training.model_states`: one stage's parameter counts and model states;
 * :mod:`memsym.training.transients`: the transients of each phase of the step;

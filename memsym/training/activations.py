@@ -4,6 +4,7 @@ flight, the embedding, the output layer and loss, and the recompute working set.
 :func:`stage_activations` (an architecture and a layout) and :func:`resolved_stage_activations`
 (a job) build the Total; the helpers here count the micro-batches each model chunk keeps in
 flight under the pipeline schedule and the recompute method's share of a chunk's layers.
+One micro-batch's output layer and loss are :mod:`memsym.training.output_layer`'s.
 """
 
 from __future__ import annotations
@@ -19,29 +20,24 @@ from ..job import Job, Layout, Training, check_fields, dropout_kept
 from .. import model as models
 from ..symbols import L, m, p, v
 from ..term import Source, Term, Total
-from ..terms import mamba as hybrid_terms, recipe_buffers as rb, torch_moments as tm
+from ..terms import mamba as hybrid_terms, recipe_buffers as rb
 from ..terms.gemma4_ple import gemma4_ple_model
 from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered_inputs,
-                                 mtp_input_activations, output_activations)
+                                 mtp_input_activations)
 from ..terms.adapters import LORA_TARGETS
-from ..terms.autocast import AUTOCAST16_LAYERS, autocast16_output, autocast_output
-from ..terms.chunked_loss import chunked_loss_activations
 from ..terms.fp32_residual import fp32_stage_input
-from ..terms.hf_norms import final_norm_excess
-from ..terms.peft_lora import peft_frozen_output
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
 from ..terms.dispatcher_buffers import allgather_dispatch_buffer
-from ..terms.transformer_layer import token_split
 from ..terms.schedule import (SCHEDULES, embedding_microbatches, logits_microbatches,
                               stage_microbatches, torch_round_size, v_stage_microbatches)
 from ..unchecked_job import UncheckedJob, unchecked
 from ..values import cached_max
 from .bf16_layers import bf16_activation_excess
 from .layer_model import layer_model_of
-from .traits import (activation_width, autotp_logits, boundary_bytes, cp_a2a_on, logits_gathered,
-                     loss_kind, output_stage, residual_width, resolve_arch, sequence_parallel_on,
-                     stage_role)
+from .output_layer import output_layer_activations
+from .traits import (activation_width, boundary_bytes, cp_a2a_on, loss_kind, output_stage,
+                     resolve_arch, sequence_parallel_on, stage_role)
 
 #: memsym's own derivation of the terms without a published source (MTP, working set).
 _DERIVED = Source("memsym-derivation", "memsym/training/activations.py, stage_activations")
@@ -90,60 +86,6 @@ def stage_activations(arch, layout: Layout = Layout(), training: Training = Trai
     """
     check_fields(layout, training)
     return resolved_stage_activations(unchecked(resolve_arch(arch, training), layout, training), stage)
-
-
-def output_layer_activations(x, layout: Layout, training: Training) -> Total:
-    """One micro-batch's activations of the final norm, the output layer and the loss
-    (:func:`memsym.terms.activations.output_activations` for this job).  Under PEFT (LoRA,
-    QLoRA, DoRA on transformers' model code) the final norm's weight and ``lm_head`` are
-    frozen: the norm keeps no normalised tensor for its weight's gradient and ``lm_head`` no
-    input (:func:`memsym.terms.peft_lora.peft_frozen_output`).
-
-    Examples
-    --------
-    >>> from memsym.model import preset, resolve
-    >>> output_layer_activations(resolve(preset("llama2-7b"), seq_length=4096), Layout(),
-    ...                          Training()).keys
-    ('final_norm_input', 'final_norm_statistics', 'output_input', 'logits')
-    """
-    sp_on = sequence_parallel_on(layout)
-    # torchtitan's output layer: torch's ColwiseParallel (saves the gathered input), fp32 norm
-    titan = framework_record(training.framework).torch_output_layer
-    # transformers' model code (DeepSpeed): its final LlamaRMSNorm keeps the same fp32 copy
-    hf = framework_record(training.framework).hf_model_code
-    out = output_activations(sequence_parallel=sp_on, norm=x.normalization.lower(),
-                             compiled_loss=training.memory.compiled_loss,
-                             gathered_output_input=sp_on and titan,
-                             fp32_norm=x.normalization.lower() == "rmsnorm" and (
-                                 "torchtitan" if titan else "transformers" if hf else False),
-                             width=activation_width(training))
-    if hf and x.normalization.lower() == "rmsnorm":
-        # the final norm is the model's own RMSNorm class, of the layers' kind
-        out = Total(out.name, (*out.terms, *final_norm_excess(
-            *token_split(sp_on), scale=getattr(x, "norm_fp32_scale", False),
-            product=getattr(x, "norm_fp32_product", False), width=activation_width(training))))
-    chunked = loss_kind(layout, training) == "chunked"
-    if hf and training.adapters.finetune != "full":
-        # PEFT: the final norm's weight and lm_head frozen, kept for no weight gradient
-        rms = x.normalization.lower() == "rmsnorm"
-        fp32_normed = getattr(x, "norm_fp32_scale", False) or getattr(x, "norm_fp32_product",
-                                                                      False)
-        out = Total(out.name, (*out.terms, peft_frozen_output(
-            *token_split(sp_on), norm=("fp32" if fp32_normed else "llama") if rms else None,
-            head_input=not chunked, width=activation_width(training))))
-    if training.states.autocast and training.states.precision != "fp32":
-        if AUTOCAST16_LAYERS.get((x.extra or {}).get("hf_model_type")) is not None:
-            out = Total(out.name, (*out.terms, autocast16_output()))   # fp32 final LayerNorm
-    elif training.states.autocast:   # the final norm's fp32 input (memsym.terms.autocast)
-        out = Total(out.name, (*out.terms, autocast_output(
-            tied=not x.untie_embeddings_and_output_weights, weight_cast=not chunked)))
-    if chunked:   # TRL's chunked loss: no lm_head input or logits kept, the packed rows instead
-        kept = tuple(term for term in out.terms if term.key not in ("output_input", "logits"))
-        return Total(out.name, (*kept, *chunked_loss_activations(residual_width(training)).terms))
-    if loss_kind(layout, training) == "te":
-        return rb.with_te_logits(out)
-    return Total(out.name, tm.gathered_logits(out.terms, autotp_logits(training))) \
-        if autotp_logits(training) or logits_gathered(layout, training) else out
 
 
 def _chunk_activations(stack, per_chunk, training: Training, chunks=1) -> sp.Expr:

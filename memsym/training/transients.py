@@ -34,7 +34,8 @@ from ..terms.transformer_layer import token_split
 from ..terms.widths import STATE_DTYPES, default_grad_dtype
 from ..unchecked_job import UncheckedJob
 from ..values import as_expr
-from .activations import output_layer_activations, resolved_stage_activations
+from .activations import resolved_stage_activations
+from .output_layer import output_layer_activations
 from .layer_model import peft_adapters_cast, peft_layer_targets
 from .model_states import (STEP_STATE_KEYS, bf16_experts_apart, moment_share, stage_has_experts,
                            state_terms, state_training)
