@@ -157,7 +157,7 @@ class ModelStates:
         absent ones keep :data:`memsym.terms.transients.DEFAULTS`.
     megatron_fsdp, fsdp_double_buffer
         Megatron-FSDP's ``--data-parallel-sharding-strategy`` (None: not Megatron-FSDP;
-        :func:`memsym.terms.model_state.megatron_fsdp_state`), ``--fsdp-double-buffer``.
+        :func:`memsym.terms.megatron_fsdp.megatron_fsdp_state`), ``--fsdp-double-buffer``.
     muon_tp_mode, muon_num_ns_steps, muon_nesterov : str, int, bool
         Under ``optimizer="muon"``, Megatron-LM's ``--muon-tp-mode`` (duplicated,
         :data:`memsym.vocabulary.MUON_TP_MODES`), ``--muon-num-ns-steps`` (5 [iterations]) and

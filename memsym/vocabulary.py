@@ -28,7 +28,7 @@ SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
 #: Megatron-FSDP's ``--data-parallel-sharding-strategy`` -> the scheme that shards the same
 #: states (no_shard keeps everything, optim shards the optimizer states, optim_grads also the
 #: gradients, optim_grads_params also the weights): the job's ``sharding`` beside its
-#: ``megatron_fsdp`` (:func:`memsym.terms.model_state.megatron_fsdp_state`).
+#: ``megatron_fsdp`` (:func:`memsym.terms.megatron_fsdp.megatron_fsdp_state`).
 MEGATRON_FSDP_SCHEMES = {"no_shard": "ddp", "optim": "distributed-optimizer",
                          "optim_grads": "zero2", "optim_grads_params": "fsdp"}
 #: The optimizers Megatron-FSDP steps (Megatron-LM arguments.py at d98e8a64dd, validate_args

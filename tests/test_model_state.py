@@ -288,7 +288,7 @@ def test_framework_bad_combinations():
 
 
 def test_megatron_fsdp_strategies_by_hand():
-    from memsym.terms.model_state import megatron_fsdp_state
+    from memsym.terms.megatron_fsdp import megatron_fsdp_state
     w = byte_widths()  # bf16 params, fp32 main grads, fp32 main params + Adam
     per = {s: megatron_fsdp_state(s).subs(w).evaluate(N=1, d=4, p=1, t=1)
            for s in ("no_shard", "optim", "optim_grads", "optim_grads_params")}

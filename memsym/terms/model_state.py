@@ -40,8 +40,8 @@ from .widths import (OPTIMIZERS, PRECISIONS, STATE_DTYPES, byte_widths, default_
 
 __all__ = ["SCHEMES", "CONVENTIONS", "CONVENTION_ALIASES", "PRECISIONS", "OPTIMIZERS", "OFFLOADS",
            "GRAD_DTYPES", "STATE_DTYPES", "model_state", "byte_widths", "normalize_scheme",
-           "normalize_convention", "megatron_fsdp_state", "deepspeed_allows_pipeline",
-           "MEGATRON_FSDP_STRATEGIES", "MEGATRON_FSDP_SCHEMES", "te_weight_cache", "shard_params"]
+           "normalize_convention", "deepspeed_allows_pipeline", "MEGATRON_FSDP_SCHEMES",
+           "te_weight_cache", "shard_params", "MEGATRON_FSDP_CAST_SOURCE"]
 
 _ZERO = Source("zero", "§5, Figure 1")
 # the "seed000" convention: the ZeRO-2 reading of the distributed optimizer that the
@@ -98,6 +98,13 @@ _DS_3 = Source("deepspeed-zero", "runtime/zero/stage3.py, DeepSpeedZeroOptimizer
 _FSDP2 = Source("pytorch-fsdp2", "_fsdp_param.py, FSDPParam._init_sharded_param (dim-0 shard in "
                 "the original dtype); _fsdp_collectives.py, foreach_reduce (sharded grad in the "
                 "original dtype); _fsdp_api.py MixedPrecisionPolicy (no extra fp32 copy)")
+#: Megatron-FSDP casts the rank's 16-bit main-grad shard to fp32 for the optimizer (its
+#: ``main_gradients``; :mod:`memsym.terms.megatron_fsdp`, and an FP8 job's here).
+MEGATRON_FSDP_CAST_SOURCE = Source(
+    "megatron-core", "core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py at "
+    "d98e8a64dd: 3351 update_main_grads, 3381 optimizer_grad.to(param.dtype) (the fp32 main "
+    "weights' dtype) unless megatron_fsdp_use_decoupled_grad; 3209 zero_grad sets param.grad = "
+    "None")
 
 
 def shard_params(params=None) -> sp.Expr:
@@ -415,7 +422,7 @@ def _framework_state(scheme, offload, psi, dp, precision, grad_dtype, precision_
         terms.append(Term("gradients", per_gpu(b_g, shard_g), what, src_g, label="gradients"))
     if main_copy and offload == "none":
         src = _MC_DDP if scheme == "ddp" else (_MC_MAIN if megatron else (
-            _MFSDP_CAST if scheme == "fsdp" else src_o))   # fsdp here: Megatron-FSDP's FP8
+            MEGATRON_FSDP_CAST_SOURCE if scheme == "fsdp" else src_o))   # fsdp here: Megatron-FSDP's FP8
         what = "fp32 copy of the gradients the optimizer steps on" + (", the rank's shard" if shard_o else "")
         if scheme == "zero3":
             # stage3.py _prepare_fp32_grad_for_sub_group: one sub-group at a time (config
@@ -467,117 +474,6 @@ def host_state(scheme: str = "zero3", *, offload: str = "optimizer", params=None
         Term(term.key, term.expr, term.description + ", offloaded to host memory", _OFFLOAD, label=term.label)
         for term in full if term.key not in on_gpu)
     return Total(f"host memory of offloaded states ({scheme}, offload {offload})", moved)
-
-
-#: Megatron-FSDP ``--data-parallel-sharding-strategy`` -> which buffers are sharded
-#: (model weights, main weights + optimizer, main grads): param_and_grad_buffer.py:2329-2345
-#: at d98e8a64dd (the same at 2a75ac12c5), ``_init_each_parameter_group_buffers``.
-MEGATRON_FSDP_STRATEGIES = {
-    "no_shard": (False, False, False),
-    "optim": (False, True, False),
-    "optim_grads": (False, True, True),
-    "optim_grads_params": (True, True, True),
-}
-
-_MFSDP = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py "
-                "at d98e8a64dd (the same code at 2a75ac12c5, Bridge's pin): 2329-2345 "
-                "is_*_buffer_distributed per data_parallel_sharding_strategy; 2652 "
-                "model_weight_buffer (none under no_shard: the module's 16-bit parameters); "
-                "2694 main_weight_buffer in main_params_dtype (fp32); 2713 main_grad_buffer in "
-                "_resolve_group_grad_dtype (2313: main_grads_dtype, else the parameter's dtype)")
-_MFSDP_CAST = Source("megatron-core", "core/distributed/fsdp/src/megatron_fsdp/"
-                     "param_and_grad_buffer.py at d98e8a64dd: 3351 update_main_grads, 3381 "
-                     "optimizer_grad.to(param.dtype) (the fp32 main weights' dtype) unless "
-                     "megatron_fsdp_use_decoupled_grad; 3209 zero_grad sets param.grad = None")
-
-
-def megatron_fsdp_state(strategy: str = "optim_grads_params", *, params=None, dp=None,
-                        main_copy: bool = False) -> Total:
-    r"""Model states per GPU under Megatron-FSDP (``--use-megatron-fsdp``) [bytes].
-
-    .. math::
-
-        \begin{aligned}
-        \text{no\_shard}:\;& \Psi\,(b_{hp} + b_g + b_{mg} + b_m + b_o) \\
-        \text{optim}:\;& \Psi\,(b_{hp} + b_g) + \Psi\,(b_{mg} + b_m + b_o)/d \\
-        \text{optim\_grads}:\;& \Psi\,b_{hp} + \Psi\,(b_g + b_{mg} + b_m + b_o)/d \\
-        \text{optim\_grads\_params}:\;& \Psi\,(b_{hp} + b_g + b_{mg} + b_m + b_o)/d
-        \end{aligned}
-
-    The 16-bit ``model_weight_buffer`` (:math:`b_{hp}`; under ``no_shard`` the module's own
-    parameters), the ``main_grad_buffer`` (:math:`b_g`: ``megatron_fsdp_main_grads_dtype``,
-    by default the parameters' dtype, bf16: Megatron-FSDP reads no ``grad_reduce_in_fp32``)
-    and the fp32 ``main_weight_buffer`` with Adam's states on it (:math:`b_m + b_o`) are each
-    sharded or not by the strategy.  With ``main_copy`` (a 16-bit main grad under fp32 main
-    weights) ``update_main_grads`` casts the rank's gradient shard to fp32 for the optimizer
-    (:math:`b_{mg} = 4`, sharded as the main weights), a step-only state
-    (:data:`memsym.training.STEP_STATE_KEYS`).  The unsharded buckets gathered for compute
-    are transients (:func:`memsym.terms.transients.megatron_fsdp_buckets`).  The CLI
-    default is ``optim_grads_params``; ``DistributedDataParallelConfig``'s is ``no_shard``.
-
-    Parameters
-    ----------
-    strategy : {"no_shard", "optim", "optim_grads", "optim_grads_params"}
-        Megatron-FSDP's ``--data-parallel-sharding-strategy``.
-    params : sympy.Expr or int, optional
-        Parameters Ψ on this GPU's model-parallel shard [parameters] (default :math:`N/(p\,t)`).
-    dp : sympy.Expr or int, optional
-        The sharding group's size d [GPUs] (default the symbol ``d``).
-    main_copy : bool
-        Whether the optimizer steps on an fp32 cast of a 16-bit main grad (``main_gradients``).
-
-    Returns
-    -------
-    Total
-        Terms ``weights``, ``gradients``, ``main_gradients`` (with ``main_copy``) and
-        ``optimizer`` [bytes].
-
-    Examples
-    --------
-    By hand, bf16 with fp32 main grads (:func:`byte_widths` of the distributed optimizer):
-    ``optim`` at d = 8 is 2 + 4 + 12/8, ``optim_grads_params`` 18/8:
-
-    >>> w = byte_widths()
-    >>> megatron_fsdp_state("optim").subs(w).evaluate(N=1, d=8, p=1, t=1)
-    15/2
-    >>> megatron_fsdp_state().subs(w).evaluate(N=1, d=8, p=1, t=1)
-    9/4
-
-    The default bf16 main grads: (2 + 2 + 4 + 12)/8 = 5/2 bytes per parameter:
-
-    >>> w = byte_widths(grad_dtype="bf16")
-    >>> megatron_fsdp_state(main_copy=True).subs(w).evaluate(N=1, d=8, p=1, t=1)
-    5/2
-
-    References
-    ----------
-    .. [megatron-core] ``core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py``
-       at d98e8a64dd: 2313, 2329-2345, 2652-2724, 3351-3381.
-    """
-    strategy = choose("data_parallel_sharding_strategy", strategy, tuple(MEGATRON_FSDP_STRATEGIES))
-    shard_w, shard_o, shard_g = MEGATRON_FSDP_STRATEGIES[strategy]
-    psi = shard_params(params)
-    dp = d if dp is None else as_expr(dp)
-
-    def per_gpu(width, sharded):
-        return psi * width / dp if sharded else psi * width
-
-    def whole(sharded):
-        return ", sharded" if sharded else ", whole"
-
-    terms = [
-        Term("weights", per_gpu(b_hp, shard_w), ("16-bit model_weight_buffer" + whole(shard_w))
-             if strategy != "no_shard" else "16-bit module parameters, whole (no_shard makes no "
-             "model_weight_buffer)", _MFSDP, label="weights"),
-        Term("gradients", per_gpu(b_g, shard_g), "main_grad_buffer" + whole(shard_g), _MFSDP,
-             label="gradients")]
-    if main_copy:
-        terms.append(Term("main_gradients", per_gpu(b_mg, shard_o), "fp32 cast of the main "
-                          "grads the optimizer steps on (update_main_grads)" + whole(shard_o),
-                          _MFSDP_CAST, label="fp32 main grads"))
-    terms.append(Term("optimizer", per_gpu(b_m + b_o, shard_o), "fp32 main_weight_buffer and "
-                      "optimizer states" + whole(shard_o), _MFSDP, label="master + moments"))
-    return Total(f"model states per GPU (Megatron-FSDP {strategy})", tuple(terms))
 
 
 def deepspeed_allows_pipeline(scheme: str) -> bool:

@@ -18,7 +18,7 @@ from ..errors import InvalidValueError
 from ..symbols import N, N_bkt, N_ll, N_pf, V, b_hp, b_r, b_u, d, h, n_ag, n_bkt, p, t
 from ..term import Source, Term, Total
 from ..values import as_expr, cached_max
-from .model_state import MEGATRON_FSDP_STRATEGIES
+from .megatron_fsdp import MEGATRON_FSDP_STRATEGIES
 
 __all__ = ["fsdp2_transients", "fsdp2_io_groups", "fsdp2_stream_pools", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",

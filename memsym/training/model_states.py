@@ -25,8 +25,8 @@ from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
 from ..terms.adapters import LORA_TARGETS, adapter_state, lora
 from ..terms.megatron_lora import megatron_adapter_widths, quantized_frozen_base
-from ..terms.model_state import (CONVENTIONS, OPTIMIZERS, byte_widths, megatron_fsdp_state,
-                                 model_state, te_weight_cache)
+from ..terms.megatron_fsdp import megatron_fsdp_state
+from ..terms.model_state import CONVENTIONS, OPTIMIZERS, byte_widths, model_state, te_weight_cache
 from ..term import Total
 from ..terms.widths import default_grad_dtype
 from ..unchecked_job import UncheckedJob
@@ -456,7 +456,7 @@ def _expert_adapters(tot: Total, training: Training, dtype: str) -> Total:
 
 def _megatron_fsdp_terms(experts: bool, training: Training) -> tuple:
     """:func:`state_terms` of a 16-bit Megatron-FSDP job
-    (:func:`memsym.terms.model_state.megatron_fsdp_state`): the distributed optimizer's
+    (:func:`memsym.terms.megatron_fsdp.megatron_fsdp_state`): the distributed optimizer's
     widths with Megatron-FSDP's main-grad dtype (:func:`default_grad_dtype`), the fp32
     ``main_weight_buffer`` always (``megatron_fsdp_main_params_dtype`` fp32), and the fp32
     cast of a 16-bit main grad at the step unless the precision-aware optimizer takes it
