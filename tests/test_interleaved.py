@@ -22,7 +22,8 @@ from memsym.model import preset
 from memsym.terms.pipeline_order import bubble_fraction, simulate
 from memsym.timing.interleaved import (MAX_PASSES, exact_interleaved, interleaved_makespan,
                                        schedule_levels)
-from memsym.timing.pipeline import bubble_in_stages, microbatch_group, simulated_pipeline
+from memsym.timing.bubble import bubble_in_stages
+from memsym.timing.pipeline import microbatch_group, simulated_pipeline
 from memsym.timing.records import Overlap, Settings
 from memsym.timing.step import step_time_grid
 

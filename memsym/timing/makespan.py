@@ -22,8 +22,9 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from .collectives import collective_time, group_bandwidth
-from .pipeline import (bubble_in_stages, busiest_stage, chunk_times, end_layers, heaviest_middle,
-                       microbatch_group, simulated_pipeline, stage_layers, stage_times)
+from .bubble import bubble_in_stages
+from .pipeline import (busiest_stage, chunk_times, end_layers, heaviest_middle, microbatch_group,
+                       simulated_pipeline, stage_layers, stage_times)
 from .mtp import mtp_depth
 from .interleaved import priced_together
 from .one_f_one_b import exact_one_f_one_b
