@@ -217,12 +217,12 @@ def test_what_transformers_cannot_build_or_memsym_does_not_model(tmp_path, cfg, 
 
 
 # --------------------------------------------------------------------------------------------
-# the Mamba-2 layer's activations (memsym/terms/mamba.py; composed: test_hybrid_estimate.py)
+# the Mamba-2 layer's activations (memsym/terms/mamba2.py; composed: test_hybrid_estimate.py)
 # --------------------------------------------------------------------------------------------
 
 def test_mamba_layer_activations_of_nemotron_h_8b_by_hand():
     from memsym.symbols import G_ssm, H_ssm, N_ssm, b, d_ssm, h, s, t
-    from memsym.terms.mamba import mamba_layer_activations
+    from memsym.terms.mamba2 import mamba_layer_activations
 
     # Nemotron-H-8B (above), s = 8192, b = 1, t = 1, bf16, written out from the tensors the
     # sources save: the fused norm's input and output [s, b, 4096] each; zxBCdt

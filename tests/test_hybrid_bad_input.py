@@ -8,7 +8,8 @@ import pytest
 
 from memsym.errors import InvalidValueError
 from memsym.symbols import r_lora
-from memsym.terms.mamba import hybrid_layer_activations, mamba_layer_activations
+from memsym.terms.mamba import hybrid_layer_activations
+from memsym.terms.mamba2 import mamba_layer_activations
 from memsym.terms.shared_block import shared_block_activations
 from memsym.terms.low_precision import saved_input_bytes
 

@@ -21,7 +21,7 @@ from transformers' code, the same as ``tests/test_hf_activations.py`` names for 
 Each holds exactly, at every shape tried (with and without adapters, RoPE, GQA).
 
 The Mamba mixer of the hybrid layer is not measured here: on the CPU transformers runs its
-torch path, not the CUDA kernel path memsym models (:mod:`memsym.terms.mamba`).  Its pre-norm
+torch path, not the CUDA kernel path memsym models (:mod:`memsym.terms.mamba2`).  Its pre-norm
 is: ``Zamba2MambaDecoderLayer.input_layernorm`` and the mixer's ``in_proj`` that reads its
 output, measured alone.
 """

@@ -9,7 +9,7 @@ Every layer is one RMSNorm and one Mamba mixer, with no attention and no MLP: th
 ``modeling_<type>.py`` builds (transformers 5.25.0), so that the parameter count equals
 ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` on the meta device
 (``tests/test_hf_more_types.py``).  A Mamba-2 model's memory estimate takes the Mamba-2
-activation term of :mod:`memsym.terms.mamba`; a Mamba-1 model's is refused as Jamba's is.
+activation term of :mod:`memsym.terms.mamba2`; a Mamba-1 model's is refused as Jamba's is.
 :func:`memsym.model.hf_config.from_hf_config` dispatches here.
 
 REF: transformers 5.25.0 ``models/mamba/modeling_mamba.py`` (MambaMixer, MambaBlock,

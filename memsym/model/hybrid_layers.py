@@ -164,7 +164,7 @@ def mamba_values(arch: Architecture) -> dict:
     width ``k_sc`` (with short-convolution layers) and the Gated DeltaNet sizes and lightning
     block size (with those layers: :func:`memsym.model.token_mixers.mixer_values`), for the
     activation terms
-    :func:`memsym.terms.mamba.mamba_layer_activations` and
+    :func:`memsym.terms.mamba2.mamba_layer_activations` and
     :func:`memsym.terms.short_conv.short_conv_activations` and
     :func:`memsym.terms.gated_deltanet.gdn_activations`.
 

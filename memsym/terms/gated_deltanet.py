@@ -48,7 +48,7 @@ backward recomputes them (``chunk.py`` line 160, ``chunk_gated_delta_rule_fwd_h`
 modelled: the optional ``causal_conv1d`` CUDA kernel (it keeps the conv input only), fla's
 fused gated norm, Megatron-core's GatedDeltaNet module.
 
-Conventions as :mod:`memsym.terms.mamba`: per micro-batch of b sequences of s tokens on one
+Conventions as :mod:`memsym.terms.mamba2`: per micro-batch of b sequences of s tokens on one
 GPU; tensor parallelism divides the heads' tensors by t (derived, as the parameters in
 :func:`memsym.model.token_mixers.gdn_parts`), sequence parallelism the h-wide input by t too.
 """

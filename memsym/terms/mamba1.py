@@ -49,7 +49,7 @@ Zamba does not use the fused ``mamba_inner_fn`` (``MambaInnerFn``, lines 196-291
 the scan intermediates and out, conv1d_out and delta recomputed at ``checkpoint_lvl`` 1).
 Neither kernel path is modelled: memsym prices the torch path only.
 
-Conventions as :mod:`memsym.terms.mamba`: bf16 weights and activations (2 bytes), per
+Conventions as :mod:`memsym.terms.mamba2`: bf16 weights and activations (2 bytes), per
 micro-batch on one GPU; transformers does not shard the mixer (tensor parallelism is refused).
 """
 

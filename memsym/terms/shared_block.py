@@ -47,7 +47,7 @@ for input_layernorm and pre_ff_layernorm), the unfused SwiGLU keeps SiLU's outpu
 ``tests/test_zamba2_activations.py`` measures a use under ``saved_tensors_hooks`` and finds
 exactly these differences.
 
-Conventions as :mod:`memsym.terms.mamba`: 2 bytes per 16-bit element, per micro-batch of
+Conventions as :mod:`memsym.terms.mamba2`: 2 bytes per 16-bit element, per micro-batch of
 ``b`` sequences of ``s`` tokens on one GPU; tensor parallelism divides the head- and
 f-wide tensors by t, sequence parallelism the h- and 2h-wide ones; the rank-r adapter inputs
 are not divided (derived: the adapters are not sharded by any framework memsym reads).

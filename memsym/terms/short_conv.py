@@ -21,7 +21,7 @@ keeps its whole padded storage.)  Derived from the code; ``tests/test_hf_layer_k
 measures it in transformers' own layer (CPU, bf16, ``saved_tensors_hooks``).  The optional
 CUDA kernel ``causal_conv1d_fn`` keeps other tensors: not modelled.
 
-Conventions as :mod:`memsym.terms.mamba`: 2 bytes per 16-bit element, per micro-batch of b
+Conventions as :mod:`memsym.terms.mamba2`: 2 bytes per 16-bit element, per micro-batch of b
 sequences of s tokens on one GPU; tensor parallelism divides the mixer's inner tensors by t
 (in_proj by columns, the conv per channel, out_proj by rows: derived), sequence parallelism
 the h-wide input by t too.
