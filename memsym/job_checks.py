@@ -3,7 +3,9 @@ r"""The checks of a job: field types and limits, canonical names, the launch rul
 :func:`validate` refuses what the framework would refuse, one line naming the rule
 (:mod:`memsym.rules`), and returns the micro-batches per step; :func:`check_fields` checks
 the fields' types and bounds only; :func:`canonical` spells every named choice as
-:func:`memsym.errors.choose` matches it.  :func:`memsym.job.job` runs them once.
+:func:`memsym.errors.choose` matches it.  :func:`memsym.job.job` runs them once.  The checks
+of Megatron-core's own options are :mod:`memsym.job_checks_megatron`'s, those of transformers'
+model code :mod:`memsym.job_checks_hf`'s.
 
 References
 ----------
@@ -29,10 +31,11 @@ from .terms.dispatcher_buffers import check_deepep_group
 from .terms.context_parallel import cp_method
 from .model.pipeline_layout import PipelineLayout
 from .model.stages import check_layout
-from .vocabulary import MEGATRON_FSDP_OPTIMIZERS
-from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MEGATRON_FSDP_SCHEMES,
-                         MOE_DISPATCHERS, RECOMPUTE_METHODS, STAGE_PLACEMENTS)
+from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MOE_DISPATCHERS,
+                         RECOMPUTE_METHODS, STAGE_PLACEMENTS)
 from .job_record import Layout, Training, microbatches, whole
+from .job_checks_megatron import (check_bf16_layers, check_fp8_attention, check_fp8_glu_input,
+                                  check_megatron_fsdp)
 from .job_checks_hf import (check_autocast, check_chunked_loss, check_gemma4_layers,
                             check_gemma4_moe, check_peft_variants, check_torch_ddp)
 
@@ -133,36 +136,6 @@ def check_fields(layout: Layout, training: Training) -> None:
     whole(training.states.muon_num_ns_steps, "muon_num_ns_steps")
 
 
-def _check_fp8_glu_input(x, training: Training) -> None:
-    """``activation_func_fp8_input_store`` is Megatron-core's, for SwiGLU only: its
-    ``TransformerConfig.__post_init__`` refuses another activation (transformer_config.py:
-    2467-2469 at d98e8a64dd); memsym takes a clamped GLU (``swiglu_limit``) for GPT-OSS's
-    quick-GeGLU, which it refuses too."""
-    if not training.memory.activation_func_fp8_input_store:
-        return
-    if not framework_record(training.framework).megatron_options:
-        raise InvalidValueError("activation_func_fp8_input_store is Megatron-core's "
-                                f"TransformerConfig field (framework megatron), not "
-                                f"{training.framework}'s")
-    if not x.swiglu or (x.extra or {}).get("activation") or (x.extra or {}).get("swiglu_limit"):
-        raise InvalidValueError("activation_func_fp8_input_store: Megatron-core stores the "
-                                "activation input in FP8 for SwiGLU only (TransformerConfig "
-                                "refuses another activation)")
-
-
-def _check_fp8_attention(training: Training) -> None:
-    """``fp8_attention`` is Transformer Engine's ``fp8_dpa`` under Megatron-core (Bridge's
-    ``mixed_precision.fp8_dot_product_attention``), a field of an FP8 or FP4 recipe."""
-    if not training.memory.fp8_attention:
-        return
-    if not framework_record(training.framework).megatron_options:
-        raise InvalidValueError("fp8_attention is Transformer Engine's fp8_dpa under "
-                                f"Megatron-core (framework megatron), not {training.framework}'s")
-    if training.states.precision not in ("fp8", "fp4"):
-        raise InvalidValueError("fp8_attention needs precision fp8 (or fp4): it is a field of "
-                                f"Transformer Engine's FP8 recipe, got {training.states.precision!r}")
-
-
 def _check_fp32_residual(x, training: Training) -> None:
     """``fp32_residual_connection`` is Megatron-core's, under 16-bit weights only
     (``validate_args``: "residual connection in fp32 only supported when using fp16 or bf16",
@@ -183,32 +156,6 @@ def _check_fp32_residual(x, training: Training) -> None:
                                 "MTP model: their checkpoints' fp32 inputs are not modelled")
 
 
-def _check_bf16_layers(x, training: Training) -> None:
-    """``bf16_layers`` (Megatron's ``--first-last-layers-bf16``): two whole numbers; under fp8
-    or fp4 on Megatron (the flag is a TransformerConfig field, and without FP8 / FP4 every
-    layer runs in BF16 anyway: memsym refuses the no-op), not with delayed scaling
-    (TransformerConfig.__post_init__, transformer_config.py:1528-1530 at d98e8a64dd)."""
-    pair = training.states.bf16_layers
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise InvalidValueError(f"bf16_layers must be (first, last) layer counts, got {pair!r:.40}")
-    start, end = (whole(n, "bf16_layers", minimum=0) for n in pair)
-    if not start and not end:
-        return
-    if max(start, end) > x.num_layers:   # the bound on a user's size: the model's layers
-        raise InvalidValueError(f"bf16_layers {max(start, end)} exceeds the model's "
-                                f"{x.num_layers} layers")
-    st = training.states
-    if st.precision not in ("fp8", "fp4") or not framework_record(training.framework).megatron_options:
-        raise InvalidValueError("bf16_layers is Megatron's --first-last-layers-bf16 under fp8 or "
-                                f"fp4 (framework megatron), not {training.framework} in "
-                                f"{st.precision}: without FP8/FP4 every layer runs in BF16")
-    if st.precision == "fp8" and st.fp8_recipe == "delayed":
-        raise InvalidValueError("Delayed scaling does not support first / last layer in BF16 "
-                                "(Megatron's TransformerConfig, transformer_config.py:1528-1530 "
-                                "at d98e8a64dd)")
-    # at most floor(L/p) each under FP8: the rule bf16-layers-stage (memsym.rules_layout)
-
-
 def _check_first_iteration(training: Training) -> None:
     """Refuse ``first_iteration`` where it is not modelled: Megatron-core's Adam under DDP or
     the distributed optimizer makes its moments in the first step (``init_state_fn`` only on
@@ -221,29 +168,6 @@ def _check_first_iteration(training: Training) -> None:
         raise InvalidValueError("first_iteration is modelled for Megatron-core's Adam under ddp or "
                                 f"the distributed optimizer, not {training.framework}'s "
                                 f"{st.optimizer} under {st.sharding}")
-
-
-def _check_megatron_fsdp(training: Training) -> None:
-    """Megatron-FSDP's strategy: Megatron's, and the job's sharding the scheme that shards the
-    same states (:data:`MEGATRON_FSDP_SCHEMES`); its double buffer only with Megatron-FSDP;
-    its optimizer one it steps (:data:`MEGATRON_FSDP_OPTIMIZERS`)."""
-    strategy = training.states.megatron_fsdp
-    if strategy is None:
-        if training.states.fsdp_double_buffer:
-            raise InvalidValueError("fsdp_double_buffer is Megatron-FSDP's (set megatron_fsdp)")
-        return
-    choose("megatron_fsdp (data_parallel_sharding_strategy)", strategy,
-           tuple(MEGATRON_FSDP_SCHEMES))
-    if not framework_record(training.framework).megatron_options:
-        raise InvalidValueError(f"megatron_fsdp is Megatron-LM's (framework megatron), not "
-                                f"{training.framework}'s")
-    if training.states.sharding != MEGATRON_FSDP_SCHEMES[strategy]:
-        raise InvalidValueError(f"Megatron-FSDP {strategy} shards as sharding "
-                                f"{MEGATRON_FSDP_SCHEMES[strategy]}, not "
-                                f"{training.states.sharding}")
-    if training.states.optimizer not in MEGATRON_FSDP_OPTIMIZERS:
-        raise InvalidValueError(f"Megatron-FSDP does not support the {training.states.optimizer} "
-                                "optimizer (Megatron-LM's validate_args: sgd or adam)")
 
 
 def _named_choices() -> dict:
@@ -344,7 +268,7 @@ def validate(x, layout: Layout, training: Training):
             training.framework).megatron_options:
         raise InvalidValueError("optimizer_cuda_graph is Megatron's --optimizer-cuda-graph "
                                 f"(framework megatron), not {training.framework}'s")
-    _check_megatron_fsdp(training)
+    check_megatron_fsdp(training)
     check_torch_ddp(training)
     check_autocast(x, layout, training)
     check_chunked_loss(x, layout, training)
@@ -364,10 +288,10 @@ def validate(x, layout: Layout, training: Training):
     if training.memory.mla_down_proj_fusion and not x.multi_latent_attention:
         raise InvalidValueError("mla_down_proj_fusion (--mla-down-proj-fusion) needs "
                                 "multi-latent attention (Megatron-LM's validate_args)")
-    _check_fp8_glu_input(x, training)
-    _check_fp8_attention(training)
+    check_fp8_glu_input(x, training)
+    check_fp8_attention(training)
     _check_fp32_residual(x, training)
-    _check_bf16_layers(x, training)
+    check_bf16_layers(x, training)
     if training.states.fp8_recipe is not None:   # Megatron reads --fp8-recipe under --fp8-format
         choose("FP8 recipe", training.states.fp8_recipe, FP8_RECIPES)
         if names["precision"] != "fp8":

@@ -53,7 +53,8 @@ LAYERS = (
     ("model", ("memsym.model", "memsym.rule", "memsym.rules", "memsym.rules_layout",
                "memsym.rules_model_kinds", "memsym.rules_states")),
     # the job record and the frameworks' defaults
-    ("job", ("memsym.job_adapters", "memsym.job_comm", "memsym.job_record", "memsym.job", "memsym.job_checks_hf", "memsym.job_checks",
+    ("job", ("memsym.job_adapters", "memsym.job_comm", "memsym.job_record", "memsym.job",
+             "memsym.job_checks_hf", "memsym.job_checks_megatron", "memsym.job_checks",
              "memsym.job_framework", "memsym.unchecked_job")),
     # the per-GPU total of a job
     ("composition", ("memsym.training",)),
