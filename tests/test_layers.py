@@ -44,7 +44,8 @@ LAYERS = (
               "memsym.version", "memsym.vocabulary", "memsym.frameworks", "memsym.tex_width",
               "memsym.tex_printer", "memsym.tex_grouped", "memsym.rational",
               "memsym.printing", "memsym.bibliography", "memsym.devices", "memsym.hardware",
-              "memsym.groups")),
+              "memsym.groups",
+              "memsym.distinct_rows")),
     ("term", ("memsym.term",)),
     # formula families as pure functions returning Terms
     ("terms", ("memsym.terms",)),

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..symbols import V
 from .. import rules as _rules
-from ..numeric import distinct, unique_rows
+from ..distinct_rows import distinct, unique_rows
 from ..training import (ALLOWANCE_KEYS as _ALLOW, OUTSIDE_ALLOCATOR_KEYS as _OUTSIDE,
                         allowance_values, arch_values)
 

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NoFitError
-from ..numeric import distinct
+from ..distinct_rows import distinct
 from .space import CHOICE_KEYS, KNOBS, RULES, divisors_of
 from .grid import expert_tp_sizes, rule_masks, stage_splits
 from .evaluate import binding_columns, evaluate_grid, stage_slots

@@ -14,7 +14,7 @@ import numpy as np
 from ..frameworks import FRAMEWORK
 from ..errors import InvalidValueError
 from .. import rules as _rules
-from ..numeric import unique_rows
+from ..distinct_rows import unique_rows
 
 from .choices import scheme_row
 from .space import (Space, CHOICE_RULES, KNOBS, MEGATRON_FSDP_STRATEGY, divisors_of, make_space,

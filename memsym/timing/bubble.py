@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 from ..errors import InvalidValueError
-from ..numeric import unique_rows
+from ..distinct_rows import unique_rows
 from ..terms.pipeline_order import bubble_fraction, schedule_rule
 from .pipeline import microbatch_group
 from .records import Settings

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import compile_cache
 from ..errors import InvalidValueError
-from ..numeric import unique_rows
+from ..distinct_rows import unique_rows
 from ..terms.pipeline_rank_order import rank_order
 from .one_f_one_b import pass_durations
 from .pipeline import microbatch_group

@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from ..numeric import distinct_layouts, spread
+from ..distinct_rows import distinct_layouts, spread
 from .layer import layer_time
 from .linear_attention import kind_shape
 from .moe_host import floored_growth, unpaired_growth

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidValueError
-from ..numeric import distinct_layouts, spread
+from ..distinct_rows import distinct_layouts, spread
 from ..terms.pipeline_order import simulate
 from ..terms.schedule import torch_round_size
 from .efficiency import gemm_time, memory_time
