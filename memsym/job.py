@@ -221,6 +221,10 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
         notes.append("the step time prices the recomputed modules' forward GEMMs and "
                      "memory-bound work; the TP collectives around a recomputed mlp and MLA's "
                      "RoPE on the recomputed q and k are not priced")
+    if x.dsa_index_heads and lay.c > 1:
+        notes.append("DeepSeek-V3.2's sparse attention (DSA) runs its own all-gather context "
+                     "parallelism (Megatron-core dsa.py:1807 at d98e8a64dd): its buffers are "
+                     "counted as Transformer Engine's all_gather attention's")
     allowance_values(alw)                        # refuses unknown keys and negative values
     dev, clu, cap = _hardware(gpu, cluster, gpus_per_node, capacity)
     _fp8_layout_notes(trn, dev, notes)

@@ -213,10 +213,28 @@ def check_gemma4_layers(x, layout, training: Training) -> None:
     reuse = any(m in ("kv_reuse", "global_kv_reuse") for m in (x.layer_mixers or ()))
     if not (reuse or getattr(x, "per_layer_input_size", None)):
         return
+    if not framework_record(training.framework).hf_model_code:
+        # Megatron-Bridge builds its own (models/gemma/modeling_gemma4.py:321-347, 560-568 at
+        # 067f987df0, Transformer Engine's norms): not transformers' module these terms measure
+        what = "KV-sharing layers" if reuse else "per-layer input embeddings"
+        raise InvalidValueError(f"Gemma 4's {what} under {training.framework}: memsym counts "
+                                "them as "
+                                "transformers' code builds them (--framework deepspeed, a "
+                                "Trainer or TRL launch); Megatron-Bridge's own Gemma 4 module "
+                                "is not modelled")
     if training.states.precision == "fp32" and training.states.autocast is None:
         raise InvalidValueError("Gemma 4's per-layer inputs and KV-sharing layers are counted "
                                 "with 16-bit activations, not plain fp32: give --precision "
                                 "bf16 or an autocast")
+    if getattr(x, "per_layer_input_size", None) and training.adapters.finetune != "full" and \
+            training.adapters.lora_targets == "all":
+        # PEFT's all-linear reaches per_layer_input_gate, per_layer_projection and the model's
+        # per_layer_model_projection (nn.Linear: modeling_gemma4.py:1348-1349, 1574)
+        raise InvalidValueError("LoRA on every linear layer of a Gemma 4 model with per-layer "
+                                "inputs: PEFT's all-linear also adapts per_layer_input_gate, "
+                                "per_layer_projection and per_layer_model_projection, which "
+                                "memsym does not count; name the targets (--lora-targets "
+                                "q,k,v,o,gate,up,down)")
     if reuse and layout.p > 1:
         raise InvalidValueError(f"Gemma 4's KV-sharing layers (num_kv_shared_layers) over "
                                 f"pipeline stages (p={layout.p}) are not modelled: their keys "

@@ -113,6 +113,10 @@ def over_monomial(expr: sp.Expr, unknown: sp.Symbol | None = None, opaque: bool 
     return None if got is None else (ring, *got)
 
 
+#: The largest integer power :func:`_convert` expands (a memory total's are 1 or 2).
+_MAX_POWER = 16
+
+
 def _convert(expr, ring, gens, seen):
     """``(numerator, exponents)`` of ``expr`` (memoised in ``seen``), or None."""
     if expr in seen:
@@ -122,6 +126,8 @@ def _convert(expr, ring, gens, seen):
         got = (ring.ground_new(QQ(expr.p, expr.q)), zero)
     elif expr in gens:
         got = (gens[expr], zero)
+    elif expr.is_Pow and not (expr.exp.is_Integer and abs(expr.exp) <= _MAX_POWER):
+        got = None                          # a root, a symbolic or a huge power: SymPy's path
     elif expr.is_Pow:
         base, k = _convert(expr.base, ring, gens, seen), int(expr.exp)
         if base is None:

@@ -24,7 +24,8 @@ from .rules_model_kinds import (ATTENTION_RULES, DISPATCHER_RULES, EXPERT_RULES,
 from .rules_states import STATE_RULES
 from .text import shared_doc
 
-__all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check"]
+__all__ = ["Rule", "RULES", "LAUNCH", "PREFERENCES", "knobs", "masks", "broken", "check",
+           "te_cp_without_a2a", "cp_spellings"]
 
 _doc = shared_doc(rule_params="""
     x : memsym.model.Resolved
@@ -121,14 +122,25 @@ def knobs(layout, training=None, *, gpus=None, gpus_per_node=None, m=None) -> di
     return k
 
 
+def _te_cp_types(fw, cp_comm_type):
+    """The CP types of a framework whose context parallelism is Transformer Engine's, one per
+    layer or one for all (None: Megatron's default, p2p); None for another framework."""
+    if not (fw.cp_attention and fw.cp_attention[0] == "transformer-engine"):
+        return None
+    return (cp_comm_type,) if isinstance(cp_comm_type, str) or cp_comm_type is None \
+        else tuple(cp_comm_type)
+
+
 def te_cp_without_a2a(fw, cp_comm_type) -> bool:
     """Whether a framework's context parallelism is Transformer Engine's and its method not
-    a2a (``cp_comm_type``: one name or Megatron's one per layer; None the default, p2p)."""
-    if not (fw.cp_attention and fw.cp_attention[0] == "transformer-engine"):
-        return False
-    types = (cp_comm_type,) if isinstance(cp_comm_type, str) or cp_comm_type is None \
-        else tuple(cp_comm_type)
-    return any(kind != "a2a" for kind in types)
+    a2a (``cp_comm_type``: one name or Megatron's one per layer; None the default, p2p).
+
+    >>> from memsym.frameworks import FRAMEWORK
+    >>> te_cp_without_a2a(FRAMEWORK["megatron"], None), te_cp_without_a2a(FRAMEWORK["megatron"], "a2a")
+    (True, False)
+    """
+    types = _te_cp_types(fw, cp_comm_type)
+    return types is not None and any(kind != "a2a" for kind in types)
 
 
 def cp_spellings(fw, cp_comm_type) -> dict:
@@ -136,11 +148,15 @@ def cp_spellings(fw, cp_comm_type) -> dict:
     None the default, p2p): ``cp_allgather``, every layer's an all-gather however spelt
     (Megatron-core's DSA attention drops the underscore, transformer_config.py:3172 at
     d98e8a64dd); ``cp_spelt_allgather``, any spelt ``allgather``, which Transformer Engine's
-    attention refuses (context_parallel.py:5139 at d0067d0da6)."""
-    if not (fw.cp_attention and fw.cp_attention[0] == "transformer-engine"):
+    attention refuses (context_parallel.py:5139 at d0067d0da6).
+
+    >>> from memsym.frameworks import FRAMEWORK
+    >>> cp_spellings(FRAMEWORK["megatron"], "all_gather"), cp_spellings(FRAMEWORK["megatron"], None)
+    ({'cp_allgather': True, 'cp_spelt_allgather': False}, {'cp_allgather': False, 'cp_spelt_allgather': False})
+    """
+    types = _te_cp_types(fw, cp_comm_type)
+    if types is None:
         return {"cp_allgather": False, "cp_spelt_allgather": False}
-    types = (cp_comm_type,) if isinstance(cp_comm_type, str) or cp_comm_type is None \
-        else tuple(cp_comm_type)
     spelt = [str(kind).replace("_", "").lower() for kind in types]
     return {"cp_allgather": all(kind == "allgather" for kind in spelt),
             "cp_spelt_allgather": "allgather" in types}

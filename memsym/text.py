@@ -136,21 +136,21 @@ def short(value, limit: int = 40) -> str:
 
 
 def float_or_inf(value) -> float:
-    """``float(value)``, or ``inf`` where an exact number is too large for a float.
+    """``float(value)``, or ``inf`` of its sign where an exact number is too large for a float.
 
     Python's ``float`` raises :class:`OverflowError` for an integer, a fraction or a SymPy
     number beyond about 1.8e308 (either sign); the callers that print or refuse such a value
-    take ``inf`` and test :func:`math.isfinite` once.
+    take ``inf`` or ``-inf`` and test :func:`math.isfinite` once.
 
     Examples
     --------
     >>> float_or_inf(Fraction(3, 2)), float_or_inf(10**400), float_or_inf(-10**400)
-    (1.5, inf, inf)
+    (1.5, inf, -inf)
     """
     try:
         return float(value)
     except OverflowError:
-        return math.inf
+        return -math.inf if value < 0 else math.inf
 
 
 def approx(value, digits: int = 4) -> str:

@@ -460,14 +460,19 @@ def _router_fields(c: ConfigFields, mtype: str, experts) -> dict:
     # whether the router divides its top-k weights by their sum, where config.norm_topk_prob
     # says so (memsym.terms.hf_moe_routing.HF_ROUTERS; the config classes' default False:
     # transformers 5.25.0 configuration_qwen3_moe.py:98, configuration_qwen2_moe.py:97,
-    # configuration_olmoe.py:82; True: configuration_mellum.py:99)
+    # configuration_olmoe.py:82; True: configuration_mellum.py:99, _NORM_TOPK_DEFAULTS)
     if HF_ROUTERS.get(mtype, (True,))[0] is None:
-        return {"hf_norm_topk_prob": c.bool("norm_topk_prob", mtype == "mellum")}
+        return {"hf_norm_topk_prob": c.bool("norm_topk_prob",
+                                            _NORM_TOPK_DEFAULTS.get(mtype, False))}
     if mtype in HF_GROUPED_ROUTERS:
         return {"hf_norm_topk_prob": c.bool("norm_topk_prob", HF_GROUPED_ROUTERS[mtype]),
                 **_router_groups(c, mtype, experts)}
     return {}
 
+
+#: The routers whose config.norm_topk_prob decides, where the config class's default is not
+#: False: transformers 5.25.0 configuration_mellum.py:99.
+_NORM_TOPK_DEFAULTS = {"mellum": True}
 
 #: The grouped routers' config-class defaults of (n_group, topk_group) where they are not
 #: (1, 1): transformers 5.25.0 configuration_deepseek_v3.py:99-100 and

@@ -155,7 +155,7 @@ def _read_aria_text(c: ConfigFields, mtype: str, notes: list) -> dict:
     # E SiLU-gated experts of intermediate_size (AriaExperts, :285-286: no bias) and a gated
     # shared MLP of intermediate_size x moe_num_shared_experts with bias=config.mlp_bias
     # (AriaSharedExpertsMLP, :241-244); AriaTextConfig's defaults 8 experts, top-2, two shared
-    # (configuration_aria.py:99-101)
+    # (configuration_aria.py:85-87)
     if c.bool("mlp_bias", False):
         raise c._bad("mlp_bias true in an aria_text config (biases on the shared experts' "
                      "projections but not on the routed experts') is not modelled")

@@ -72,7 +72,9 @@ def _magnitudes(groups, shapes) -> int:
 
 def _check(x, keys, expert_params=()) -> None:
     if is_hybrid(x):    # its layers differ: the per-layer adapter below would miscount them
-        raise InvalidValueError(f"LoRA adapters of {x.name!r}, a hybrid Mamba/attention model, "
+        kinds = (", ".join(sorted(set(x.layer_mixers)))[:80] if x.layer_mixers
+                 else "some without an MLP")
+        raise InvalidValueError(f"LoRA adapters of {x.name!r}, whose layers differ ({kinds}), "
                                 "are not modelled (its layers hold different projections)")
     if x.multi_latent_attention and keys & set(_ATTENTION):
         # beside target_parameters the MLP's target modules are refused too (rank 2r): the

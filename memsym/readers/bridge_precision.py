@@ -13,7 +13,8 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ._values import recipe_flag
 from .bridge_optimizer import synced_flag
-from ..vocabulary import FP8_RECIPE_COUNTED_AS, MEGATRON_FSDP_SCHEMES, fp8_recipe_note
+from ..vocabulary import (FP8_RECIPE_COUNTED_AS, FP8_RECIPES, MEGATRON_FSDP_SCHEMES,
+                          fp8_recipe_note)
 
 __all__ = ["PRECISION_RECIPES", "recipe_precision", "recipe_sharding", "recipe_fp8_attention"]
 
@@ -162,7 +163,7 @@ def recipe_precision(values, notes) -> dict:
                          "the run's 16-bit dtype: the same 2 bytes and rate")
     if prec in ("fp8", "fp4") and gather:
         out[prec + "_param_gather"] = True
-    if recipe_fp8_attention(values) in ("delayed", "tensorwise", "mxfp8"):
+    if recipe_fp8_attention(values) in FP8_RECIPES:
         out["fp8_attention"] = True     # NVFP4's: counted 16-bit (memsym.terms.fp8_attention)
     if prec == "fp8":
         fp8_recipe = fields["fp8_recipe"]

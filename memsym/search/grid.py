@@ -263,8 +263,11 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
               "moe_dispatcher": space.moe_dispatcher, "muon": space.optimizer == "muon",
               "precision": space.precision, "m": None if B is None else B // (grid["b"] * grid["d"]),
               "bf16_layers": tuple(dict(space.held).get("bf16_layers", (0, 0))),
-              # the search runs the framework's default CP method (p2p under TE)
-              "te_cp_without_a2a": _rules.te_cp_without_a2a(FRAMEWORK[space.framework], None)})
+              # the search runs the framework's default CP method (p2p under TE; a job's
+              # cp_comm_type is not held): the rules sinks-cp and dsa-cp remove every c > 1
+              # of a model with attention sinks or DeepSeek-V3.2's sparse attention
+              "te_cp_without_a2a": _rules.te_cp_without_a2a(FRAMEWORK[space.framework], None),
+              **_rules.cp_spellings(FRAMEWORK[space.framework], None)})
     return k
 
 

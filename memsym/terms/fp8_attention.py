@@ -58,12 +58,14 @@ import sympy as sp
 
 from ..errors import choose
 from ..term import Source
+from ..vocabulary import FP8_RECIPES
 from .low_precision import MXFP8_BLOCK
 
 __all__ = ["FP8_ATTENTION_RECIPES", "fp8_attention_widths", "FP8_ATTENTION_SOURCE"]
 
-#: The recipes whose FP8 attention memsym counts (NVFP4's: 16-bit, see the module docstring).
-FP8_ATTENTION_RECIPES = ("delayed", "tensorwise", "mxfp8")
+#: The recipes whose FP8 attention memsym counts: every FP8 recipe (NVFP4's: 16-bit, see the
+#: module docstring).
+FP8_ATTENTION_RECIPES = FP8_RECIPES
 
 _BACKENDS = "pytorch/attention/dot_product_attention/backends.py"
 #: Where the FP8 attention's saved tensors are read.
