@@ -150,7 +150,9 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"autocast {dtype} over {'fp32' if precision == 'fp32' else dtype} weights is "
             f"counted for transformers' {'/'.join(types)} decoder layers under plain DDP "
             "(framework deepspeed, sharding ddp, full training, SDPA, recompute none or full), "
-            f"as measured; not {said}")
+            f"as measured; not {said}"
+            + ("; load the weights in 16 bits (--dtype bfloat16)" if precision == "fp32"
+               else ""))
 
 
 def check_chunked_loss(x, layout: Layout, training: Training) -> None:

@@ -162,6 +162,8 @@ def test_autocast_on_a_model_it_was_not_measured_on_is_refused(capsys, tmp_path)
         encoding="utf-8")
     line = refused_line(capsys, _launch(str(folder)))
     assert "not a phi model" in line and "llama/mistral/qwen2/qwen3/gpt2/gpt_neox" in line
+    # and the way through: the same launch with its weights loaded in 16 bits
+    assert line.rstrip().endswith("load the weights in 16 bits (--dtype bfloat16)")
 
 
 @pytest.mark.parametrize("opts, said", [
