@@ -8,7 +8,8 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .job_record import Layout, Training
-from .terms.autocast import AUTOCAST16_LAYERS, AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
+from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
+from .terms.autocast16 import AUTOCAST16_LAYERS
 from .terms.gemma4_norms import GEMMA4_NORM_TYPES
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable

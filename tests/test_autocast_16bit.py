@@ -1,6 +1,6 @@
 """torch.autocast over 16-bit weights (the Trainer's ``--bf16`` over a bf16 checkpoint) on
 transformers' GPT-2 and GPT-NeoX (Pythia), against the same model without autocast, and by-hand
-sums (memsym.terms.autocast: autocast16_layer_excess, autocast16_output).
+sums (memsym.terms.autocast16: autocast16_layer_excess, autocast16_output).
 
 Autocast casts no bf16 weight and leaves the residual bf16; what a GPU run keeps beyond the
 plain bf16 model comes from the ops CUDA's autocast runs in fp32 that the CPU's leaves in 16
@@ -145,7 +145,7 @@ def test_the_terms_are_the_derivation():
     parallel one, the final norm)."""
     import sympy as sp
     from memsym.symbols import b, c, f, h, s
-    from memsym.terms.autocast import autocast16_layer_excess, autocast16_output
+    from memsym.terms.autocast16 import autocast16_layer_excess, autocast16_output
     tau = s * b
     assert sp.expand(autocast16_layer_excess(tanh_gelu=True).expr.xreplace({c: 1})
                      - (8 * tau * h - 4 * tau * h + 6 * tau * f + 16 * h)) == 0

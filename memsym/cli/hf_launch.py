@@ -22,7 +22,7 @@ or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
 ``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2, GPT-NeoX, Phi,
 StableLM, GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT and Falcon it is ``--precision bf16
 --autocast bf16`` (their LayerNorms and gelu_new's pow run in fp32 on a GPU:
-:func:`memsym.terms.autocast.autocast16_layer_excess`), on the Llama family the 16-bit job
+:func:`memsym.terms.autocast16.autocast16_layer_excess`), on the Llama family the 16-bit job
 (nothing more kept), and on any other model the 16-bit job with a note saying what is not
 counted (:func:`_autocast16`); over fp32 weights it is ``--precision fp32 --autocast bf16`` (a
 16-bit cast of every linear weight kept for the backward, an fp32 residual stream:
@@ -368,7 +368,7 @@ def _autocast16(r):
     ``--autocast``) on the measured layers (AUTOCAST16_LAYERS) of their default activation
     (no qk_layernorm) in full training, none on the Llama family, said as not counted on any
     other model."""
-    from ..terms.autocast import AUTOCAST16_LAYERS
+    from ..terms.autocast16 import AUTOCAST16_LAYERS
 
     cfg = _checkpoint(r.model)
     kind = cfg.get("model_type")

@@ -26,8 +26,8 @@ from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activati
                                  unfused_glu_products)
 from ..terms.adapters import LORA_TARGETS, quantization_bits
 from ..terms.megatron_lora import frozen_linear_inputs
-from ..terms.autocast import (AUTOCAST16_LAYERS, AUTOCAST_LAYERS, autocast16_layer_excess,
-                              autocast_layer_excess)
+from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
+from ..terms.autocast16 import AUTOCAST16_LAYERS, autocast16_layer_excess
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess

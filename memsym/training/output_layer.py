@@ -13,7 +13,8 @@ from ..job import Layout, Training
 from ..term import Total
 from ..terms import recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import output_activations
-from ..terms.autocast import AUTOCAST16_LAYERS, autocast16_output, autocast_output
+from ..terms.autocast import autocast_output
+from ..terms.autocast16 import AUTOCAST16_LAYERS, autocast16_output
 from ..terms.chunked_loss import chunked_loss_activations
 from ..terms.hf_norms import final_norm_excess
 from ..terms.peft_lora import peft_frozen_output

@@ -1,0 +1,212 @@
+r"""What ``torch.autocast`` over 16-bit weights keeps beyond the same model without it.
+
+The Trainer's ``--bf16`` over bf16 weights (``--fp16`` over fp16 ones) runs the autocast it
+runs over fp32 weights (:mod:`memsym.terms.autocast`), which casts no 16-bit weight (``cached_cast`` caches fp32 leaves alone) and leaves the residual
+16-bit (the embedding and every ``residual + out`` are 16-bit).  What differs from the plain
+16-bit model is only the ops CUDA's autocast runs in fp32 that meet a 16-bit tensor: for
+transformers' GPT-2, GPT-NeoX, Phi and StableLM with SDPA ``layer_norm`` and gelu_new's
+``pow`` (torch 2.13 ``aten/src/ATen/autocast_mode.h:870``, :874, ``AT_FORALL_FP32``; measured:
+no other op registered for ``AutocastCUDA`` and not for ``AutocastCPU`` meets a 16-bit tensor
+in their forward, nor in Llama's, Mistral's, Qwen2's or Qwen3's, whose ``LlamaRMSNorm`` casts
+to fp32 itself).  Each ``nn.LayerNorm`` casts its 16-bit input, weight and bias to fp32 and
+``native_layer_norm`` keeps all three for its backward (torch ``derivatives.yaml``): an fp32
+copy of its input, :math:`4\tau h` where the 16-bit model's norm keeps the 16-bit input
+(:math:`2\tau h`, once for both norms of GPT-NeoX's parallel residual, which now keep a copy
+each), and :math:`4 \cdot 2h` bytes of weight and bias; its fp32 output is cast by each
+linear reading it, where the 16-bit model keeps the norm's 16-bit output once (GPT-2's fused
+``c_attn`` and ``c_fc``, GPT-NeoX's ``query_key_value`` and ``dense_h_to_4h``: one cast each;
+Phi's ``q_proj``, ``k_proj``, ``v_proj``, ``fc1`` on its one norm: three more; StableLM's q, k,
+v and gate, up: three more).  gelu_new keeps what it keeps over fp32 weights
+(:math:`6\tau f` more).  A checkpointed layer's input is the 16-bit residual (nothing more).
+Per layer,
+
+.. math::
+
+    \Delta^{16}_{\ell} = n_{\mathrm{norm}} \cdot 4\tau h - n_{\mathrm{in}} \cdot 2\tau h
+    + 2\tau h\,(n_{\mathrm{read}} - n_{\mathrm{norm}}) + [\mathrm{gelu\_new}]\, 6\tau f
+    + n_{\mathrm{norm}} \cdot 8h \quad [\text{bytes}]
+
+(:math:`n_{\mathrm{in}}` the norms' distinct 16-bit inputs: :math:`n_{\mathrm{norm}}`, 1
+under a parallel residual; :math:`n_{\mathrm{read}}` the linears reading them), and at the
+model's end the final ``LayerNorm``'s :math:`2\tau h + 8h`.  Measured on transformers'
+``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, ``PhiForCausalLM`` and ``StableLmForCausalLM``
+(bfloat16 under CPU autocast with CUDA's fp32 ops emulated, against bfloat16 without autocast)
+in ``tests/test_autocast_16bit.py``, and so GPT-J's, CodeGen's, GPTBigCode's, StarCoder2's
+OPT's (affine LayerNorms) and Falcon's (rotary, its three layer layouts).  Other LayerNorm
+models (BLOOM, MPT, Falcon with alibi, ...) are not counted: the Trainer launch's note says so.
+
+References
+----------
+.. [pytorch-autocast] PyTorch, "Automatic Mixed Precision package - torch.amp" (the ops that
+   autocast to 16 bits: ``linear``, ``matmul``, ``scaled_dot_product_attention``; those that
+   run in fp32); torch 2.13 ``torch/amp/autocast_mode.py:218`` (``cache_enabled``: "the weight
+   cache inside autocast") and ``aten/src/ATen/autocast_mode.cpp`` (``cached_cast``).
+.. [hf-transformers-5-25] transformers 5.25.0 ``models/llama/modeling_llama.py:62-67``
+   (``LlamaRMSNorm.forward``), :163-164 (``LlamaMLP.forward``), :244-246 (the q, k, v
+   projections), :308, :314 (the residual adds); ``models/gpt2/modeling_gpt2.py:187`` (c_attn),
+   :225 (c_proj), :241-244 (``GPT2MLP.forward``), :276, :285, :307, :310 (``GPT2Block``'s norms
+   and residual adds), :619 (ln_f), :698 (lm_head); ``activations.py:65-66``
+   (``NewGELUActivation``); ``pytorch_utils.py:119`` (``Conv1D.forward``: ``torch.addmm``);
+   ``models/gpt_neox/modeling_gpt_neox.py:41-48`` (``GPTNeoXMLP``), :91-97 (the RoPE tables in
+   ``x.dtype``), :249-268 (``GPTNeoXLayer.forward``).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from ..symbols import f, h
+from ..term import Source, Term
+from .transformer_layer import token_split
+
+__all__ = ["AUTOCAST16_LAYERS", "autocast16_layer_excess", "autocast16_output"]
+
+#: transformers model types whose layer under autocast over 16-bit weights memsym counts, with
+#: the :func:`autocast16_layer_excess` keywords of its layer (measured:
+#: tests/test_autocast_16bit.py): GPT-2, GPT-NeoX, Phi, StableLM, GPT-J, CodeGen, GPTBigCode
+#: and StarCoder2, whose LayerNorms (and gelu_new) run in fp32 under CUDA's autocast, with the
+#: linears reading the norms (GPT-2's and GPTBigCode's c_attn, c_fc; Phi's q, k, v, fc1;
+#: StableLM's q, k, v, gate, up; GPT-J's q, k, v, fc_in; CodeGen's qkv_proj, fc_in;
+#: StarCoder2's and OPT's q, k, v and c_fc / fc1; Falcon's query_key_value, dense_h_to_4h,
+#: rotary: alibi not measured); None where
+#: the layer keeps nothing more (the Llama family: no op that CUDA's autocast alone runs in
+#: fp32 meets a 16-bit tensor, LlamaRMSNorm casting to fp32 itself).
+AUTOCAST16_LAYERS = {"llama": None, "mistral": None, "qwen2": None, "qwen3": None,
+                     "gpt2": dict(tanh_gelu=True, readers=2), "gpt_neox": dict(readers=2),
+                     "phi": dict(tanh_gelu=True, readers=4), "stablelm": dict(readers=5),
+                     "gptj": dict(tanh_gelu=True, readers=4),
+                     "codegen": dict(tanh_gelu=True, readers=2),
+                     "gpt_bigcode": dict(readers=2), "starcoder2": dict(readers=4),
+                     "opt": dict(readers=4), "falcon": dict(readers=2)}
+
+_LAYERNORM16 = Source("hf-transformers-5-25", "models/gpt2/modeling_gpt2.py:276, :307, :619, "
+                      "models/gpt_neox/modeling_gpt_neox.py:250, :261, :266, :357, "
+                      "models/phi/modeling_phi.py:274, :381, models/stablelm/modeling_stablelm."
+                      "py:346, :370, :469 (nn.LayerNorm "
+                      "on the 16-bit residual: an fp32 op under CUDA autocast, torch 2.13 "
+                      "aten/src/ATen/autocast_mode.h:874, which casts input, weight and bias "
+                      "to fp32 and keeps them for native_layer_norm's backward); "
+                      "activations.py:65-66 (gelu_new's pow, autocast_mode.h:870)")
+
+
+def autocast16_layer_excess(recompute: str = "none", *, tanh_gelu: bool = False,
+                            norms: int = 2, norm_tensors: int = 2, readers: int = 2) -> Term:
+    r"""What a LayerNorm layer keeps under CUDA's autocast over 16-bit weights beyond its own.
+
+    Per layer [bytes], beyond the same layer without autocast:
+
+    .. math::
+
+        \text{kept: } n_{\mathrm{norm}} \cdot 4\tau h - n_{\mathrm{in}} \cdot 2\tau h
+        + 2\tau h\,(n_{\mathrm{read}} - n_{\mathrm{norm}}) + [\mathrm{gelu}]\, 6\tau f
+        + n_{\mathrm{norm}} \cdot 8h, \qquad \text{full recompute: } 0
+
+    Each ``nn.LayerNorm`` keeps an fp32 copy of its 16-bit input (``layer_norm`` is an fp32 op
+    under CUDA's autocast), where the 16-bit layer keeps its :math:`n_{\mathrm{in}}` distinct
+    16-bit inputs (2; 1 under a parallel residual, whose norms all read the residual), and
+    fp32 copies of its weight and bias (:math:`2h` parameters, 4 bytes each); ``gelu_new``
+    keeps its ``pow`` input, ``tanh`` output and ``1 + tanh`` in fp32.  Each linear reading a
+    norm's fp32 output keeps its own 16-bit cast (autocast caches casts of leaves alone), where
+    the 16-bit layer keeps each norm's 16-bit output once: :math:`n_{\mathrm{read}} -
+    n_{\mathrm{norm}}` more (GPT-2's fused ``c_attn`` and ``c_fc``: none; Phi's ``q_proj``,
+    ``k_proj``, ``v_proj`` and ``fc1`` on its one norm: 3).  No weight is cast.  A checkpointed
+    layer keeps its 16-bit input, as without autocast.  :math:`\tau = sb/c`.
+
+    Parameters
+    ----------
+    recompute : {"none", "full"}
+        The layer's recompute [1].
+    tanh_gelu : bool
+        transformers' ``gelu_new``, whose ``pow`` runs in fp32 [1].
+    norms : int
+        :math:`n_{\mathrm{norm}}`, the layer's LayerNorms (2; 1 in Phi's parallel block) [1].
+    norm_tensors : int
+        :math:`n_{\mathrm{in}}`, the norms' distinct 16-bit inputs: 2, or 1 under a parallel
+        residual [1].
+    readers : int
+        :math:`n_{\mathrm{read}}`, the linears reading the norms' outputs [1].
+
+    Examples
+    --------
+    GPT-2 small (h = 768, f = 3072) at s = 1024, b = 4: 4 tau h + 6 tau f + 16 h.
+
+    >>> gpt2 = autocast16_layer_excess(tanh_gelu=True)
+    >>> gpt2.evaluate(s=1024, b=4, c=1, h=768, f=3072) == (
+    ...     4 * 4096 * 768 + 6 * 4096 * 3072 + 16 * 768)
+    True
+
+    Pythia-1B (h = 2048, parallel residual) at s = 2048, b = 1: 6 tau h + 16 h.
+
+    >>> autocast16_layer_excess(norm_tensors=1).evaluate(s=2048, b=1, c=1, h=2048) == (
+    ...     6 * 2048 * 2048 + 16 * 2048)
+    True
+    >>> autocast16_layer_excess("full").expr
+    0
+
+    Phi-2 (h = 2560, f = 10240) at s = 2048, b = 1: 8 tau h + 6 tau f + 8 h.
+
+    >>> phi = autocast16_layer_excess(tanh_gelu=True, norms=1, norm_tensors=1, readers=4)
+    >>> phi.evaluate(s=2048, b=1, c=1, h=2560, f=10240) == (
+    ...     8 * 2048 * 2560 + 6 * 2048 * 10240 + 8 * 2560)
+    True
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/gpt2/modeling_gpt2.py:254-256``,
+       :276, :307 (``ln_1``, ``ln_2``), :241-243 (``GPT2MLP``); ``activations.py:65-66``;
+       ``models/gpt_neox/modeling_gpt_neox.py:232-233``, :250, :261, :266;
+       ``models/phi/modeling_phi.py:258``, :274, :190-192, :247;
+       ``models/stablelm/modeling_stablelm.py:327-330``, :346, :359-370, :267-269, :152;
+       ``models/gptj/modeling_gptj.py:213``, :141-143, :202;
+       ``models/codegen/modeling_codegen.py:212``, :138, :201;
+       ``models/gpt_bigcode/modeling_gpt_bigcode.py:266-270``, :203, :253;
+       ``models/starcoder2/modeling_starcoder2.py:212-213``, :171-173, :63;
+       ``models/opt/modeling_opt.py:197-202``, :218, :153-157, :242-244;
+       ``models/falcon/modeling_falcon.py:371-381``, :396-420, :296, :352;
+       measured in ``tests/test_autocast_16bit.py``.
+    .. [pytorch-autocast] torch 2.13 ``aten/src/ATen/autocast_mode.h:870``, :874
+       (``AT_FORALL_FP32``: ``pow``, ``layer_norm``); ``tools/autograd/derivatives.yaml``
+       (``native_layer_norm``: input, weight, bias kept).
+    """
+    tok, _ = token_split(False)
+    if recompute == "full":
+        return Term("autocast16_checkpoint", sp.Integer(0), "the checkpointed layer input is "
+                    "the 16-bit residual, as without autocast", _LAYERNORM16,
+                    label="autocast 16-bit checkpoint")
+    gelu = 3 * 2 * tok * f if tanh_gelu else 0
+    return Term("autocast16_layer", norms * 4 * tok * h - norm_tensors * 2 * tok * h
+                + 2 * tok * h * (readers - norms) + gelu + norms * 4 * 2 * h,
+                f"autocast over 16-bit weights: the {norms} LayerNorm(s)' fp32 copies of their "
+                f"input (beyond the {norm_tensors} 16-bit input(s) kept without autocast), "
+                f"weights and biases, {readers - norms} more 16-bit casts of their fp32 outputs"
+                + (", gelu_new's fp32 pow input, tanh and 1 + tanh" if tanh_gelu else ""),
+                _LAYERNORM16, label="autocast fp32 LayerNorms")
+
+
+def autocast16_output() -> Term:
+    r"""What the final LayerNorm keeps under CUDA's autocast over 16-bit weights beyond its own.
+
+    [bytes], beyond the same model without autocast:
+
+    .. math:: 2\tau h + 8h \quad [\text{bytes}]
+
+    Its fp32 copy of the 16-bit residual (4 bytes an element where the 16-bit model keeps 2),
+    and of its weight and bias; the output layer casts its fp32 output to the 16-bit tensor the
+    16-bit model keeps, its own weight not cast.  :math:`\tau = sb/c`.
+
+    Examples
+    --------
+    >>> autocast16_output().evaluate(s=1024, b=4, c=1, h=768) == 2 * 4096 * 768 + 8 * 768
+    True
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/gpt2/modeling_gpt2.py:619``
+       (``ln_f``); ``models/gpt_neox/modeling_gpt_neox.py:357`` (``final_layer_norm``);
+       ``models/phi/modeling_phi.py:381``; ``models/stablelm/modeling_stablelm.py:469``.
+    .. [pytorch-autocast] torch 2.13 ``aten/src/ATen/autocast_mode.h:874``.
+    """
+    tok, _ = token_split(False)
+    return Term("autocast16_output", 2 * tok * h + 8 * h, "the final LayerNorm's fp32 copies of "
+                "its 16-bit input, weight and bias under autocast over 16-bit weights",
+                _LAYERNORM16, label="autocast fp32 final LayerNorm")
