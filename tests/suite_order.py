@@ -17,24 +17,27 @@ import collections
 #: tests first) started the few-test files last: ``docs/howto-search.md``, one doctest of
 #: 20 s, ran alone at the end while the other worker had nothing left.  Only the order
 #: depends on this list; a file missing from it runs after these, in pytest-xdist's order.
-#: test_chunked_loss (44 s), test_peft_activations (24 s), test_engine_ddp (16 s) and
-#: test_autocast (14 s) are placed by their single-file times on the idle machine, and
-#: test_autocast_16bit (38 s under load) beside test_autocast.
+#: Reordered 2026-12-07 by one idle run's per-file totals on that session's machine (the files
+#: of 6 s or more by their time, test_chunked_loss 123 s first; the earlier list's other files
+#: after them in their order).
 LONGEST_FIRST = (
     "tests/test_chunked_loss.py", "tests/test_search.py", "tests/test_one_reading.py",
-    "tests/test_search_job.py", "tests/test_peft_activations.py",
-    "tests/test_bench.py", "tests/test_emit.py", "tests/test_bounds.py",
-    "tests/test_engine_ddp.py", "tests/test_autocast.py", "tests/test_autocast_16bit.py",
-    "tests/test_fake_tracker_dense.py", "tests/test_shell_reader.py",
-    "tests/test_emit_roundtrip.py", "tests/test_properties.py", "docs/howto-search.md",
-    "tests/test_timing.py", "tests/test_fake_tracker_moe.py", "tests/test_muon_search.py",
-    "tests/test_emit_held.py", "tests/test_min_gpus_brute.py", "tests/test_plotting.py",
-    "tests/test_production_runs_fit.py", "tests/test_engine_fsdp2.py",
-    "tests/test_fake_tracker_gaps.py", "tests/test_wheel.py", "tests/test_engine_compile.py",
-    "tests/test_clamped_glu.py", "tests/test_context_parallel.py", "tests/test_fuzz.py",
-    "notebooks/07_measure_activations.ipynb", "tests/test_time_validation.py",
-    "tests/test_reliability.py", "tests/test_training.py", "tests/test_document.py",
-    "notebooks/03_sizing_seed004.ipynb", "tools/measured.py",
+    "tests/test_peft_activations.py", "tests/test_search_job.py",
+    "tests/test_autocast_16bit.py", "tests/test_production_runs_fit.py",
+    "tests/test_fake_tracker_dense.py", "tests/test_chunked_loss_deepspeed.py",
+    "tests/test_emit.py", "tests/test_engine_fsdp2.py", "tests/test_peft_output_layer.py",
+    "tests/test_hf_type_tables.py", "tests/test_bounds.py", "tests/test_bench.py",
+    "tests/test_fake_tracker_moe.py", "tests/test_engine_ddp.py", "tests/test_timing.py",
+    "notebooks/07_measure_activations.ipynb", "tests/test_emit_roundtrip.py",
+    "tests/test_engine_compile.py", "tests/test_muon_search.py", "tests/test_plotting.py",
+    "tests/test_properties.py", "tests/test_gemma4_moe.py", "tests/test_min_gpus_brute.py",
+    "tests/test_fake_tracker_gaps.py", "tests/test_document.py", "docs/howto-search.md",
+    "notebooks/03_sizing_seed004.ipynb", "tests/test_wheel.py", "tests/test_training.py",
+    "tests/test_autocast_gpt2.py", "tests/test_time_validation.py", "tests/test_autocast.py",
+    "tests/test_context_parallel.py", "tests/test_fuzz.py", "tests/test_rational.py",
+    "notebooks/04_memory_tuning_seed001.ipynb", "tests/test_bridge_recipes.py",
+    "tests/test_shell_reader.py", "tests/test_emit_held.py", "tests/test_clamped_glu.py",
+    "tests/test_reliability.py", "tools/measured.py",
 )
 
 

@@ -32,7 +32,7 @@ def _total(rng):
     return sp.Add(*terms, _monomial(rng, True)) - C
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(24))
 def test_linear_root_is_sympys_root(seed):
     expr = _total(random.Random(seed))
     got = linear_root(expr, d)
@@ -46,7 +46,7 @@ def test_linear_root_is_sympys_root(seed):
         assert sp.simplify(expr.subs(d, got)) == 0
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(24))
 def test_plain_cancel_is_sympys_cancel(seed):
     rng = random.Random(1000 + seed)
     num = sp.Add(*(_monomial(rng, False, (1, 2)) for _ in range(rng.randint(1, 4))))
@@ -56,7 +56,7 @@ def test_plain_cancel_is_sympys_cancel(seed):
     assert got is None or got == sp.cancel(expr)      # one form: the same expression tree
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(12))
 def test_is_zero_and_the_limit_agree_with_sympy(seed):
     rng = random.Random(2000 + seed)
     a = sp.Add(*(_monomial(rng, rng.random() < 0.5) for _ in range(3)))
