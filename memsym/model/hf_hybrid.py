@@ -16,7 +16,7 @@ from .. import limits as _limits
 from .architecture import printable
 from .hf_fields import ConfigFields
 
-__all__ = ["HYBRID_TYPES", "HYBRID_READERS", "mamba2_fields"]
+__all__ = ["HYBRID_TYPES", "HYBRID_READERS", "mamba2_fields", "layer_types_field"]
 
 # transformers' legacy layer-type names (configuration_utils._LEGACY_LAYER_TYPE_REMAP)
 _LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
@@ -69,8 +69,32 @@ def mamba2_fields(fields: ConfigFields, d_inner: int, *, heads, groups, state, c
     return kw
 
 
-def _layer_types(c: ConfigFields, keys, n_layers: int, allowed) -> list:
-    """A list of per-layer type names (legacy names remapped as transformers remaps them)."""
+def layer_types_field(fields: ConfigFields, keys, n_layers: int, allowed) -> list:
+    """A list of per-layer type names (legacy names remapped as transformers remaps them).
+
+    Parameters
+    ----------
+    fields : ConfigFields
+        The parsed config.json.
+    keys : str or tuple of str
+        The field's name, or its aliases.
+    n_layers : int
+        The decoder layers the list must name [layers].
+    allowed : tuple of str
+        The type names the model type builds.
+
+    Returns
+    -------
+    list of str
+        One name per layer; refused in one line unless the field lists ``n_layers`` of them.
+
+    Examples
+    --------
+    >>> c = ConfigFields({"layer_types": ["mamba", "attention"]}, "config.json")
+    >>> layer_types_field(c, "layer_types", 2, ("linear_attention", "full_attention"))
+    ['linear_attention', 'full_attention']
+    """
+    c = fields
     key, val = c._get(keys)
     if not isinstance(val, list) or len(val) != n_layers or any(
             not isinstance(v, str) or _LEGACY.get(v, v) not in allowed for v in val):
@@ -190,7 +214,7 @@ def _read_nemotron_h(c: ConfigFields, notes: list) -> dict:
                      f"NemotronHConfig builds the {count} layers its layer list names")
     c.data = {**c.data, "layers_block_type": raw, "layer_types": None,
               "num_hidden_layers": count}
-    kinds = _layer_types(c, "layers_block_type", count,
+    kinds = layer_types_field(c, "layers_block_type", count,
                          ("linear_attention", "full_attention", "mlp", "moe"))
     kw = _core(c, 8, 4096, ffn=21504)
     if kw["kv_channels"] is None:
@@ -273,7 +297,7 @@ def _read_granitemoehybrid(c: ConfigFields, notes: list) -> dict:
     if c.data.get("layer_types") is None and c.data.get("layers_block_type") is None:
         kinds = ["linear_attention"] * n_layers
     else:
-        kinds = _layer_types(c, ("layer_types", "layers_block_type"), n_layers,
+        kinds = layer_types_field(c, ("layer_types", "layers_block_type"), n_layers,
                              ("linear_attention", "full_attention"))
     mixers = tuple("mamba" if k == "linear_attention" else "attention" for k in kinds)
     n_exp = c.int("num_local_experts", 8, allow_zero=True)
@@ -319,7 +343,7 @@ def _gated_deltanet_stack(c: ConfigFields, experts: str) -> dict:
         kinds = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
                  for i in range(n_layers)]
     else:
-        kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
+        kinds = layer_types_field(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
     pattern = (tuple(int(n_exp > 0) * sparse for sparse in c.sparse_step_layers(n_layers))
                if experts == "pattern" else (int(n_exp > 0),) * n_layers)
     kw.update(layer_mixers=tuple("gdn" if k == "linear_attention" else "attention"
@@ -383,7 +407,7 @@ def _read_olmo_hybrid(c: ConfigFields, notes: list) -> dict:
         if "full_attention" not in kinds:
             kinds[-1] = "full_attention"
     else:
-        kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
+        kinds = layer_types_field(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
     if len(set(kinds)) < 2:
         # OlmoHybridConfig.validate_architecture refuses it: transformers builds no model
         raise c._bad("layer_types must hold at least one 'linear_attention' and one "
@@ -451,7 +475,7 @@ def _read_lfm2(c: ConfigFields, notes: list) -> dict:
     kw = _lfm2_core(c, ffn=None)
     n_layers = kw["num_layers"]
     if c.data.get("layer_types") is not None:
-        kinds = _layer_types(c, "layer_types", n_layers, ("conv", "full_attention"))
+        kinds = layer_types_field(c, "layer_types", n_layers, ("conv", "full_attention"))
     else:
         listed = c.int_list("full_attn_idxs") if c.data.get("full_attn_idxs") is not None else None
         kinds = ["full_attention" if listed is None or i in listed else "conv"
@@ -473,7 +497,7 @@ def _read_lfm2_moe(c: ConfigFields, notes: list) -> dict:
     if c.data.get("layer_types") is None:
         raise c._bad("missing field 'layer_types' (Lfm2MoeConfig has no default and every "
                      "LFM2-MoE layer reads its entry: transformers cannot build the model)")
-    kinds = _layer_types(c, "layer_types", n_layers, ("conv", "full_attention"))
+    kinds = layer_types_field(c, "layer_types", n_layers, ("conv", "full_attention"))
     dense = c.int("num_dense_layers", 2, allow_zero=True)
     pattern = tuple(int(i >= dense) for i in range(n_layers))
     kw.update(_lfm2_mixers(c, kinds))
@@ -499,7 +523,7 @@ def _read_minimax(c: ConfigFields, notes: list) -> dict:
     if c.data.get("layer_types") is None:
         kinds = ["full_attention" if (i + 1) % 2 else "linear_attention" for i in range(n_layers)]
     else:
-        kinds = _layer_types(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
+        kinds = layer_types_field(c, "layer_types", n_layers, ("linear_attention", "full_attention"))
     kw.update(layer_mixers=tuple("lightning" if k == "linear_attention" else "attention"
                                  for k in kinds),
               num_experts=c.int("num_local_experts", 8),

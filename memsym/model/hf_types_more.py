@@ -17,11 +17,10 @@ from __future__ import annotations
 from .hf_decoders import read_llama_like
 from .hf_fields import ConfigFields
 from .hf_gemma4 import read_gemma4
+from .hf_hybrid import layer_types_field
 
 __all__ = ["MORE_LAYERED_READERS", "MORE_DECODER_READERS"]
 
-# transformers' legacy layer-type names (configuration_utils._LEGACY_LAYER_TYPE_REMAP)
-_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
 # LaraMiniConfig.__post_init__'s released pattern, period 5 (configuration_lara_mini.py:119-128)
 _LARA_PATTERN = ("linear_attention", "sliding_attention", "linear_attention", "full_attention",
                  "sliding_attention")
@@ -30,14 +29,9 @@ _LARA_KINDS = ("linear_attention", "sliding_attention", "full_attention")
 
 def _lara_layer_types(c: ConfigFields, n_layers: int) -> list:
     """Lara Mini's per-layer kinds: the file's ``layer_types`` or the period-5 pattern."""
-    raw = c.data.get("layer_types")
-    if raw is None:
+    if c.data.get("layer_types") is None:
         return [_LARA_PATTERN[i % len(_LARA_PATTERN)] for i in range(n_layers)]
-    if not isinstance(raw, list) or len(raw) != n_layers or any(
-            not isinstance(v, str) or _LEGACY.get(v, v) not in _LARA_KINDS for v in raw):
-        raise c._bad(f"field 'layer_types' must list {n_layers} layer types, each one of "
-                     f"{', '.join(_LARA_KINDS)}")
-    return [_LEGACY.get(v, v) for v in raw]
+    return layer_types_field(c, "layer_types", n_layers, _LARA_KINDS)
 
 
 def _read_lara_mini(c: ConfigFields, notes: list) -> dict:
