@@ -37,18 +37,15 @@ models (BLOOM, MPT, Falcon with alibi, ...) are not counted: the Trainer launch'
 
 References
 ----------
-.. [pytorch-autocast] PyTorch, "Automatic Mixed Precision package - torch.amp" (the ops that
-   autocast to 16 bits: ``linear``, ``matmul``, ``scaled_dot_product_attention``; those that
-   run in fp32); torch 2.13 ``torch/amp/autocast_mode.py:218`` (``cache_enabled``: "the weight
-   cache inside autocast") and ``aten/src/ATen/autocast_mode.cpp`` (``cached_cast``).
-.. [hf-transformers-5-25] transformers 5.25.0 ``models/llama/modeling_llama.py:62-67``
-   (``LlamaRMSNorm.forward``), :163-164 (``LlamaMLP.forward``), :244-246 (the q, k, v
-   projections), :308, :314 (the residual adds); ``models/gpt2/modeling_gpt2.py:187`` (c_attn),
-   :225 (c_proj), :241-244 (``GPT2MLP.forward``), :276, :285, :307, :310 (``GPT2Block``'s norms
-   and residual adds), :619 (ln_f), :698 (lm_head); ``activations.py:65-66``
-   (``NewGELUActivation``); ``pytorch_utils.py:119`` (``Conv1D.forward``: ``torch.addmm``);
-   ``models/gpt_neox/modeling_gpt_neox.py:41-48`` (``GPTNeoXMLP``), :91-97 (the RoPE tables in
-   ``x.dtype``), :249-268 (``GPTNeoXLayer.forward``).
+.. [pytorch-autocast] PyTorch, "Automatic Mixed Precision package - torch.amp" (the ops CUDA's
+   autocast runs in fp32); torch 2.13 ``aten/src/ATen/autocast_mode.h:870`` (``pow``), :874
+   (``layer_norm``), ``AT_FORALL_FP32``; ``aten/src/ATen/autocast_mode.cpp`` (``cached_cast``:
+   fp32 leaves alone).
+.. [hf-transformers-5-25] transformers 5.25.0 ``models/gpt2/modeling_gpt2.py:276, :307, :619``,
+   ``models/gpt_neox/modeling_gpt_neox.py:250, :261, :266, :357``,
+   ``models/phi/modeling_phi.py:274, :381``, ``models/stablelm/modeling_stablelm.py:346, :370,
+   :469`` (``nn.LayerNorm`` on the 16-bit residual); ``activations.py:65-66``
+   (``NewGELUActivation``).
 """
 
 from __future__ import annotations
