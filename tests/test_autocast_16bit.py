@@ -7,8 +7,9 @@ plain bf16 model comes from the ops CUDA's autocast runs in fp32 that the CPU's 
 bits (``layer_norm``, gelu_new's ``pow``: torch 2.13 aten/src/ATen/autocast_mode.h
 ``AT_FORALL_FP32``).  The oracle: torch's MemTracker on transformers' model on the CPU, bfloat16
 under ``torch.autocast("cpu", torch.bfloat16)`` with those ops run in CUDA's dtype
-(:func:`_cuda_policy`), against bfloat16 without autocast.  Sizes: h = 128, 2 heads of 64,
-f = 4h, 2 layers, V = 1000; s = 128 (--block_size), b = 2, tau = sb = 256.
+(``test_autocast_gpt2._cuda_policy``, its ``tracked_phases``), against bfloat16 without
+autocast.  Sizes: h = 128, 2 heads of 64, f = 4h, 2 layers, V = 1000; s = 128
+(--block_size), b = 2, tau = sb = 256.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import json
 import pytest
 
 from in_process import json_report
+from test_autocast_gpt2 import tracked_phases
 
 H, HEADS, LAYERS, V, POSITIONS = 128, 2, 2, 1000, 256
 F, S, B = 4 * H, 128, 2
 TAU = S * B
 ALLOCATED = ("--metric", "allocated")               # no allowance: phases are allocations alone
 #: what CPU autocast must run in fp32 to be CUDA's: the AutocastCUDA kernels emulated below
+# the ops test_autocast_gpt2._cuda_policy runs in fp32 under CPU autocast, as CUDA runs them
 EMULATED = {"aten::layer_norm": "layer_norm", "aten::pow.Tensor_Scalar": "pow.Tensor_Scalar"}
 
 
@@ -202,27 +205,6 @@ def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path
 
 
 # --- a real engine: torch's MemTracker on transformers' own models on the CPU ----------------
-def _cuda_policy(torch):
-    """CUDA's autocast dtype for the ops of :data:`EMULATED`, as kernels of CPU autocast's
-    dispatch key (live while the returned Library is): fp32 (torch 2.13.0
-    aten/src/ATen/autocast_mode.h:870, :874, ``AT_FORALL_FP32``: every floating argument cast
-    to fp32, as autocast's fp32 policy casts them)."""
-    lib = torch.library.Library("aten", "IMPL")
-
-    def fp32(op):
-        def kernel(*args):
-            with torch.autocast("cpu", enabled=False):     # redispatch below autocast
-                return op(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                            else x for x in args))
-        return kernel
-
-    for name in EMULATED.values():
-        overload = name.partition(".")[2] or "default"
-        lib.impl(name, fp32(getattr(getattr(torch.ops.aten, name.partition(".")[0]), overload)),
-                 "AutocastCPU")
-    return lib
-
-
 def test_the_emulated_ops_are_cudas_own():
     """This torch's CUDA autocast has its own kernel for each emulated op, the CPU's none."""
     torch = pytest.importorskip("torch")
@@ -300,28 +282,10 @@ def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family):
 def _tracked(family: str, autocast: bool, checkpointing: bool, parallel: bool = True) -> dict:
     """Activation bytes (MemTracker's ACT + TEMP) of the bf16 model's training forward at the
     forward's end and as the loss's backward starts, under CPU bf16 autocast with CUDA's
-    dtypes (:func:`_cuda_policy`) or without autocast."""
+    dtypes (``test_autocast_gpt2._cuda_policy``) or without autocast."""
     torch = pytest.importorskip("torch")
-    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     model = _model(family, parallel=parallel, checkpointing=checkpointing)
-    ids = torch.randint(0, V, (B, S))
-    mt = tracker.MemTracker()
-    mt.track_external(model)
-    policy = _cuda_policy(torch) if autocast else None
-    with mt:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-    del policy                                        # CPU autocast's own kernels again
-    root = next(st for st in mt.memory_tracking.values()
-                if st.mod_fqn == type(model).__name__)
-
-    def kept(state) -> int:
-        (snap,) = root.snapshots[state][0].values()
-        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                       tracker._MemRefType.TEMP))
-    return {"forward": kept(tracker._ModState.POST_FW),
-            "loss-backward": kept(tracker._ModState.PRE_BW)}
+    return tracked_phases(model, torch.randint(0, V, (B, S)), autocast=autocast)
 
 
 def _cpu_only(checkpointing: bool, family: str, parallel: bool) -> int:

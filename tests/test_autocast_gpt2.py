@@ -206,7 +206,6 @@ def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True
     it."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     torch.manual_seed(0)
     common = dict(vocab_size=V, use_cache=False, bos_token_id=None, eos_token_id=None,
                   attn_implementation="sdpa")
@@ -235,12 +234,20 @@ def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True
     model = model.to(getattr(torch, dtype)).train()
     if checkpointing:
         model.activation_checkpointing_enable()      # --gradient_checkpointing's call
-    ids = torch.randint(0, V, (B, S))
+    return tracked_phases(model, torch.randint(0, V, (B, S)), autocast=dtype == "float32")
+
+
+def tracked_phases(model, ids, *, autocast: bool) -> dict:
+    """MemTracker's ACT + TEMP bytes of ``model``'s training step on ``ids`` at the forward's
+    end and as the loss's backward starts, under CPU bf16 autocast with CUDA's dtypes
+    (:func:`_cuda_policy`) when ``autocast``, else without autocast."""
+    torch = pytest.importorskip("torch")
+    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     mt = tracker.MemTracker()
     mt.track_external(model)
-    policy = _cuda_policy(torch) if dtype == "float32" else None
+    policy = _cuda_policy(torch) if autocast else None
     with mt:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "float32"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
     del policy                                        # CPU autocast's own kernels again
