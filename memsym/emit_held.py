@@ -207,6 +207,8 @@ MEGATRON_HELD = {
                                  _switch("fp32_residual_connection")),
     "bf16_layers": (("first_last_layers_bf16", "num_layers_at_start_in_bf16",
                      "num_layers_at_end_in_bf16"), _bf16_layers),
+    # one type, or one per layer (nargs "+": arguments.py --cp-comm-type at d98e8a64dd)
+    "cp_comm_type": (("cp_comm_type",), _values("cp_comm_type")),
 }
 
 #: The Megatron-LM dests the held fields are written with (:data:`MEGATRON_HELD`).
@@ -234,9 +236,21 @@ REFUSED = {
     "torchtitan": {
         "sac_saves_attention": "whether per-op SAC saves the SDPA output is torchtitan's "
                                "version and GPU (its _save_list), not a job-TOML key",
+        "cp_comm_type": "memsym's torchtitan reader does not read "
+                        "parallelism.context_parallel_rotate_method back (its default, "
+                        "allgather, is what an emitted TOML runs)",
     },
-    "deepspeed": {},
+    "deepspeed": {
+        "cp_comm_type": "a DeepSpeed config's context parallelism is Ulysses' "
+                        "sequence_parallel_size, whose method memsym reads as a2a",
+    },
 }
+
+# autocast over fp32 weights is the Trainer's --bf16 / --fp16 (Accelerate's torch.autocast)
+# over the model's fp32 weights: no framework file memsym emits spells it
+for _fields in REFUSED.values():
+    _fields["autocast"] = ("autocast over fp32 weights is the Hugging Face Trainer's --bf16 / "
+                           "--fp16 (Accelerate's torch.autocast), not a key of this file")
 
 
 # ---------------------------------------------------------------------------------------------

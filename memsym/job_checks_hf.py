@@ -136,7 +136,9 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"recompute {training.memory.recompute}"
             if training.memory.recompute not in ("none", "full") else
             "eager attention (flash_attention off)" if not training.memory.flash_attention else
-            f"a {str(kind)[:40]} model (a config.json of type " + ", ".join(types) + ")"
+            (f"a {printable(str(kind), 40)} model" if kind else
+             "a model not read from a config.json (a preset or options)")
+            + " (a config.json of type " + ", ".join(types) + ")"
             if kind not in types or x.num_experts else
             "qk_layernorm (LayerNorms on q and k, not measured)" if x.qk_layernorm else
             "LayerNorms without weight and bias (not measured)" if not x.norm_affine else

@@ -91,6 +91,10 @@ CASES = {
     "dense-cp-fp32": ("llama3-8b", "h100-80gb", 16,
                       dict(tp=[2], pp=[1], cp=[2], sharding=["distributed-optimizer", "zero2"],
                            recompute=["full"], precision="fp32", overlaps=ON), {}),
+    # a held CP method (--cp-comm-type a2a: Ulysses' attention buffers) written and read back
+    "dense-cp-a2a": ("llama3-8b", "h100-80gb", 16,
+                     dict(tp=[1], pp=[1], cp=[2], sharding=["distributed-optimizer"],
+                          recompute=["full", "none"], held={"cp_comm_type": ["a2a"]}), {}),
     # FP8 (per-tensor delayed, Megatron's default recipe) and NVFP4 on a Blackwell GPU
     "dense-fp8": ("llama3-8b", "h100-80gb", 16,
                   dict(tp=[2], pp=[2], sharding=["distributed-optimizer", "ddp"],

@@ -79,12 +79,19 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
 
     ``assume_batch``: without ``--global-batch-size`` assume about 4M tokens per step
     (:func:`default_global_batch`), so that layouts rank by step time."""
+    from ..errors import InvalidValueError
     from ..job import DEFAULTS
 
     def given(name):
         value = getattr(args, name, None)
         return DEFAULTS[name] if value is None else value
 
+    if getattr(args, "metric", None) is not None:
+        # the search judges every row by the device's memory (allowances included); a job's
+        # metric is refused as memsym.search.job_fields.refuse_unsearched refuses it
+        raise InvalidValueError(f"--metric {args.metric} is not a searched setting (a search "
+                                "judges each layout by the device's memory, allowances "
+                                "included); estimate a layout with --metric instead")
     seq = given("seq_length")
     capacity = args.gpu_memory
     args.margin_bytes = 0
@@ -141,15 +148,47 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
     if getattr(args, "fp8_recipe", None) is not None:
         out["fp8_recipe"] = args.fp8_recipe
     out["sharding"] = args.sharding   # None: what the framework runs (memsym.search)
-    # min-gpus's Muon options (search reads them as the job's words): held fixed over every
-    # layout, as a job's are (memsym.search.job_fields.HELD_FIELDS)
-    held = {name: getattr(args, name) for name in MUON_HELD
+    # min-gpus's Muon options (search reads them as the job's words), the CP method and
+    # autocast over fp32 weights: held fixed over every layout, as a job's are
+    # (memsym.search.job_fields.HELD_FIELDS)
+    held = {name: getattr(args, name) for name in MUON_HELD + ("cp_comm_type", "autocast")
             if getattr(args, name, None) is not None}
     if held:
         out["held"] = held
+    if held.get("autocast"):
+        _autocast_sizes(args, out)
     if args.offload:
         out["offload"] = args.offload
     return out
+
+
+def _autocast_sizes(args, out: dict) -> None:
+    """Autocast over fp32 weights, held over the layouts, is counted as it was measured
+    (:func:`memsym.job_checks_hf.check_autocast`): plain DDP, one GPU per replica, recompute
+    none or full, on the model types measured.  The search holds those (``out`` changed); a
+    size, sharding or recompute given outside them, or a model or setting the check refuses
+    (a one-GPU job of the same options, checked as estimate checks it), is refused in one line
+    before the search."""
+    from ..errors import InvalidValueError
+    from ..job import job
+
+    said = "--autocast is counted under plain DDP with one GPU per replica, recompute none or full"
+    for name in ("tp", "pp", "cp", "ep"):
+        given = getattr(args, name, None)
+        if given not in (None, [1]):
+            raise InvalidValueError(f"{said}: not --{name} {' '.join(map(str, given))}")
+        out[name] = [1]
+    if args.sharding not in (None, ["ddp"]):
+        raise InvalidValueError(f"{said}: not --sharding {' '.join(args.sharding)}")
+    out["sharding"] = ["ddp"]
+    recompute = out.get("recompute") or ["none", "full"]
+    if not set(recompute) <= {"none", "full"}:
+        raise InvalidValueError(f"{said}: not --recompute-granularity {' '.join(recompute)}")
+    out["recompute"] = recompute
+    job(search_model(args), framework=out["framework"], sharding="ddp",
+        precision=out["precision"], autocast=out["held"]["autocast"],
+        flash_attention=out["flash_attention"], finetune=out["finetune"],
+        seq_length=out["seq_length"])
 
 
 class Progress:

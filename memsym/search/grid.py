@@ -250,6 +250,7 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
     """The knob values :mod:`memsym.rules` reads, over a grid (expert TP t_e = t where the
     grid has no t_e column)."""
     B = space.global_batch_size
+    cp = dict(space.held).get("cp_comm_type")
     k = {name: grid[name] for name in KNOBS if name in grid}
     k.update({"t_e": grid.get("t_e", grid["t"]), "s": space.seq_length, "B": B, "gpus": gpus,
               "torchtitan": FRAMEWORK[space.framework].torch_pipelining,
@@ -263,11 +264,11 @@ def grid_knobs(space: Space, grid: dict, gpus: int | None = None) -> dict:
               "moe_dispatcher": space.moe_dispatcher, "muon": space.optimizer == "muon",
               "precision": space.precision, "m": None if B is None else B // (grid["b"] * grid["d"]),
               "bf16_layers": tuple(dict(space.held).get("bf16_layers", (0, 0))),
-              # the search runs the framework's default CP method (p2p under TE; a job's
-              # cp_comm_type is not held): the rules sinks-cp and dsa-cp remove every c > 1
-              # of a model with attention sinks or DeepSeek-V3.2's sparse attention
-              "te_cp_without_a2a": _rules.te_cp_without_a2a(FRAMEWORK[space.framework], None),
-              **_rules.cp_spellings(FRAMEWORK[space.framework], None)})
+              # the CP method a job names, held over the rows (else the framework's default,
+              # p2p under TE): the rules sinks-cp, dsa-cp and te-cp-allgather read it for
+              # every c > 1, as a job's check does (memsym.rules)
+              "te_cp_without_a2a": _rules.te_cp_without_a2a(FRAMEWORK[space.framework], cp),
+              **_rules.cp_spellings(FRAMEWORK[space.framework], cp)})
     return k
 
 

@@ -66,7 +66,11 @@ OVERLAP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather")
 #: refused (:func:`refuse_unsearched`).  Muon's switches and MLA's down-projection fusion
 #: (Megatron-LM's ``--muon-tp-mode``, ``--muon-num-ns-steps``, ``--muon-nesterov``,
 #: ``--mla-down-proj-fusion``) are held too: the Newton-Schulz workspace and the optimizer
-#: step read the first three, the recomputed norms the last, as estimate's do.
+#: step read the first three, the recomputed norms the last, as estimate's do.  The
+#: context-parallel method (``cp_comm_type``) is held as a job names it: its attention buffers
+#: priced per row and its rules (sinks-cp, dsa-cp, te-cp-allgather) applied to every c > 1;
+#: autocast over fp32 weights (a Trainer's ``--bf16``) too: its casts kept per layer and its
+#: matmuls priced at the autocast dtype, as estimate's are.
 HELD_FIELDS = (
     "grad_dtype", "fp8_param_gather", "recompute_modules", "precision_aware",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "zero_buckets",
@@ -75,7 +79,7 @@ HELD_FIELDS = (
     "overlap_moe_expert_parallel_comm", "overlap_p2p_comm", "bias_activation_fusion",
     "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion",
     "sac_saves_attention", "activation_func_fp8_input_store", "bf16_layers",
-    "fp32_residual_connection", "fp8_attention")
+    "fp32_residual_connection", "fp8_attention", "cp_comm_type", "autocast")
 
 
 def held_of(tr) -> tuple:

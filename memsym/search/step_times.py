@@ -175,8 +175,10 @@ def _step_time_call(space: Space, knobs: dict, m_, f_, l_, rc: str, spf: bool,
                   # block skips the MTP layer's recompute (multi_token_prediction.py:1630)
                   mtp_recompute=method != "block",
                   flash_attention=space.flash_attention, dropout=space.dropout,
-                  precision=space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32", "fp4")
-                  else "bf16", fp8_recipe=space.fp8_recipe if space.precision == "fp8" else None,
+                  # autocast over fp32 weights runs its matmuls at the autocast dtype (as
+                  # memsym.timing.step_settings prices a job's)
+                  precision=_matmul_precision(space),
+                  fp8_recipe=space.fp8_recipe if space.precision == "fp8" else None,
                   distributed_optimizer=scheme != "ddp",
                   gather_per_microbatch=scheme in ("zero3", "fsdp"),
                   reduce_per_microbatch=scheme == "zero2",
@@ -226,6 +228,16 @@ def _step_time_columns(out: dict | None, n: int) -> dict:
     # residue of the subtraction is not a part
     res["time_other"] = np.where(np.abs(other) <= 1e-9 * np.abs(res["step_time"]), 0.0, other)
     return res
+
+
+def _matmul_precision(space: Space) -> str:
+    """The precision the rows' matmuls run at: a held autocast dtype over fp32 weights, else
+    the space's precision (bf16 where it names none the step time prices)."""
+    autocast = dict(space.held).get("autocast")
+    if autocast:
+        return autocast
+    return space.precision if space.precision in ("bf16", "fp16", "fp8", "fp32", "fp4") \
+        else "bf16"
 
 
 def _held_settings(space: Space, rc: str) -> dict:
