@@ -200,6 +200,32 @@ def test_time_prices_the_same_job_as_estimate(capsys):
     assert rep["gpu_hours"] == pytest.approx(steps * step * 16 / 3600, rel=1e-12)
 
 
+def test_time_takes_the_precisions_a_job_takes(capsys):
+    # one word on every path: time's --precision accepts estimate's (fp32 and fp4 were
+    # refused); Eq. 4 by hand at the H100's fp32 (TF32) datasheet peak, 494.7 TFLOP/s (the
+    # catalogue's source), half of it achieved: 8 T N / (G F eta)
+    from memsym.cli import UsageError
+    from memsym.vocabulary import PRECISION_NAMES
+
+    for name in PRECISION_NAMES + ("fp64",):
+        took = []
+        for words in (["time", "llama3-8b", "--tokens", "1T"], ["estimate", "llama3-8b"]):
+            try:
+                took.append(build_parser().parse_args(words + ["--precision", name]).precision)
+            except UsageError:
+                took.append(None)
+        assert took == ([name, name] if name != "fp64" else [None, None])
+    n = 8_030_261_248                      # Llama 3 8B's parameters (Meta's model card: 8.03B)
+    assert main(["time", "llama3-8b", "--tokens", "1T", "--gpus", "64", "--precision", "fp32",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["seconds"] == pytest.approx(8 * 10**12 * n / (64 * 494.7e12 * 0.5), rel=1e-12)
+    # a GPU without the peak: one line
+    assert main(["time", "llama3-8b", "--tokens", "1T", "--precision", "fp4"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "no fp4 tensor-core peak" in err
+
+
 @pytest.mark.parametrize("argv, said", [
     (["7B", "--tokens", "1T", "--tp", "2"], "parameter count"),
     (["llama2-7b", "--tokens", "1T", "--tp", "2", "--mfu", "0.5"], "--mfu"),

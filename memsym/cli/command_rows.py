@@ -8,6 +8,7 @@ positional): rows of :mod:`memsym.cli.option_table` like those of
 
 from __future__ import annotations
 
+from ..vocabulary import PRECISION_NAMES
 from . import options as T
 from .option_schema import JOB_AND_SEARCH, JOB_DEFAULTS, PLOT_UNKNOWNS, SOLVE_UNKNOWNS, flag, option
 
@@ -128,9 +129,12 @@ def time_rows():
         option(("--gpus", "--world-size"), "gpus", group="time", type=T.positive_int,
            metavar="G", commands=tm, parser_default=8, default=8, source="memsym: one node",
            effect="time", help="number of GPUs (the job's world size)"),
-        option("--precision", group="time", type=T.choice("precision", ("bf16", "fp16", "fp8")),
+        # the precisions a job takes (estimate's --precision): one word on every path; a GPU
+        # without that peak in its datasheet (fp4 before Blackwell) is refused in one line
+        option("--precision", group="time", type=T.choice("precision", PRECISION_NAMES),
            commands=tm, field="precision", parser_default="bf16", default="bf16", source=JOB_DEFAULTS,
-           effect="time", help="which peak to use"),
+           effect="time", help="which peak to use (the job's weight precision with a layout): "
+           + ", ".join(PRECISION_NAMES)),
         # not --efficiency: that word is the step-time model's GEMM efficiency on every path
         option("--mfu", group="time", type=T.efficiency, metavar="ETA", commands=tm,
            effect="time", default="1/2",
