@@ -163,28 +163,13 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
 
 
 def _autocast_sizes(args, out: dict) -> None:
-    """Autocast over fp32 weights, held over the layouts, is counted as it was measured
-    (:func:`memsym.job_checks_hf.check_autocast`): plain DDP, one GPU per replica, recompute
-    none or full, on the model types measured.  The search holds those (``out`` changed); a
-    size, sharding or recompute given outside them, or a model or setting the check refuses
-    (a one-GPU job of the same options, checked as estimate checks it), is refused in one line
-    before the search."""
-    from ..errors import InvalidValueError
+    """Autocast over fp32 weights, held over the layouts, is counted as it was measured: the
+    search holds the layouts and choices (:func:`memsym.search.job_fields.autocast_choices`),
+    and a model or setting the job's check refuses (a one-GPU job of the same options,
+    checked as estimate checks it: :func:`memsym.job_checks_hf.check_autocast`) is refused in
+    one line before the search."""
     from ..job import job
 
-    said = "--autocast is counted under plain DDP with one GPU per replica, recompute none or full"
-    for name in ("tp", "pp", "cp", "ep"):
-        given = getattr(args, name, None)
-        if given not in (None, [1]):
-            raise InvalidValueError(f"{said}: not --{name} {' '.join(map(str, given))}")
-        out[name] = [1]
-    if args.sharding not in (None, ["ddp"]):
-        raise InvalidValueError(f"{said}: not --sharding {' '.join(args.sharding)}")
-    out["sharding"] = ["ddp"]
-    recompute = out.get("recompute") or ["none", "full"]
-    if not set(recompute) <= {"none", "full"}:
-        raise InvalidValueError(f"{said}: not --recompute-granularity {' '.join(recompute)}")
-    out["recompute"] = recompute
     job(search_model(args), framework=out["framework"], sharding="ddp",
         precision=out["precision"], autocast=out["held"]["autocast"],
         flash_attention=out["flash_attention"], finetune=out["finetune"],

@@ -332,3 +332,41 @@ def space_differences(tr, space, **choices) -> list:
     return [f"{name} {tr.value(name)} (searched {mine.value(name)})" for name in FIELD_PARTS
             if name not in ("lora_targets", "quantization")
             and tr.value(name) != mine.value(name)]
+
+
+#: What autocast over fp32 weights was measured under (memsym.job_checks_hf.check_autocast):
+#: one GPU per replica, plain DDP, recompute none or full.
+_AUTOCAST_SAID = ("autocast over fp32 weights is counted under plain DDP with one GPU per "
+                  "replica, recompute none or full (as measured)")
+
+
+def autocast_choices(held, sizes: tuple, sharding, recompute) -> tuple:
+    """``(sizes, sharding, recompute)`` of a search that holds autocast over fp32 weights
+    (``held``: the search's held settings; ``sizes``: its ``(tp, pp, cp, ep)`` lists, None
+    where none is named): the layouts and choices it was measured under
+    (:func:`memsym.job_checks_hf.check_autocast`) where none are named; one named outside them
+    is refused in one line (:class:`memsym.errors.InvalidValueError`), as estimate refuses
+    the job.  Without autocast held, the arguments unchanged.
+
+    Examples
+    --------
+    >>> autocast_choices({"autocast": "bf16"}, (None, None, None, None), None, None)
+    (([1], [1], [1], [1]), ['ddp'], ['none', 'full'])
+    >>> autocast_choices({"autocast": "bf16"}, ([2], None, None, None), None, None)
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: autocast over fp32 weights is counted under plain DDP with one GPU per replica, recompute none or full (as measured): not tp [2]
+    """
+    if not dict(held or {}).get("autocast"):
+        return sizes, sharding, recompute
+    for name, value in zip(("tp", "pp", "cp", "ep"), sizes):
+        if value is not None and list(value) != [1]:
+            raise InvalidValueError(f"{_AUTOCAST_SAID}: not {name} {list(value)}")
+    if sharding is not None and list([sharding] if isinstance(sharding, str) else sharding) \
+            != ["ddp"]:
+        raise InvalidValueError(f"{_AUTOCAST_SAID}: not sharding {sharding}")
+    recompute = ["none", "full"] if recompute is None else \
+        list([recompute] if isinstance(recompute, str) else recompute)
+    if not set(recompute) <= {"none", "full"}:
+        raise InvalidValueError(f"{_AUTOCAST_SAID}: not recompute {recompute}")
+    return ([1], [1], [1], [1]), ["ddp"], recompute

@@ -24,7 +24,7 @@ from ..model import moe_layer_pattern
 from ..training import ALLOWANCES, Training
 from ..terms.adapters import LORA_TARGETS, QUANTIZATIONS
 # re-exported: the search's callers import them here
-from .job_fields import (HELD_FIELDS, MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS,  # noqa: F401
+from .job_fields import (HELD_FIELDS, autocast_choices, MEGATRON_FSDP_STRATEGY, OVERLAP_FIELDS,  # noqa: F401
                          carried_ub_config, checked_held, checked_overlaps, row_overlaps,
                          global_batch_of, held_of, checked_efficiency, megatron_fsdp_rows,
                          refuse_unsearched, states_scheme)
@@ -298,6 +298,14 @@ def _sequence_parallel_choices(sequence_parallel, framework) -> tuple:
     return tuple(sorted(got))
 
 
+def _capacity_factor(value):
+    """The MoE capacity factor, exact and > 0 (refused in one line otherwise)."""
+    cf = exact(value, "capacity_factor")
+    if not cf > 0:
+        raise InvalidValueError(f"capacity_factor must be > 0, got {value}")
+    return cf
+
+
 def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_size=None,
                micro_batch_sizes=None,
                recompute=None, sharding=None,
@@ -331,6 +339,9 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     framework = choose("framework", framework, FRAMEWORKS)
     arch = framework_architecture(arch, framework)      # transformers' unpadded vocabulary
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
+    # autocast over fp32 weights: the layouts and choices it was measured under
+    (tp, pp, cp, ep), sharding, recompute = autocast_choices(held, (tp, pp, cp, ep), sharding,
+                                                             recompute)
     # the sizes its own file spells, held where none is named (search, min-gpus, plot, --emit)
     held_sizes = FRAMEWORK[framework].held_sizes(tp=tp, pp=pp, cp=cp, vpp=vpp, recompute=recompute)
     tp, pp, cp, vpp, recompute = held_sizes["all"]
@@ -369,9 +380,6 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
                        and set(shard) & set(MEGATRON_FSDP_STRATEGY)):
         raise InvalidValueError("fsdp_double_buffer is Megatron-FSDP's: search one of its "
                                 "strategies (sharding no_shard, optim, zero2, fsdp)")
-    cf = exact(capacity_factor, "capacity_factor")
-    if not cf > 0:
-        raise InvalidValueError(f"capacity_factor must be > 0, got {capacity_factor}")
     return Space(
         arch=arch, gpu=dev, capacity=int(cap) if float(cap).is_integer() else cap,
         gpus_per_node=clu.gpus_per_node, seq_length=int(seq_length), global_batch_size=B,
@@ -390,7 +398,7 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
         allowances=al, finetune=finetune, lora_rank=positive_whole(lora_rank, "lora_rank"),
         lora_targets=lora_targets, quantization=quantization,
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-        efficiency=eff, capacity_factor=cf, uneven=bool(uneven), cluster=clu,
+        efficiency=eff, capacity_factor=_capacity_factor(capacity_factor), uneven=bool(uneven), cluster=clu,
         framework=framework, fp8_recipe=fp8_recipe, overlaps=checked_overlaps(overlaps),
         moe_dispatcher=dispatcher, tp_comm_overlap=overlap, fsdp_double_buffer=double,
         tp_comm_overlap_cfg=carried_ub_config(tp_comm_overlap_cfg, overlap),
