@@ -14,11 +14,15 @@ autocast.  Sizes: h = 128, 2 heads of 64, f = 4h, 2 layers, V = 1000; s = 128
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import re
 
 import pytest
 
 from in_process import json_report
+from memsym.model.hf_config import from_hf_config
 from test_autocast_gpt2 import tracked_phases
 
 H, HEADS, LAYERS, V, POSITIONS = 128, 2, 2, 1000, 256
@@ -333,3 +337,33 @@ def test_gpt_bigcodes_default_activation_is_its_config_classs(capsys, tmp_path):
                                                 activation_function="gelu_pytorch_tanh"),
                                         autocast=()))
     assert default["phases"] == named["phases"]
+
+
+#: the config field each LayerNorm family's MLP reads its activation from, as transformers
+#: 5.25.0 spells it (modeling_gpt2.py:237, modeling_gpt_neox.py:43, modeling_phi.py:242,
+#: modeling_stablelm.py:149, modeling_gptj.py:198, modeling_codegen.py:197,
+#: modeling_gpt_bigcode.py:248, modeling_starcoder2.py:59, modeling_opt.py:195,
+#: modeling_falcon.py:347)
+ACTIVATION_FIELDS = {"gpt2": "activation_function", "gpt_neox": "hidden_act", "phi": "hidden_act",
+                     "stablelm": "hidden_act", "gptj": "activation_function",
+                     "codegen": "activation_function", "gpt_bigcode": "activation_function",
+                     "starcoder2": "hidden_act", "opt": "activation_function",
+                     "falcon": "activation"}
+
+
+@pytest.mark.parametrize("family", sorted(ACTIVATION_FIELDS))
+def test_each_reader_records_the_activation_its_model_runs(tmp_path, family):
+    """Each LayerNorm family's config.json reader records the activation transformers' model
+    runs (``hf_activation``, what autocast's checks compare with the measured one): the
+    config class's default where the file leaves the field out, the file's where it names one;
+    the field is the one the modeling code reads (``config.<field>`` in its source)."""
+    transformers = pytest.importorskip("transformers")
+    field = ACTIVATION_FIELDS[family]
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    assert re.search(rf"config\.{field}\b", inspect.getsource(modeling))
+    default = getattr(transformers.AutoConfig.for_model(family), field)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert from_hf_config(_config(tmp_path / "a", family)).extra["hf_activation"] == default
+    named = from_hf_config(_config(tmp_path / "b", family, **{field: "gelu_fast"}))
+    assert named.extra["hf_activation"] == "gelu_fast" != default

@@ -102,6 +102,11 @@ def _read_starcoder2(c: ConfigFields, mtype: str, notes: list) -> dict:
     # head_dim = getattr(config, "head_dim", None) or h // a
     kw = decoder_fields(c, mtype, gated=False, norm="LayerNorm")
     kw["add_bias_linear"] = c.bool("use_bias", True)
+    # Starcoder2Config's default gelu_pytorch_tanh (transformers 5.25.0
+    # configuration_starcoder2.py:66), Starcoder2MLP's act (modeling_starcoder2.py:59): read
+    # for autocast (memsym.terms.autocast.AUTOCAST_ACTIVATIONS)
+    kw["extra"] = {**kw.get("extra", {}),
+                   "hf_activation": c.str("hidden_act", "gelu_pytorch_tanh")}
     return kw
 
 
@@ -174,7 +179,10 @@ def _read_stablelm(c: ConfigFields, mtype: str, notes: list) -> dict:
                      "refuses it)")
     parallel = c.bool("use_parallel_residual", False)
     kw.update(add_qkv_bias=c.bool("use_qkv_bias", False), attention_bias=False,
-              norms_per_layer=1 if parallel else 2, parallel_attention=parallel)
+              norms_per_layer=1 if parallel else 2, parallel_attention=parallel,
+              # StableLmConfig's default silu (transformers 5.25.0 configuration_stablelm.py:50),
+              # StableLmMLP's act_fn (modeling_stablelm.py:149): read for autocast
+              extra={**kw.get("extra", {}), "hf_activation": c.str("hidden_act", "silu")})
     return kw
 
 
