@@ -146,8 +146,8 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             else
             # the activation measured (gelu_new's pow is fp32 under CUDA's autocast, F.gelu not)
             f"a {kind} model of activation {printable(str(activation), 40)} ("
-            f"{AUTOCAST_ACTIVATIONS[kind]} is counted)" if kind in AUTOCAST_ACTIVATIONS
-            and activation != AUTOCAST_ACTIVATIONS[kind] else None)
+            f"{AUTOCAST_ACTIVATIONS[kind][1]} is counted)" if kind in AUTOCAST_ACTIVATIONS
+            and activation != AUTOCAST_ACTIVATIONS[kind][1] else None)
     if said is not None:
         raise InvalidValueError(
             f"autocast {dtype} over {'fp32' if precision == 'fp32' else dtype} weights is "

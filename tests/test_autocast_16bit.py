@@ -21,8 +21,10 @@ import re
 
 import pytest
 
-from in_process import json_report
+from in_process import json_report, refused_line
 from memsym.model.hf_config import from_hf_config
+from memsym.terms.autocast import AUTOCAST_ACTIVATIONS
+from memsym.terms.autocast16 import AUTOCAST16_LAYERS
 from test_autocast_gpt2 import tracked_phases
 
 H, HEADS, LAYERS, V, POSITIONS = 128, 2, 2, 1000, 256
@@ -367,3 +369,30 @@ def test_each_reader_records_the_activation_its_model_runs(tmp_path, family):
     assert from_hf_config(_config(tmp_path / "a", family)).extra["hf_activation"] == default
     named = from_hf_config(_config(tmp_path / "b", family, **{field: "gelu_fast"}))
     assert named.extra["hf_activation"] == "gelu_fast" != default
+    # the one table autocast's check and the Trainer launch read says the same
+    assert AUTOCAST_ACTIVATIONS[family] == (field, default)
+
+
+def test_the_activation_table_holds_each_measured_layernorm_type():
+    """One entry per LayerNorm type measured (those of AUTOCAST16_LAYERS with keywords)."""
+    assert set(AUTOCAST_ACTIVATIONS) == set(ACTIVATION_FIELDS) == {
+        k for k, v in AUTOCAST16_LAYERS.items() if v is not None}
+
+
+@pytest.mark.parametrize("family", sorted(ACTIVATION_FIELDS))
+def test_another_activation_under_16bit_autocast_is_refused(capsys, tmp_path, family):
+    """memsym's own --autocast over 16-bit weights counts the measured activation only: the
+    config's default is estimated, gelu_new where it is not the default (or gelu where it is)
+    refused in one line naming both."""
+    common = ["--framework", "deepspeed", "--sharding", "ddp", "--optimizer", "adam",
+              "--seq-length", str(S), "--micro-batch-size", str(B), "--precision", "bf16",
+              "--autocast", "bf16", *ALLOCATED]
+    field, measured = ACTIVATION_FIELDS[family], AUTOCAST_ACTIVATIONS[family][1]
+    other = "gelu" if measured == "gelu_new" else "gelu_new"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert json_report(capsys, ["estimate", _config(tmp_path / "a", family), *common])[
+        "training"]["autocast"] == "bf16"
+    line = refused_line(capsys, ["estimate", _config(tmp_path / "b", family, **{field: other}),
+                                 *common])
+    assert f"a {family} model of activation {other} ({measured} is counted)" in line

@@ -347,20 +347,6 @@ def _ddp_words(r):
             weights == "fp32" or counted) else [])
 
 
-#: The config.json field naming the activation of a type in AUTOCAST16_LAYERS's LayerNorm ones,
-#: and the one measured, its default (transformers 5.25.0 configuration_gpt2.py:83,
-#: configuration_gpt_neox.py:66, configuration_phi.py:71, configuration_stablelm.py:50,
-#: configuration_gptj.py:74, configuration_codegen.py:77, configuration_gpt_bigcode.py:64,
-#: configuration_starcoder2.py:66, configuration_opt.py:64, configuration_falcon.py:87).
-_ACTIVATION = {"gpt2": ("activation_function", "gelu_new"), "gpt_neox": ("hidden_act", "gelu"),
-               "phi": ("hidden_act", "gelu_new"), "stablelm": ("hidden_act", "silu"),
-               "gptj": ("activation_function", "gelu_new"),
-               "codegen": ("activation_function", "gelu_new"),
-               "gpt_bigcode": ("activation_function", "gelu_pytorch_tanh"),
-               "starcoder2": ("hidden_act", "gelu_pytorch_tanh"),
-               "opt": ("activation_function", "relu"), "falcon": ("activation", "gelu")}
-
-
 def _autocast16(r):
     """(whether memsym counts it, a phrase) for ``--bf16`` / ``--fp16`` over 16-bit weights
     of the same dtype: CUDA's autocast runs some ops in fp32 that meet the model's 16-bit
@@ -368,6 +354,7 @@ def _autocast16(r):
     ``--autocast``) on the measured layers (AUTOCAST16_LAYERS) of their default activation
     (no qk_layernorm) in full training, none on the Llama family, said as not counted on any
     other model."""
+    from ..terms.autocast import AUTOCAST_ACTIVATIONS
     from ..terms.autocast16 import AUTOCAST16_LAYERS
 
     cfg = _checkpoint(r.model)
@@ -377,7 +364,7 @@ def _autocast16(r):
         return False, ("and runs no op in fp32 on this model's 16-bit tensors that it does not "
                        f"run in fp32 itself ({kind}: its RMSNorm casts to fp32; measured, "
                        "memsym.terms.autocast)")
-    field, measured_act = _ACTIVATION.get(kind, ("", None))
+    field, measured_act = AUTOCAST_ACTIVATIONS.get(kind, ("", None))
     activation = cfg.get(field, measured_act)
     plain_norms = not cfg.get("qk_layernorm") and not cfg.get("alibi") and cfg.get(
         "layer_norm_elementwise_affine", True) is not False

@@ -122,16 +122,22 @@ AUTOCAST_LAYERS = {"llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {},
                                 tanh_gelu=True),
                    "gpt_neox": dict(qkv_projections=1, up_projections=1, gated=False)}
 AUTOCAST_MODEL_TYPES = tuple(AUTOCAST_LAYERS)
-#: The activation measured for a type whose config.json names one (GPT2Config's
-#: activation_function, GPTNeoXConfig's and PhiConfig's hidden_act, GPTJConfig's,
-#: CodeGenConfig's and GPTBigCodeConfig's activation_function: their defaults, transformers
-#: 5.25.0 configuration_gpt2.py:83, configuration_gpt_neox.py:66, configuration_phi.py:71,
-#: configuration_gptj.py:74, configuration_codegen.py:77, configuration_gpt_bigcode.py:64,
-#: configuration_opt.py:64, configuration_falcon.py:87); another is refused
-#: (memsym.job_checks_hf.check_autocast): whether its ops are fp32 under CUDA's autocast.
-AUTOCAST_ACTIVATIONS = {"gpt2": "gelu_new", "gpt_neox": "gelu", "phi": "gelu_new",
-                        "gptj": "gelu_new", "codegen": "gelu_new",
-                        "gpt_bigcode": "gelu_pytorch_tanh", "opt": "relu", "falcon": "gelu"}
+#: The activation measured on each LayerNorm type of AUTOCAST16_LAYERS (GPT-2's and GPT-NeoX's
+#: over fp32 weights too), as (the config.json field naming it, the activation): its config
+#: class's default (transformers 5.25.0 configuration_gpt2.py:83, configuration_gpt_neox.py:66,
+#: configuration_phi.py:71, configuration_stablelm.py:50, configuration_gptj.py:74,
+#: configuration_codegen.py:77, configuration_gpt_bigcode.py:64, configuration_starcoder2.py:66,
+#: configuration_opt.py:64, configuration_falcon.py:87).  Another is refused
+#: (memsym.job_checks_hf.check_autocast) and said as not counted by the Trainer launch
+#: (memsym.cli.hf_launch): whether its ops are fp32 under CUDA's autocast was not measured.
+AUTOCAST_ACTIVATIONS = {"gpt2": ("activation_function", "gelu_new"),
+                        "gpt_neox": ("hidden_act", "gelu"), "phi": ("hidden_act", "gelu_new"),
+                        "stablelm": ("hidden_act", "silu"),
+                        "gptj": ("activation_function", "gelu_new"),
+                        "codegen": ("activation_function", "gelu_new"),
+                        "gpt_bigcode": ("activation_function", "gelu_pytorch_tanh"),
+                        "starcoder2": ("hidden_act", "gelu_pytorch_tanh"),
+                        "opt": ("activation_function", "relu"), "falcon": ("activation", "gelu")}
 _LAYER = Source("hf-transformers-5-25", "models/llama/modeling_llama.py:62-67 (LlamaRMSNorm on "
                 "the fp32 residual), :163-164, :244-246 (each projection casts its fp32 input), "
                 ":308, :314 (residual adds promote to fp32); torch autocast_mode.cpp cached_cast")
