@@ -32,6 +32,12 @@ from .traits import resolve_arch, stage_role
 from .transients import PHASES, states_and_transients
 
 
+#: The architecture symbols a training total holds beyond the hybrid mixers' (those
+#: memsym.model.stages.mamba_values picks): the dense sizes, the padded vocabulary, the MoE
+#: sizes and Gemma 4's per-layer input width (memsym.terms.gemma4_ple), in this order.
+_ARCH_SYMBOLS = (h, a, g, d_h, f, L, V, E, k, f_e, f_sh, h_lat, p_pl)
+
+
 def arch_values(arch, t_: int = 1) -> dict:
     """Registry symbol -> exact value for a resolved architecture (padded vocabulary at t).
 
@@ -43,17 +49,11 @@ def arch_values(arch, t_: int = 1) -> dict:
     (4096, 32, 11008, 32000)
     """
     x = models.architecture.lenient(arch)
-    vals = {h: x.hidden_size, a: x.num_attention_heads, g: x.num_query_groups,
-            d_h: x.kv_channels, f: x.ffn_hidden_size, L: x.num_layers,
-            V: models.padded_vocab_size(x.vocab_size, t_, x.make_vocab_size_divisible_by)}
-    if x.num_experts:
-        vals.update({E: x.num_experts, k: x.moe_router_topk, f_e: x.moe_ffn_hidden_size,
-                     f_sh: x.moe_shared_expert_intermediate_size or 0})
-        if x.moe_latent_size:
-            vals[h_lat] = x.moe_latent_size
-    if x.per_layer_input_size:           # Gemma 4's per-layer inputs (memsym.terms.gemma4_ple)
-        vals[p_pl] = x.per_layer_input_size
-    return {key: sp.Integer(val) for key, val in {**vals, **models.stages.mamba_values(x)}.items()}
+    # memsym.model.parameter_values builds every value once (the MoE ones for an MoE model
+    # alone, h_lat with a latent size, p_pl with per-layer inputs): the total's are taken
+    vals = models.parameter_values(x, t_, pad_vocab=True)
+    return {**{sym: vals[sym] for sym in _ARCH_SYMBOLS if sym in vals},
+            **models.stages.mamba_values(x)}
 
 
 def training_values(arch, layout: Layout = Layout(), training: Training = Training(),
