@@ -30,9 +30,10 @@ from .job_record import (DEFAULTS, FIELD_PARTS, OPTION_ALIASES, REPORTED_DEFAULT
                          microbatches, recompute_modules_of, whole)
 # the checks and the framework's decisions live in their own modules; re-exported here, where
 # every caller imports them from
-from .job_checks import canonical, check_fields, check_types, flag, validate  # noqa: F401
+from .job_checks import canonical, check_fields, check_types, validate  # noqa: F401
 from .job_framework import (dropout_kept, framework_architecture, framework_dropout,  # noqa: F401
                             framework_layout, resolve_dropout)
+from .values import flag
 
 __all__ = ["Layout", "Training", "Job", "DEFAULTS", "REPORTED_DEFAULTS", "OPTION_ALIASES", "job", "whole",
            "recompute_modules_of", "resolve_dropout", "dropout_kept",

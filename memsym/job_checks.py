@@ -18,6 +18,7 @@ from __future__ import annotations
 from .errors import InvalidValueError, UnknownNameError, choose
 from .frameworks import framework as framework_record
 from .terms.allowances import METRICS
+from .values import flag
 from .limits import FIELD_LIMITS, check_limit
 from .terms.activations import RECOMPUTE, recompute_modules as _modules
 from .terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, SCHEMES
@@ -56,24 +57,6 @@ def compile_changes_recompute(recompute: str) -> bool:
     (True, False)
     """
     return recompute == "selective-op"
-
-
-def flag(value, what: str) -> bool:
-    """``value`` when it is a real boolean, else a refusal naming ``what``.
-
-    Examples
-    --------
-    >>> flag(True, "dropout")
-    True
-    >>> flag("false", "dropout")
-    Traceback (most recent call last):
-    ...
-    memsym.errors.InvalidValueError: dropout must be true or false, got 'false'
-    """
-    # a string such as "false" is truthy in Python, so only real booleans are accepted
-    if not isinstance(value, bool):
-        raise InvalidValueError(f"{what} must be true or false, got {value!r:.40}")
-    return value
 
 
 # ---------------------------------------------------------------------------------------------

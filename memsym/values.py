@@ -22,7 +22,8 @@ from .symbols import info, lookup
 from .text import short
 from .limits import check_limit
 
-__all__ = ["exact", "whole", "positive", "positive_or_symbolic", "boolean", "as_values", "as_expr",
+__all__ = ["exact", "whole", "positive", "positive_or_symbolic", "boolean", "flag", "as_values",
+           "as_expr",
            "lazy_min", "cached_max", "cached_min", "holds_float"]
 
 
@@ -201,6 +202,9 @@ def boolean(value, what: str = "flag") -> bool:
     """``value`` if it is ``True`` or ``False`` (numpy bools too); anything else is refused.
 
     ``"false"`` and ``"no"`` are truthy strings: taken as flags they would switch a feature on.
+    A switch read into a Python ``bool`` (the search's keyword arguments, which a numpy grid
+    may fill): unlike :func:`flag`, which checks a switch kept as given, a numpy bool is
+    converted, and the refusal speaks Python's ``True`` / ``False``.
 
     Examples
     --------
@@ -218,6 +222,29 @@ def boolean(value, what: str = "flag") -> bool:
     if np is not None and isinstance(value, np.bool_):
         return bool(value)
     raise InvalidValueError(f"{what} must be True or False, got {type(value).__name__} {short(value)}")
+
+
+def flag(value, what: str) -> bool:
+    """``value`` when it is a real boolean, else a refusal naming ``what``.
+
+    A switch kept as given: a job record's field (:mod:`memsym.job_checks`), a DeepSpeed
+    config's or a Megatron-Bridge recipe's true / false (:mod:`memsym.readers`).  Unlike
+    :func:`boolean` no numpy bool is taken (the record would keep it, not a ``bool``), and the
+    refusal speaks the files' ``true`` / ``false``.
+
+    Examples
+    --------
+    >>> flag(True, "dropout")
+    True
+    >>> flag("false", "dropout")
+    Traceback (most recent call last):
+    ...
+    memsym.errors.InvalidValueError: dropout must be true or false, got 'false'
+    """
+    # a string such as "false" is truthy in Python, so only real booleans are accepted
+    if not isinstance(value, bool):
+        raise InvalidValueError(f"{what} must be true or false, got {value!r:.40}")
+    return value
 
 
 def _check_domain(sym: sp.Symbol, val: sp.Expr) -> None:

@@ -12,6 +12,7 @@ import tomllib
 from ..errors import InvalidValueError
 from ..text import printable
 from ..limits import LIMITS, MAX_INPUT_BYTES, MAX_NUMBER_CHARS, check_text
+from ..values import flag
 
 # Bounds on every size read from a user's command or file: memsym.limits' documented limits,
 # generous for any real model, keeping arithmetic and loops bounded.
@@ -80,9 +81,7 @@ def decimal(text, what: str) -> Fraction:
 def recipe_flag(values, key: str, default=False):
     """A recipe's true/false field ``values[key]`` (``default`` when absent): a bool or None."""
     v = values.get(key, default)
-    if v is not None and not isinstance(v, bool):
-        raise InvalidValueError(f"{key} must be true or false, got {v!r:.40}")
-    return v
+    return v if v is None else flag(v, key)
 
 
 def check_unpadded_vocab(rows: int, t: int, setting: str, why: str) -> None:

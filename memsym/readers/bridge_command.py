@@ -72,6 +72,8 @@ def looks_like_override(word: str) -> bool:
 def _scalar(text: str):
     t = text.strip()
     low = t.lower()
+    # Hydra's override grammar's BOOL, true / false in any case (hydra/grammar/Override.g4),
+    # not the YAML words of megatron_userbuffers nor string_to_bool's (hf_trainer_args)
     if low in ("true", "false"):
         return low == "true"
     if low in ("null", "none", "~", ""):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..errors import InvalidValueError
 from ..limits import check_limit
 from ..text import short
+from ..values import flag
 from ._values import MAX_BATCH
 
 __all__ = ["deepspeed_count", "deepspeed_flag", "deepspeed_object", "HF_TRAINER",
@@ -62,9 +63,7 @@ def deepspeed_flag(value, key) -> bool:
     >>> deepspeed_flag(True, "bf16.enabled")
     True
     """
-    if not isinstance(value, bool):
-        raise InvalidValueError(f"DeepSpeed {key} must be true or false, got {value!r:.40}")
-    return value
+    return flag(value, f"DeepSpeed {key}")
 
 
 def deepspeed_object(value, key, example: str = "") -> dict:

@@ -143,7 +143,9 @@ SCRIPT = {
     "validation_split_percentage": 1, "preprocessing_num_workers": 1, "keep_linebreaks": _Q,
 }
 
-#: string_to_bool's words (hf_argparser.py:36-45).
+#: string_to_bool's words (hf_argparser.py:36-45): the Trainer's own spellings, kept apart from
+#: the YAML 1.1 words of megatron_userbuffers and Hydra's true / false of bridge_command (each
+#: reader takes its framework's words).
 BOOL_WORDS = {"yes": True, "true": True, "t": True, "y": True, "1": True,
               "no": False, "false": False, "f": False, "n": False, "0": False}
 

@@ -25,7 +25,9 @@ __all__ = ["parse_ub_yaml", "read_tp_comm_overlap_cfg", "megatron_ub_option", "U
 
 #: A key line of the subset: indentation, a plain key, a colon, an optional plain scalar.
 _LINE = re.compile(r"( *)([A-Za-z_][A-Za-z0-9_]{0,63}) *:(?: +(.*?))? *")
-#: YAML 1.1 booleans as ``yaml.safe_load`` reads them (PyYAML's resolver).
+#: YAML 1.1 booleans as ``yaml.safe_load`` reads them (PyYAML's resolver): the file's own
+#: spellings, kept apart from HfArgumentParser's words (hf_trainer_args.BOOL_WORDS) and Hydra's
+#: true / false (bridge_command): each reader takes its framework's words.
 _BOOLS = {**dict.fromkeys(("true", "yes", "on"), True), **dict.fromkeys(("false", "no", "off"), False)}
 _INT = re.compile(r"[-+]?[0-9]{1,9}")
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
