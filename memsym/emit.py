@@ -41,8 +41,7 @@ from .errors import InvalidValueError
 from .frameworks import FRAMEWORK
 from .job import resolve_dropout
 from .emit_held import NotExpressible, check_held, deepspeed_held, megatron_held, torchtitan_held
-from .emit_megatron_flags import (megatron_dispatcher, megatron_precision, megatron_recompute,
-                                  megatron_sharding)
+from .emit_megatron_flags import dispatcher_flags, precision_flags, recompute_flags, sharding_flags
 from .emit_rules import AUTOEP_NOTE, AUTOTP_NOTE, ULYSSES_NOTE, megatron_overlaps, ulysses_section
 from .model.torchtitan_stages import torchtitan_end_stages, torchtitan_layers_per_stage
 from .readers.deepspeed_notes import MODEL_CHECKPOINTING
@@ -310,11 +309,11 @@ def _megatron(row, space, gpus, folder=None, held=True) -> Emitted:
                           UB_FILE if folder is None else os.path.join(str(folder), UB_FILE)]
     words += ["--world-size", str(gpus), "--seq-length", str(space.seq_length),
               "--micro-batch-size", str(b), "--global-batch-size", str(B)]
-    words += megatron_precision(space.precision, space.fp8_recipe)
+    words += precision_flags(space.precision, space.fp8_recipe)
     words += ["--optimizer", "sgd" if space.optimizer == "sgd" else "adam"]
-    words += megatron_sharding(row["sharding"], space.fsdp_double_buffer)
-    words += megatron_dispatcher(space)
-    words += megatron_recompute(row["recompute"])
+    words += sharding_flags(row["sharding"], space.fsdp_double_buffer)
+    words += dispatcher_flags(space)
+    words += recompute_flags(row["recompute"])
     rate = _MEGATRON_DROPOUT if space.dropout else "0.0"
     words += ["--hidden-dropout", rate, "--attention-dropout", rate]
     if not space.flash_attention:

@@ -13,10 +13,10 @@ from .emit_held import NotExpressible
 from .search.choices import recompute_layers
 from .search.space import MEGATRON_FSDP_STRATEGY
 
-__all__ = ["megatron_sharding", "megatron_dispatcher", "megatron_recompute", "megatron_precision"]
+__all__ = ["sharding_flags", "dispatcher_flags", "recompute_flags", "precision_flags"]
 
 
-def megatron_sharding(scheme: str, double_buffer: bool = False) -> list:
+def sharding_flags(scheme: str, double_buffer: bool = False) -> list:
     """Megatron-LM's sharding arguments of a row's scheme: none for DDP, the distributed
     optimizer's flag, or Megatron-FSDP's strategy (:data:`MEGATRON_FSDP_STRATEGY`: ``no_shard``
     and ``optim`` rows by name, zero2 and fsdp as ``optim_grads`` / ``optim_grads_params``)
@@ -24,9 +24,9 @@ def megatron_sharding(scheme: str, double_buffer: bool = False) -> list:
 
     Examples
     --------
-    >>> megatron_sharding("no_shard", double_buffer=True)[:4]
+    >>> sharding_flags("no_shard", double_buffer=True)[:4]
     ['--use-megatron-fsdp', '--data-parallel-sharding-strategy', 'no_shard', '--ckpt-format']
-    >>> megatron_sharding("optim", double_buffer=True)[-1]
+    >>> sharding_flags("optim", double_buffer=True)[-1]
     '--fsdp-double-buffer'
     """
     if scheme == "ddp":
@@ -47,7 +47,7 @@ def megatron_sharding(scheme: str, double_buffer: bool = False) -> list:
             "--ckpt-format", "fsdp_dtensor"] + (["--fsdp-double-buffer"] if double_buffer else [])
 
 
-def megatron_dispatcher(space) -> list:
+def dispatcher_flags(space) -> list:
     """Megatron-LM's MoE token dispatcher arguments of the search's dispatcher, on an MoE
     model (none on a dense one): written out even for alltoall, since Megatron's own default
     is allgather (``TransformerConfig.moe_token_dispatcher_type``); DeepEP and HybridEP as
@@ -56,9 +56,9 @@ def megatron_dispatcher(space) -> list:
     Examples
     --------
     >>> from types import SimpleNamespace as NS
-    >>> megatron_dispatcher(NS(arch=NS(num_experts=8), moe_dispatcher="deepep"))
+    >>> dispatcher_flags(NS(arch=NS(num_experts=8), moe_dispatcher="deepep"))
     ['--moe-token-dispatcher-type', 'flex', '--moe-flex-dispatcher-backend', 'deepep']
-    >>> megatron_dispatcher(NS(arch=NS(num_experts=None), moe_dispatcher="alltoall"))
+    >>> dispatcher_flags(NS(arch=NS(num_experts=None), moe_dispatcher="alltoall"))
     []
     """
     if not space.arch.num_experts:
@@ -69,7 +69,7 @@ def megatron_dispatcher(space) -> list:
     return ["--moe-token-dispatcher-type", name]
 
 
-def megatron_recompute(rc: str) -> list:
+def recompute_flags(rc: str) -> list:
     """Megatron-LM's recompute arguments of a row's recompute mode: none, selective, a full
     recompute as uniform chunks of 1 layer (``transformer_block.py`` raises without a method)
     or Megatron's block method over N layers of each stage (``block-N``); torchtitan's per-op
@@ -77,7 +77,7 @@ def megatron_recompute(rc: str) -> list:
 
     Examples
     --------
-    >>> megatron_recompute("selective"), megatron_recompute("none")
+    >>> recompute_flags("selective"), recompute_flags("none")
     (['--recompute-granularity', 'selective'], [])
     """
     got = recompute_layers(rc)
@@ -101,7 +101,7 @@ def megatron_recompute(rc: str) -> list:
                          "has none")
 
 
-def megatron_precision(precision: str, fp8_recipe) -> list:
+def precision_flags(precision: str, fp8_recipe) -> list:
     """Megatron-LM's precision arguments: ``--bf16``/``--fp16`` (fp32 has none), FP8 with
     its recipe, NVFP4 as ``--fp4-format e2m1`` (whose ``--fp4-recipe`` defaults to nvfp4).
 
@@ -111,9 +111,9 @@ def megatron_precision(precision: str, fp8_recipe) -> list:
 
     Examples
     --------
-    >>> megatron_precision("fp8", "mxfp8")
+    >>> precision_flags("fp8", "mxfp8")
     ['--bf16', '--fp8-format', 'e4m3', '--fp8-recipe', 'mxfp8']
-    >>> megatron_precision("fp8", None)
+    >>> precision_flags("fp8", None)
     ['--bf16', '--fp8-format', 'hybrid']
     """
     if precision == "fp8":
