@@ -49,6 +49,10 @@ class JobParts:
         (LaTeX symbol, meaning, value, unit) for every symbol the derivation uses.
     total : sympy.Expr
         Exact bytes of the whole total.
+    metric : str
+        The memory the total counts (``device``, ``reserved`` or ``allocated``:
+        :data:`memsym.terms.allowances.METRICS`); only the device's count is compared with
+        the capacity.
     """
 
     lhs: str
@@ -65,6 +69,7 @@ class JobParts:
     values: dict = None       # symbol -> exact value (the estimate's, with the named counts)
     expr: sp.Expr = None      # the estimate's total expression (registry symbols)
     budget: float = BUDGET   # width [pt] one line's right-hand side may take
+    metric: str = "device"
 
 
 def layout_text(vals: dict, layout=None) -> str:
@@ -207,13 +212,17 @@ def job_parts(estimate, *, arch=None, layout=None, training=None, title=None,
     alloc_val = allocated.xreplace(vals)
     if "fragmentation" in keys and alloc_val.is_number:
         vals[M_alloc] = alloc_val
-    lhs = r"M_{\mathrm{GPU}}" if pp == 1 else r"M_{\mathrm{GPU}}^{(%d)}" % stage
+    metric = getattr(getattr(training, "memory", None), "metric", "device")
+    # the metric names the total where it is not the device's count (what must fit)
+    marks = ([] if pp == 1 else ["(%d)" % stage]) + ([] if metric == "device" else
+                                                     [r"\mathrm{%s}" % metric])
+    lhs = r"M_{\mathrm{GPU}}" + (r"^{%s}" % r",\,".join(marks) if marks else "")
     name = getattr(x, "name", None) or "model"
     if title is None:
         title = f"Per-GPU training memory: {name}, {layout_text(vals, layout)}"
     parts = JobParts(lhs, title, terms, defs, total=sp.Add(*(s.value for s in terms)),
                      named_counts=named is not None,
-                     count_symbols=tuple(counts))
+                     count_symbols=tuple(counts), metric=metric)
     if pp > 1:
         parts.stage_note = (f"pipeline stage {stage} of {pp} ({role}), the most-loaded GPU"
                             if getattr(estimate, "stage_bytes", None) and

@@ -106,6 +106,25 @@ def test_the_verdict_is_on_the_device_count_whatever_the_metric(capsys, allocate
         assert data["verdict"] == "tight" and data["reserve_fraction_that_fits"] == 0.05
 
 
+def test_latex_compares_only_the_device_count_with_the_capacity(capsys, allocated):
+    # a capacity between the allocated total (A + the workspaces) and the device's
+    # (A + WS + NCCL + A / 10): the allocated metric's LaTeX once wrote "<= C" (a wrong fit);
+    # it names its metric and compares nothing, the device's says ">" as estimate's "tight"
+    a = allocated(capsys)
+    capacity = a + WS + NCCL + a // 20
+    latex = {}
+    for metric in ("allocated", "device"):
+        code, out, err = run(capsys, "latex", *JOB[1:], "--gpu-memory", f"{capacity}B",
+                             "--metric", metric)
+        assert code == 0, err
+        latex[metric] = out.strip().splitlines()
+    assert latex["allocated"][-2].startswith(r"M_{\mathrm{GPU}}^{\mathrm{allocated}} &=")
+    assert r"\leq C" not in "".join(latex["allocated"]) and "> C" not in "".join(latex["allocated"])
+    assert "max\\_memory\\_allocated; the fit is judged on the device's count" \
+        in latex["allocated"][-2]
+    assert "> C" in "".join(latex["device"]) and r"\leq C" not in "".join(latex["device"])
+
+
 def test_the_margin_option_is_kept_free_first(capsys, allocated):
     a = allocated(capsys)
     data = verdict(capsys, a + WS + NCCL + a // 20 + GB, "--margin", "1GB")
