@@ -263,6 +263,19 @@ def _estimate_json(*argv):
     return json.loads(buf.getvalue())
 
 
+def test_cli_plot_of_another_metric_draws_no_capacity(monkeypatch, tmp_path):
+    # bars counted as torch.cuda.max_memory_allocated are not what must fit: the capacity
+    # line would draw a fit the device's count may not have (the fit is judged on it); the
+    # title names the counter, the bar is the allocated total estimate reports
+    ax, _ = _plot_cli(monkeypatch, tmp_path, "breakdown", "png", "--gpu", "h100-80gb",
+                      "--metric", "allocated")
+    assert not [ln for ln in ax.get_lines() if ln.get_label().startswith("capacity")]
+    assert "torch.cuda.max_memory_allocated (fit: the device's count)" in ax.get_title()
+    rep = _estimate_json(*_JOB, "--gpu", "h100-80gb", "--metric", "allocated")
+    bar = [p for p in ax.patches if abs(p.get_x() + p.get_width() / 2) < 1e-9]
+    assert bar[-1].get_y() + bar[-1].get_height() == pytest.approx(rep["bytes"]["total"] / GB)
+
+
 def test_cli_plot_breakdown(monkeypatch, tmp_path):
     ax, _ = _plot_cli(monkeypatch, tmp_path, "breakdown", "png", "--gpu", "h100-80gb")
     assert "gpt3-175b" in ax.get_title() and "TP 8 x PP 4 x DP 8 (256 GPUs)" in ax.get_title()

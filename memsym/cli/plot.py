@@ -240,6 +240,14 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     if ext not in plotting.FORMATS:
         raise InvalidValueError(f"--output must end in .png, .pdf or .svg, got {args.output!r}")
     name = _job_name(estimate, arch)
+    metric = getattr(getattr(training, "memory", None), "metric", "device")
+    if metric != "device" and args.kind != "feasibility":
+        from ..terms.allowances import METRICS
+
+        # bars of another counter against the capacity would draw a fit the device's count
+        # may not have (the fit is judged on it): no capacity line, the counter named
+        cap = None
+        name += f"\n{METRICS[metric][1].split(' (')[0]} (fit: the device's count)"
     if args.kind == "breakdown":
         fig = _breakdown_figure(args, estimate, job, cap, name)
     elif args.kind == "memory-vs":
