@@ -305,7 +305,8 @@ SETTING_DEFAULTS: dict = {
     "moe_dispatcher": ("Megatron-LM arguments.py: --moe-token-dispatcher-type alltoall",
                        lambda x, trn: x.is_moe),
     "megatron_fsdp": ("memsym.job.DEFAULTS: fsdp counted as FSDP2's buffers (no "
-                      "--use-megatron-fsdp)", lambda x, trn: trn.states.sharding == "fsdp"),
+                      "--use-megatron-fsdp)", lambda x, trn: trn.states.sharding == "fsdp"
+                      and trn.states.accelerate_fsdp is None),
     "fsdp_double_buffer": ("Megatron-LM arguments.py: --fsdp-double-buffer off",
                            lambda x, trn: trn.states.megatron_fsdp is not None),
     "fp4_param_gather": ("Megatron-LM arguments.py: --fp4-param-gather off (bf16 weights "

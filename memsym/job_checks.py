@@ -37,8 +37,9 @@ from .vocabulary import (FINETUNES, FRAMEWORK_CONVENTIONS, FRAMEWORKS, MOE_DISPA
 from .job_record import Layout, Training, microbatches, whole
 from .job_checks_megatron import (check_bf16_layers, check_fp8_attention, check_fp8_glu_input,
                                   check_megatron_fsdp)
-from .job_checks_hf import (check_autocast, check_chunked_loss, check_gemma4_layers,
-                            check_gemma4_moe, check_peft_variants, check_torch_ddp)
+from .job_checks_hf import (check_accelerate_fsdp, check_autocast, check_chunked_loss,
+                            check_gemma4_layers, check_gemma4_moe, check_peft_variants,
+                            check_torch_ddp)
 
 __all__ = ["check_fields", "canonical", "validate", "compile_changes_recompute",
            "check_dispatcher"]
@@ -82,6 +83,7 @@ def _check_limits(layout: Layout, training: Training) -> None:
 #: The Training switches :func:`check_fields` holds to a real boolean (``flag``), by flat name.
 _SWITCHES = ("flash_attention", "dropout", "precision_aware", "fp8_param_gather",
             "fp4_param_gather", "optimizer_cuda_graph", "fsdp_double_buffer", "torch_ddp_buckets",
+            "fsdp_keep_gathered",
             "compiled_loss", "compiled_model", "chunked_loss", "sac_saves_attention",
             "bias_activation_fusion", "loss_parallel", "fsdp_root_group", "tp_comm_overlap",
             "overlap_moe_expert_parallel_comm", "overlap_p2p_comm",
@@ -227,6 +229,8 @@ def validate(x, layout: Layout, training: Training):
     _check_overlaps(x, layout, training)
     _check_expert_tp(layout, training.framework)
     offered = framework_record(training.framework).schemes
+    if training.states.accelerate_fsdp is not None:   # the Trainer's FSDP2 (check_accelerate_fsdp)
+        offered = offered + ("fsdp",)
     if training.states.sharding not in offered:
         raise InvalidValueError(f"{training.framework} shards with {' or '.join(offered)}, not "
                                 f"{training.states.sharding}")
@@ -253,6 +257,7 @@ def validate(x, layout: Layout, training: Training):
                                 f"(framework megatron), not {training.framework}'s")
     check_megatron_fsdp(training)
     check_torch_ddp(training)
+    check_accelerate_fsdp(x, layout, training)
     check_autocast(x, layout, training)
     check_chunked_loss(x, layout, training)
     check_gemma4_moe(x, layout, training)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .job_record import Layout, Training
+from .terms.accelerate_fsdp import ACCELERATE_FSDP_MODES, ACCELERATE_PRECISIONS
 from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
 from .terms.autocast16 import AUTOCAST16_LAYERS
 from .terms.gemma4_norms import GEMMA4_NORM_TYPES
@@ -15,6 +16,7 @@ from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable
 
 __all__ = ["check_peft_variants", "check_expert_params_alone", "check_torch_ddp",
+           "check_accelerate_fsdp",
            "check_autocast", "check_chunked_loss", "check_gemma4_moe", "check_gemma4_layers"]
 
 
@@ -109,6 +111,46 @@ def check_torch_ddp(training: Training) -> None:
                                 "AdamW (param.grad in the parameters' dtype), framework "
                                 "deepspeed (the transformers model code; PEFT's adapters "
                                 f"bucketed alone), no offload; not {said}")
+
+
+def check_accelerate_fsdp(x, layout: Layout, training: Training) -> None:
+    """Accelerate's FSDP2 (``accelerate_fsdp``, :mod:`memsym.terms.accelerate_fsdp`) is counted
+    as the Hugging Face Trainer runs it: transformers' model code (framework deepspeed) under
+    sharding fsdp, full training with AdamW, no offload, every GPU a data-parallel rank, the
+    mixed mode over bf16 or fp16 and the plain one over fp32, bf16 or fp16 weights, on the
+    architecture ``x`` without parameters Accelerate's groups leave in its root beyond a
+    position table and an embedding norm (Gemma 4's per-layer inputs, Zamba's shared blocks);
+    ``fsdp_keep_gathered`` only there."""
+    st, mode = training.states, training.states.accelerate_fsdp
+    if mode is None:
+        if training.memory.fsdp_keep_gathered:
+            raise InvalidValueError("fsdp_keep_gathered (reshard_after_forward=False) is read "
+                                    "for Accelerate's FSDP2 (accelerate_fsdp mixed or plain)")
+        return
+    mode = choose("accelerate_fsdp", mode, ACCELERATE_FSDP_MODES)
+    said = (f"framework {training.framework}" if not framework_record(
+                training.framework).hf_model_code else
+            f"sharding {st.sharding}" if st.sharding != "fsdp" else
+            f"precision {st.precision}" if st.precision not in ACCELERATE_PRECISIONS[mode] else
+            f"optimizer {st.optimizer}" if st.optimizer != "adam" else
+            f"convention {st.convention}" if st.convention != "framework" else
+            f"offload {st.offload}" if st.offload != "none" else
+            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
+            f"t {layout.t}, p {layout.p}, c {layout.c}, e {layout.e}"
+            if layout.world_size != layout.d or layout.e != 1 else
+            f"autocast {st.autocast}" if st.autocast is not None else
+            "torch_ddp_buckets" if st.torch_ddp_buckets else
+            f"grad_dtype {st.grad_dtype}" if st.grad_dtype is not None else
+            # left in Accelerate's root group, gathered through the step, not counted
+            "Gemma 4's per-layer input embeddings" if getattr(x, "per_layer_input_size", None)
+            else "Zamba's shared blocks" if getattr(x, "shared_blocks", None) else None)
+    if said is not None:
+        raise InvalidValueError(
+            f"accelerate_fsdp {mode} (Accelerate's FSDP2 under the Hugging Face Trainer) is "
+            "counted for transformers' model code (framework deepspeed) under sharding fsdp, "
+            "full training with AdamW, no offload, every GPU data-parallel, "
+            + ("bf16 or fp16 (mixed precision)" if mode == "mixed" else
+               "the weights' dtype fp32, bf16 or fp16") + f"; not {said}")
 
 
 def check_autocast(x, layout: Layout, training: Training) -> None:

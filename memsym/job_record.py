@@ -167,6 +167,12 @@ class ModelStates:
     torch_ddp_buckets, autocast : bool, str
         torch DDP's gradient buckets beside param.grad (:mod:`memsym.terms.torch_ddp`);
         ``torch.autocast``'s dtype over fp32 weights (None, bf16, fp16: :mod:`memsym.terms.autocast`).
+    accelerate_fsdp : str or None
+        The ``fsdp`` scheme as Accelerate's FSDP2 plugin runs transformers' model under the
+        Hugging Face Trainer (:mod:`memsym.terms.accelerate_fsdp`): ``"mixed"`` (``--bf16`` /
+        ``--fp16``: the trained parameters upcast to fp32, gathered and reduced in the 16-bit
+        dtype), ``"plain"`` (no mixed precision: every tensor in the weights' dtype); None:
+        not Accelerate's.
     """
 
     precision: str = "bf16"
@@ -191,6 +197,7 @@ class ModelStates:
     muon_nesterov: bool = False
     torch_ddp_buckets: bool = False
     autocast: str | None = None
+    accelerate_fsdp: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +256,11 @@ class Memory:
         holding embedding, final norm and output, gathered from the forward's start to the
         backward's end (default False, since v0.2: the embedding its
         own group, ``[norm, output]`` one; :func:`memsym.terms.transients.fsdp2_io_groups`).
+    fsdp_keep_gathered : bool
+        FSDP2's ``reshard_after_forward=False`` on every group (the Trainer's ``--fsdp
+        shard_grad_op`` or ``fsdp_config`` ``reshard_after_forward`` false under Accelerate's
+        plugin, ``accelerate_fsdp``): every parameter stays all-gathered from its forward to
+        its backward (:func:`memsym.terms.transients.fsdp2_kept_unsharded`).  Default False.
     capacity_factor : int or Rational
         MoE routed-token load of the busiest expert rank over a balanced one (1; Megatron's
         ``--moe-expert-capacity-factor`` when tokens are dropped).
@@ -300,6 +312,7 @@ class Memory:
     sac_saves_attention: bool = True
     loss_parallel: bool = True
     fsdp_root_group: bool = False
+    fsdp_keep_gathered: bool = False
     capacity_factor: int | Rational = 1
     bias_activation_fusion: bool = True
     activation_func_fp8_input_store: bool = False
@@ -345,7 +358,8 @@ FIELD_PARTS: dict = {name: part for name, part in (
         "mla_down_proj_fusion", "bias_activation_fusion", "sac_saves_attention", "activation_func_fp8_input_store",
         "chunked_loss", "fp32_residual_connection", "fp8_attention")),
     *((n, "states") for n in ("muon_tp_mode", "muon_num_ns_steps", "muon_nesterov",
-                              "torch_ddp_buckets", "autocast")))}
+                              "torch_ddp_buckets", "autocast", "accelerate_fsdp")),
+    ("fsdp_keep_gathered", "memory"))}
 
 
 @dataclass(frozen=True, init=False)

@@ -21,7 +21,8 @@ __all__ = ["FP8_RECIPE_COUNTED_AS", "fp8_recipe_note", "SCHEMES", "MEGATRON_FSDP
            "RECOMPUTE_METHODS",
            "SCHEDULES", "STAGE_PLACEMENTS", "FRAMEWORKS", "FINETUNES", "METRIC_NAMES",
            "ALLOWANCE_KEYS", "OPTIMIZER_DTYPES", "CE_FUSION_IMPLS", "MOE_DISPATCHERS",
-           "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "MUON_TP_MODES", "recompute_modules"]
+           "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "MUON_TP_MODES", "recompute_modules",
+           "ACCELERATE_FSDP_MODES"]
 
 #: How model states are sharded over data parallelism (memsym.terms.model_state).
 SCHEMES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "distributed-optimizer")
@@ -52,6 +53,10 @@ FRAMEWORK_CONVENTIONS = ("megatron-bridge",)
 CONVENTION_NAMES = ("megatron-lm", "megatron-bridge")
 #: Offload of model states to host memory (ZeRO-Offload / ZeRO-Infinity).
 OFFLOADS = ("none", "optimizer", "optimizer+params")
+#: How Accelerate's FSDP2 plugin holds the parameters under the Hugging Face Trainer
+#: (memsym.terms.accelerate_fsdp): ``mixed`` (--bf16 / --fp16: fp32 shards, 16-bit gathers
+#: and reductions), ``plain`` (no mixed precision: every tensor in the weights' dtype).
+ACCELERATE_FSDP_MODES = ("mixed", "plain")
 #: Gradient-buffer dtypes (Megatron ``--grad-reduce-in-bf16``; ``None``: the framework's default).
 GRAD_DTYPES = ("fp32", "bf16", "fp16")
 #: The precision-aware optimizer's dtypes, each with Megatron's choices (arguments.py:

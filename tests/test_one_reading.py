@@ -551,6 +551,7 @@ _OWN_VALUES = {
     "--metric": ["allocated"], "--advise": [], "--dropout": [], "--margin": ["0.1"],
     "--moe-dispatcher": ["hybridep"], "--sac-recomputes-attention": [],
     "--torch-ddp-buckets": [], "--first-iteration": [], "--autocast": ["bf16"], "--chunked-loss": [],
+    "--accelerate-fsdp": ["mixed"], "--fsdp-keep-gathered": [],
 }
 #: Options that choose the input or the output, not the job (each tested on its own).
 _NOT_JOB_OPTIONS = {"-h", "--help", "--json", "--wide", "--markdown", "--sensitivity",

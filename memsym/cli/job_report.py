@@ -153,6 +153,8 @@ def _training_fields(j) -> dict:
             "fsdp_double_buffer": training.states.fsdp_double_buffer,
             "torch_ddp_buckets": training.states.torch_ddp_buckets,
             "autocast": training.states.autocast,
+            "accelerate_fsdp": training.states.accelerate_fsdp,
+            "fsdp_keep_gathered": training.memory.fsdp_keep_gathered,
             "compiled_loss": training.memory.compiled_loss,
             "chunked_loss": training.memory.chunked_loss,
             "compiled_model": training.memory.compiled_model,

@@ -11,7 +11,8 @@ from ..vocabulary import (CE_FUSION_IMPLS, CONVENTIONS, CP_METHODS, CUDA_GRAPH_I
                           FRAMEWORK_CONVENTIONS, FRAMEWORKS, METRIC_NAMES, OFFLOADS,
                           OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_METHODS, RECOMPUTE_MODULES,
                           SCHEDULES, SCHEMES, SEARCH_SHARDING)
-from ..vocabulary import FP8_RECIPES, OPTIMIZER_NAMES as OPTIMIZERS, PRECISION_NAMES as PRECISIONS
+from ..vocabulary import ACCELERATE_FSDP_MODES, FP8_RECIPES
+from ..vocabulary import OPTIMIZER_NAMES as OPTIMIZERS, PRECISION_NAMES as PRECISIONS
 from . import options as T
 from .command_rows import check_rows, command_rows, model_rows, time_rows
 from .switch_rows import SWITCH_ROWS as _SWITCH_ROWS
@@ -122,6 +123,17 @@ def _state_rows():
            "pow) CUDA's autocast runs on the 16-bit tensors of GPT-2, GPT-NeoX, Phi, StableLM, "
            "GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT, Falcon, nothing more on the Llama "
            "family's"),
+        option("--accelerate-fsdp", group="states",
+           type=T.choice("Accelerate FSDP mode", ACCELERATE_FSDP_MODES), field="accelerate_fsdp",
+           effect="memory, time", source="memsym.job.DEFAULTS: not Accelerate's (a Hugging Face "
+           "Trainer launch with --fsdp: mixed under --bf16 / --fp16, else plain)",
+           help="--sharding fsdp as Accelerate's FSDP2 plugin runs transformers' model under the "
+           "Hugging Face Trainer (--framework deepspeed): mixed (--bf16 / --fp16: the parameters "
+           "upcast to fp32 shards, 4 + 4 + 8 bytes over d, gathered and reduced in --precision "
+           "bf16 or fp16) or plain (no mixed precision: every tensor in --precision, the "
+           "weights' dtype); [final norm, output] its own group kept gathered to the backward "
+           "(with a tied embedding, through it), the unsharded gradients kept across "
+           "--num-microbatches, fused AdamW"),
         option("--fp8-recipe", group="states", type=T.choice("FP8 recipe", FP8_RECIPES),
            field="fp8_recipe", commands=JOB_AND_SEARCH, search="same", effect="memory, time",
            source="memsym.job.DEFAULTS: per-tensor scaling (delayed and tensorwise counted alike)",

@@ -154,6 +154,11 @@ def _states_text(trn: dict) -> str:
         out += ", double buffer)" if trn.get("fsdp_double_buffer") else ")"
     if trn.get("torch_ddp_buckets"):
         out += " (torch DDP: gradient buckets beside param.grad)"
+    if trn.get("accelerate_fsdp"):
+        out += (" (Accelerate's FSDP2, " + ("fp32 shards, 16-bit gathers" if
+                trn["accelerate_fsdp"] == "mixed" else "no mixed precision")
+                + (", kept gathered to the backward" if trn.get("fsdp_keep_gathered") else "")
+                + ")")
     if trn.get("moe_dispatcher", "alltoall") != "alltoall":
         out += f", MoE dispatcher {trn['moe_dispatcher']}"
     return out

@@ -73,4 +73,8 @@ SWITCH_ROWS = (
      "keeps its moments in the parameters' dtype, no master copy (--framework deepspeed "
      "--sharding ddp --precision fp32, bf16 or fp16, the weights' dtype: a Trainer launch "
      "without --deepspeed)", "memory"),
+    ("--fsdp-keep-gathered", "fsdp_keep_gathered", True, "FSDP2's reshard_after_forward=False "
+     "on every group (with --accelerate-fsdp: the Trainer's --fsdp shard_grad_op, or "
+     "fsdp_config reshard_after_forward false): every parameter stays all-gathered from its "
+     "forward to its backward", "memory, time"),
 )

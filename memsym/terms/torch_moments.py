@@ -212,7 +212,9 @@ def output_group_backward(loss_terms, output, group_params=None) -> Term:
 
 #: The loss-backward transients still held in the output group's backward.
 _KEPT_AT_OUTPUT = ("output_group_gathered", "gradients_not_yet_made", "unsharded_params",
-                   "working_set_not_rematerialised", "blocks_gathered_at_the_loss")
+                   "working_set_not_rematerialised", "blocks_gathered_at_the_loss",
+                   # Accelerate's no_sync: the earlier micro-batches' unsharded gradients
+                   "accumulated_grads")
 
 
 def grads_as_stages_run(layout, training, accumulated: Term) -> Term:

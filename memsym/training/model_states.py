@@ -21,6 +21,7 @@ from ..symbols import (N_a, N_ae, N_exp, N_lin, N_ll, N_q, N_rep, N_sc, N_tp, N_
                        b_mg, b_o, c, d, e, t, t_e)
 from ..terms import muon
 from ..terms.torch_ddp import ddp_bucket_copy, torch_adamw_widths, torch_ddp_states
+from ..terms.accelerate_fsdp import accelerate_fsdp_states, accelerate_fsdp_widths
 from ..terms import recipe_buffers as rb
 from ..frameworks import framework as framework_record
 from ..terms.adapters import LORA_TARGETS, adapter_state, lora
@@ -309,7 +310,7 @@ def _state_training(training: Training) -> Training:
     keep = ("framework", "finetune", "sharding", "convention", "precision", "optimizer", "offload",
             "quantization", "grad_dtype", "precision_aware", "fp8_param_gather", "fp8_recipe",
             "fp4_param_gather", "megatron_fsdp", "bf16_layers", "torch_ddp_buckets",
-            *rb.OPTIMIZER_DTYPES)
+            "accelerate_fsdp", *rb.OPTIMIZER_DTYPES)
     return Training(**{name: training.value(name) for name in keep})
 
 
@@ -342,6 +343,9 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
     if training.states.torch_ddp_buckets:
         # torch DDP + torch.optim.AdamW: every state in the parameters' dtype, no master copy
         widths = torch_adamw_widths(training.states.precision)
+    elif training.states.accelerate_fsdp:
+        # Accelerate's FSDP2: fp32 shards under mixed precision, else the weights' dtype
+        widths = accelerate_fsdp_widths(training.states.accelerate_fsdp, training.states.precision)
     fp8 = dict(precision=training.states.precision, optimizer=training.states.optimizer, **framework,
                **recipe)
     # t, e and t_e stay symbols (N_tp/t + N_rep, N_exp/(e t_e)): equal to the stage's exact
@@ -369,6 +373,8 @@ def state_terms(experts: bool, training: Training, non_tn_fp8_gemm: bool = False
         return muon.muon_states(terms, layer_wise=training.states.sharding != "ddp")
     if training.states.torch_ddp_buckets:      # torch DDP: the reducer's bucket copy
         return torch_ddp_states(terms, N_tp / t + N_rep)
+    if training.states.accelerate_fsdp:        # cited where Accelerate makes them
+        return accelerate_fsdp_states(terms, training.states.accelerate_fsdp)
     return tuple(terms)
 
 

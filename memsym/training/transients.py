@@ -37,6 +37,8 @@ from ..values import as_expr
 from .activations import resolved_stage_activations
 from .output_layer import output_layer_activations
 from .layer_model import peft_adapters_cast, peft_layer_targets
+from ..terms.accelerate_fsdp import TRAINER_ZERO_GRAD
+from .accelerate_fsdp import add_accelerate_fsdp_transients, uses_accelerate_groups
 from .model_states import (STEP_STATE_KEYS, bf16_experts_apart, moment_share, stage_has_experts,
                            state_terms, state_training)
 from .traits import (DEEPSPEED_ZERO, activation_width, autotp_logits, boundary_bytes,
@@ -66,6 +68,8 @@ def _transient_widths(training: Training) -> dict:
              "ipg_buffers": n_bkt}
     vals.update({knobs[name]: sp.Integer(value) for name, value in training.states.zero_buckets})
     vals.update({b_u: sp.Integer(half), b_hp: sp.Integer(half)})
+    if uses_accelerate_groups(training):     # reduce_dtype = param_dtype (Accelerate's policy)
+        vals[b_r] = sp.Integer(half)
     return vals
 
 
@@ -117,7 +121,9 @@ def _gradients_not_yet_made(training: Training) -> bool:
     :math:`-\min(G, A_{\mathrm{layers}})`; under pipelining (gradients reduce-scattered
     after the last micro-batch) the whole sharded gradient is kept, an upper bound.
     Megatron's gradient buffer and DeepSpeed's partitions persist."""
-    return (framework_record(training.framework).grads_set_to_none and training.states.sharding == "fsdp"
+    # the Trainer's model.zero_grad() after every step does the same (TRAINER_ZERO_GRAD)
+    return ((framework_record(training.framework).grads_set_to_none
+             or uses_accelerate_groups(training)) and training.states.sharding == "fsdp"
             and training.states.convention == "framework" and training.adapters.finetune == "full")
 
 
@@ -173,7 +179,7 @@ def stream_pools(j: Job | UncheckedJob, stage: int) -> tuple:
     grads = sp.Add(*(term.expr for term in state_terms(stage_has_experts(x, layout, stage),
                                                        state_training(training))
                      if term.key in _GRAD_KEYS))
-    io = framework_record(training.framework).fsdp_io_groups
+    io = framework_record(training.framework).fsdp_io_groups or uses_accelerate_groups(training)
     pools = fsdp2_stream_pools(grads, N_ll, root_group=training.memory.fsdp_root_group,
                                untied=bool(x.untie_embeddings_and_output_weights),
                                first=io and stage == 0,
@@ -425,6 +431,8 @@ def _add_sharding_transients(out: dict, x, layout: Layout, training: Training) -
         out["forward"].append(pipe["kept_unsharded"])
         out["loss-backward"] += held
         out["backward"] += held + [fs["unsharded_grads"], fs["reduce_scatter"]]
+    elif scheme == "fsdp" and uses_accelerate_groups(training):
+        return add_accelerate_fsdp_transients(out, x, training)
     elif scheme == "fsdp":
         return _add_fsdp2_transients(out, x, training)
     elif scheme == "zero3":
@@ -508,8 +516,9 @@ def _add_gradients_not_yet_made(out: dict, j: Job | UncheckedJob, stage: int, ac
              if term.key in ("gradients", "expert_gradients")]
     absent = Term("gradients_not_yet_made", -sp.Add(*(term.expr for term in grads)),
                   "sharded gradients, set to None by the step's zero_grad and made by the "
-                  "blocks' backward", Source("torchtitan", "train.py, train_step "
-                  "(optimizers.zero_grad() first; torch.optim set_to_none=True)"),
+                  "blocks' backward", TRAINER_ZERO_GRAD if uses_accelerate_groups(training)
+                  else Source("torchtitan", "train.py, train_step (optimizers.zero_grad() first; "
+                              "torch.optim set_to_none=True)"),
                   label="gradients not yet made")
     out["forward"].append(absent)
     out["loss-backward"].append(absent)
