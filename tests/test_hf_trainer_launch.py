@@ -129,8 +129,10 @@ def test_torchrun_gives_the_world_size_and_plain_ddp_is_refused(capsys, ds_confi
 @pytest.mark.parametrize("extra, said", [
     (["--per_device_train_batchsize", "2"], "did you mean --per_device_train_batch_size"),
     (["--label_smoothing_factor", "0.1"], "LabelSmoother"),
-    (["--fsdp"], "FSDP"),
-    (["--fsdp", "full_shard auto_wrap"], "FSDP"),
+    # the Trainer refuses FSDP beside DeepSpeed (trainer.py:472-476); FSDP alone:
+    # tests/test_hf_trainer_fsdp.py
+    (["--fsdp"], "--fsdp with --deepspeed"),
+    (["--fsdp", "full_shard auto_wrap"], "--fsdp with --deepspeed"),
     (["--torch_compile"], "torch.compile"),
     (["--use_liger_kernel", "true"], "Liger"),
     (["--micro-batch-size", "2"], "--micro-batch-size beside a Hugging Face Trainer launch"),

@@ -27,7 +27,9 @@ StableLM, GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT and Falcon it is ``--preci
 counted (:func:`_autocast16`); over fp32 weights it is ``--precision fp32 --autocast bf16`` (a
 16-bit cast of every linear weight kept for the backward, an fp32 residual stream:
 :mod:`memsym.terms.autocast`); over 16-bit weights of the other dtype, and ``--fp16`` over fp16
-weights (the GradScaler refuses their gradients), it is refused in one line.
+weights (the GradScaler refuses their gradients), it is refused in one line.  ``--fsdp`` is
+Accelerate's FSDP2, ``--framework deepspeed --sharding fsdp --accelerate-fsdp mixed|plain``
+(:mod:`memsym.cli.hf_fsdp_launch`).
 
 ``search``, ``solve`` and ``plot`` read the same words and say the same reading
 (:func:`hf_reading`, :func:`reading_lines`); the DeepSpeed config is parsed once, where the
@@ -37,12 +39,13 @@ launch is checked against it, and the job's reader takes that parse (:func:`conf
 from __future__ import annotations
 
 import copy
-import os
 
 from ..errors import InvalidValueError
 from ..limits import check_limit
-from ..readers.hf_trainer import load_dtype, read_hf_trainer_launch
-from ..readers.hf_trainer_args import ADAMW, RUN_CLM, TRAINING_ARGS
+from ..readers.hf_trainer import read_hf_trainer_launch
+from ..readers.hf_trainer_args import ADAMW, TRAINING_ARGS
+from .hf_fsdp_launch import fsdp_words
+from .hf_weights import DTYPE_NAMES, DTYPES, checkpoint_config, weights_dtype
 from ..text import looks_like_option, printable
 from .report_text import notes_and_defaults
 
@@ -53,7 +56,7 @@ __all__ = ["hf_trainer_words", "hf_report", "hf_reading", "reading_lines", "read
 _SET = ("--deepspeed-config", "--micro-batch-size", "--num-microbatches", "--global-batch-size",
         "--precision", "--recompute-granularity", "--recompute", "--framework", "--sharding",
         "--optimizer", "--torch-ddp-buckets", "--overlap-grad-reduce", "--autocast",
-        "--chunked-loss")
+        "--chunked-loss", "--accelerate-fsdp", "--fsdp-keep-gathered", "--overlap-param-gather")
 
 #: memsym's LoRA options, said by TRL's --use_peft.
 _LORA = ("--finetune", "--lora-rank", "--lora-targets", "--lora-quantization", "--lora-dropout",
@@ -64,13 +67,6 @@ _SPELLED = (("--micro-batch-size", "--per_device_train_batch_size"),
             ("--num-microbatches", "--gradient_accumulation_steps"),
             ("--precision bf16", "--bf16"), ("--precision fp16", "--fp16"),
             ("--precision fp32", "neither --bf16 nor --fp16"))
-
-#: The weights' dtype of a plain-DDP job (run_clm.py's --dtype choices, ModelArguments.dtype,
-#: or a checkpoint's config.json dtype) -> memsym's precision of the parameters.
-_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-#: memsym's precision -> torch's dtype name (in the notes).
-_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
 
 def hf_trainer_words(own_arities, words, *, searched: bool = False):
     """``(memsym's words, HfTrainerLaunch)`` of a Hugging Face Trainer launch ``words``.
@@ -110,7 +106,9 @@ def hf_trainer_words(own_arities, words, *, searched: bool = False):
         raise InvalidValueError("name the model: --model_name_or_path (a config.json directory "
                                 "or a Hub id) or a MODEL beside the launch")
     out = [] if model is None else [model]
-    if r.deepspeed is None:
+    if r.fsdp is not None:
+        out += fsdp_words(r)          # Accelerate's FSDP2 (memsym.cli.hf_fsdp_launch)
+    elif r.deepspeed is None:
         out += _ddp_words(r)
     else:
         _check_config(r, searched)
@@ -169,11 +167,11 @@ def _lora_words(r):
                        "those layers as every other, an over-count")
     targets = lora["targets"]
     if targets is None:
-        targets = peft_default_targets(_checkpoint(r.model).get("model_type"), r,
+        targets = peft_default_targets(checkpoint_config(r.model).get("model_type"), r,
                                        lora.get("expert_params", ()))
     if r.autocast is None and r.weights != "fp32":
         raise InvalidValueError(
-            f"--use_peft over {_NAMES[r.weights]} weights without --bf16 / --fp16: PEFT's fp32 "
+            f"--use_peft over {DTYPE_NAMES[r.weights]} weights without --bf16 / --fp16: PEFT's fp32 "
             "adapters then run in fp32 on an fp32 copy of each input (_cast_input_dtype, peft "
             "v0.20.0 tuners_utils.py:1777-1792), mixed widths memsym does not model; keep the "
             "autocast (--bf16, TRL's default)")
@@ -185,20 +183,6 @@ def _lora_words(r):
         words += ["--lora-targets", ",".join(targets) or "none"]
     base = lora["quantization"] or r.weights
     return words + (["--lora-quantization", base] if base else [])
-
-
-def _checkpoint(model) -> dict:
-    """The model's config.json (a directory, a file or a Hub id), {} for a preset."""
-    from ..model.hf_fields import read_config_json
-    from ..model.hub import hub_config_path, is_hub_spelling, parse_hub_id
-
-    if model is None:
-        return {}
-    if model.lower().endswith(".json") or os.path.exists(model):
-        return read_config_json(model)[0]
-    if is_hub_spelling(model):
-        return read_config_json(hub_config_path(parse_hub_id(model)))[0]
-    return {}
 
 
 def _batch_words(r, searched):
@@ -296,8 +280,8 @@ def _ddp_words(r):
     on the module's parameters, every state in their dtype), at the weights' dtype
     (:func:`_weights_dtype`), with ``--autocast`` over fp32 weights; autocast over 16-bit
     weights of another dtype is refused in one line."""
-    dtype, said = _weights_dtype(r)
-    weights, counted = _DTYPES.get(dtype), False
+    dtype, said = weights_dtype(r)
+    weights, counted = DTYPES.get(dtype), False
     if weights is None:
         raise InvalidValueError(f"plain DDP with {said}: memsym counts float32, bfloat16 "
                                 "or float16 weights (run_clm.py's --dtype choices)")
@@ -307,9 +291,9 @@ def _ddp_words(r):
     # --bf16 / --fp16 are autocast here: their default is no autocast, not the precision
     r.defaults = [("autocast", "none", src) if name == "precision" else (name, value, src)
                   for name, value, src in r.defaults]
-    moments = "float32 (the adapters': below)" if r.lora else _NAMES[weights]
+    moments = "float32 (the adapters': below)" if r.lora else DTYPE_NAMES[weights]
     r.notes.append(
-        f"plain DDP (no --deepspeed, no --fsdp) of {_NAMES[weights]} weights ({said}): the "
+        f"plain DDP (no --deepspeed, no --fsdp) of {DTYPE_NAMES[weights]} weights ({said}): the "
         "Trainer wraps the model in torch DistributedDataParallel through Accelerate "
         "(transformers 5.25.0 trainer.py:758-766; Accelerate 1.16 DistributedDataParallelKwargs "
         "gradient_as_bucket_view False), whose reducer keeps a second copy of every gradient in "
@@ -320,18 +304,18 @@ def _ddp_words(r):
         "zeros_like(p)), no fp32 master copy")
     if r.autocast is not None and weights == "fp32":
         r.notes.append(
-            f"--{r.autocast} runs the forward under torch.autocast({_NAMES[r.autocast]}) "
+            f"--{r.autocast} runs the forward under torch.autocast({DTYPE_NAMES[r.autocast]}) "
             "(Accelerate 1.16 accelerator.py:1791-1801, utils/modeling.py:2066-2069) over the "
             "float32 weights (--autocast: memsym.terms.autocast): a cached 16-bit copy of every "
             "linear weight kept for the backward, an fp32 residual stream, the matmuls in "
-            f"{_NAMES[r.autocast]}; not counted: Accelerate's fp32 copy of the model's outputs "
+            f"{DTYPE_NAMES[r.autocast]}; not counted: Accelerate's fp32 copy of the model's outputs "
             "(convert_outputs_to_fp32, accelerator.py:1796-1801, utils/operations.py:896-914)")
     elif r.autocast is not None:
         counted, said_ops = _autocast16(r)
         r.notes.append(
-            f"--{r.autocast} runs the forward under torch.autocast({_NAMES[weights]}) (Accelerate "
+            f"--{r.autocast} runs the forward under torch.autocast({DTYPE_NAMES[weights]}) (Accelerate "
             "1.16 accelerator.py:1791-1801, utils/modeling.py:2066-2069), which casts no "
-            f"{_NAMES[weights]} weight (autocast caches casts of fp32 leaves only) "
+            f"{DTYPE_NAMES[weights]} weight (autocast caches casts of fp32 leaves only) "
             f"{said_ops}; not counted: Accelerate's fp32 copy of the model's outputs "
             "(convert_outputs_to_fp32, accelerator.py:1796-1801, utils/operations.py:896-914), "
             f"the logits' 4 x {r.micro_batch_size} x {r.seq_length or 'sequence'} x vocabulary "
@@ -357,7 +341,7 @@ def _autocast16(r):
     from ..terms.autocast import AUTOCAST_ACTIVATIONS
     from ..terms.autocast16 import AUTOCAST16_LAYERS
 
-    cfg = _checkpoint(r.model)
+    cfg = checkpoint_config(r.model)
     kind = cfg.get("model_type")
     measured = "/".join(k for k, v in AUTOCAST16_LAYERS.items() if v is not None)
     if kind in AUTOCAST16_LAYERS and AUTOCAST16_LAYERS[kind] is None:
@@ -388,35 +372,6 @@ def _autocast16(r):
                    "element more), weight and bias")
 
 
-def _weights_dtype(r):
-    """(the dtype the model is loaded in, how the launch says it): run_clm.py's ``--dtype``
-    (``ModelArguments.dtype``, choices auto, bfloat16, float16, float32; passed to
-    ``from_pretrained(dtype=...)``, transformers 00d481d18f run_clm.py ``main``), else
-    ``"auto"`` (transformers 5.25.0 modeling_utils.py:4236-4237), which takes the checkpoint's
-    config.json ``dtype`` (``torch_dtype`` in older files: configuration_utils.py:440-442;
-    modeling_utils.py:830-832); a checkpoint whose config.json names none is read from its
-    weights (:835-845), which memsym does not open: refused in one line."""
-    given = load_dtype(r)
-    if given is not None and given != "auto":
-        return given, f"--dtype {given[:20]}"
-    if given is None:
-        r.defaults.append(("dtype", "auto", f"{RUN_CLM}: ModelArguments.dtype default None, "
-                           'which from_pretrained reads as "auto" (transformers 5.25.0 '
-                           "modeling_utils.py:4236-4237)"))
-    if r.model is None:
-        raise InvalidValueError("plain DDP without --dtype or --model_name_or_path: the weights' "
-                                "dtype is unknown; give run_clm.py's --dtype")
-    cfg = _checkpoint(r.model)     # a preset: {}, no checkpoint to read a dtype from
-    dtype = cfg.get("dtype") if cfg.get("dtype") is not None else cfg.get("torch_dtype")
-    if not isinstance(dtype, str):
-        raise InvalidValueError(
-            f"plain DDP without --dtype: from_pretrained loads {r.model[:60]}'s own dtype "
-            '(dtype "auto", transformers 5.25.0 modeling_utils.py:830-845), which memsym reads '
-            "only from a config.json's dtype or torch_dtype (none here); give run_clm.py's "
-            "--dtype (float32, bfloat16 or float16)")
-    return dtype, f'no --dtype: config.json dtype {dtype[:20]}, loaded as "auto"'
-
-
 def _check_autocast(autocast, weights, said):
     """Refuse ``--bf16`` / ``--fp16`` (Accelerate's torch.autocast) over 16-bit weights of the
     other dtype (cast at every use) and fp16 weights under ``--fp16`` (the GradScaler refuses
@@ -429,8 +384,8 @@ def _check_autocast(autocast, weights, said):
             "torch/amp/grad_scaler.py:275: 'Attempting to unscale FP16 gradients.'); drop --fp16")
     if weights != autocast and weights != "fp32":   # fp32 weights: --autocast
         raise InvalidValueError(
-            f"plain DDP with --{autocast} over {_NAMES[weights]} weights ({said}): autocast "
-            f"casts each weight to {_NAMES[autocast]} at every use (it caches casts of fp32 "
+            f"plain DDP with --{autocast} over {DTYPE_NAMES[weights]} weights ({said}): autocast "
+            f"casts each weight to {DTYPE_NAMES[autocast]} at every use (it caches casts of fp32 "
             "leaves only), which memsym does not model; drop --" + autocast
             + (" or give --bf16" if weights == "bf16" else ""))
 
@@ -444,7 +399,8 @@ def read_as(r) -> str:
     >>> read_as(HfTrainerLaunch(script="run_clm.py"))[:56]
     'a Hugging Face Trainer launch (run_clm.py with torch DDP'
     """
-    how = ("torch DDP, no DeepSpeed config" if r.deepspeed is None else
+    how = ("Accelerate's FSDP2" if r.fsdp is not None else
+           "torch DDP, no DeepSpeed config" if r.deepspeed is None else
            "the DeepSpeed config " + (r.deepspeed[:200] if not r.deepspeed.lstrip().startswith("{")
                                       else "given inline"))
     return (f"a Hugging Face Trainer launch ({r.script[:60]} with {how}; {TRAINING_ARGS} "

@@ -24,8 +24,9 @@ size, the arguments the job:
   ``train_batch_size = world_size x per_device_train_batch_size x gradient_accumulation_steps``,
   ``fp16.enabled <- fp16 or fp16_full_eval``, ``bf16.enabled <- bf16 or bf16_full_eval``; a
   config value that differs from the argument is a mismatch the Trainer refuses, as memsym does);
-* ``--fsdp`` / ``--fsdp_config`` (:1447, :1455): refused in one line (Accelerate's FSDP plugin is
-  not read);
+* ``--fsdp`` / ``--fsdp_config`` (:1447, :1455): Accelerate's FSDP2 plugin, read as
+  ``_process_fsdp_args`` reads them (:mod:`memsym.readers.hf_fsdp`; its job:
+  :mod:`memsym.cli.hf_fsdp_launch`);
 * without either, plain DDP (:mod:`memsym.cli.hf_launch`): torch DDP through Accelerate,
   whose reducer keeps a second copy of the gradients in its buckets
   (``DistributedDataParallelKwargs.gradient_as_bucket_view`` False:
@@ -53,6 +54,7 @@ from ..text import looks_like_option, option_values
 from ._values import MAX_BATCH, MAX_GPUS, MAX_SEQ, whole
 from .hf_trainer_args import (ADAMW, BOOL_WORDS, FIELDS, IGNORED, REFUSED, REFUSED_DEFAULTS,
                               RUN_CLM, SCRIPT, TRAINING_ARGS, arity, field_name, flag_value)
+from .hf_fsdp import FsdpReading, read_fsdp
 from .megatron_arguments import megatron_arity
 from .trl_sft import TRL_FIELDS, read_trl, trl_defaults, trl_field, trl_script
 
@@ -139,6 +141,8 @@ class HfTrainerLaunch:
         above 0) and ``dora`` (``use_dora``).
     chunked_loss : bool
         TRL's ``loss_type`` chunked_nll (its default): memsym's ``--chunked-loss``.
+    fsdp : FsdpReading or None
+        ``--fsdp`` / ``--fsdp_config`` as the Trainer reads them (None: FSDP off).
     """
 
     world_size: int | None = None
@@ -162,6 +166,7 @@ class HfTrainerLaunch:
     trl: bool = False
     lora: dict | None = None
     chunked_loss: bool = False
+    fsdp: FsdpReading | None = None
 
 
 def is_hf_trainer_launch(words) -> bool:
@@ -227,6 +232,10 @@ def read_hf_trainer_launch(words, own_arities=None) -> HfTrainerLaunch:
     launcher, counts = _walk(list(words), own_arities, out)
     out.world_size = _world_size(launcher, counts, out)
     _read_values(out)
+    if out.fsdp is not None and launcher == "python":
+        raise InvalidValueError("--fsdp under python (one process): the Trainer runs FSDP in "
+                                "distributed training only (trainer.py:477-478); launch with "
+                                "torchrun or accelerate launch")
     return out
 
 
@@ -433,7 +442,10 @@ def _read_values(out):
         flag_value(v["tf32"], "tf32")
         out.ignored.append("tf32")          # the matmuls' math mode: no memory
     on = [k for k in ("gradient_checkpointing", "activation_checkpointing") if k in v]
-    out.recompute = any(flag_value(v[k], k) for k in on)
+    said = {k: flag_value(v[k], k) for k in on}
+    # gradient_checkpointing, the deprecated alias, counts only without activation_checkpointing
+    # (training_args.py:1536-1545)
+    out.recompute = said.get("activation_checkpointing", said.get("gradient_checkpointing", False))
     if not on:
         out.defaults.append(("recompute", "none", f"{_line('activation_checkpointing')} and "
                              ".gradient_checkpointing (line 926): default None, no checkpointing"))
@@ -444,11 +456,12 @@ def _read_values(out):
     if optim is None and "deepspeed" not in v:   # a ds_config's own optimizer is its reader's
         out.defaults.append(("optimizer", "adamw_torch_fused", f"{_line('optim')}: AdamW, two "
                              "moments (adamw_torch before torch 2.8)"))
-    for key in ("fsdp", "fsdp_config"):
-        # a bare --fsdp is True (nargs "?", const True: training_args.py:1447-1454)
-        if key in v and (key != "fsdp" or not v[key] or v[key][0].lower() not in ("", "false")):
-            raise InvalidValueError(f"--{key}: the Trainer's FSDP (Accelerate's FSDP plugin) is not "
-                                    "read; memsym reads a Trainer launch with --deepspeed ds.json")
+    # a bare --fsdp is True (nargs "?", const True: training_args.py:1447-1454)
+    out.fsdp = read_fsdp(v, out.recompute)
+    if out.fsdp is None and ("fsdp" in v or "fsdp_config" in v):
+        out.ignored += [k for k in ("fsdp", "fsdp_config") if k in v]
+        out.notes.append("FSDP off: --fsdp absent or empty, so the Trainer reads no "
+                         "--fsdp_config (training_args.py:2776-2777)")
     if "deepspeed" in v:
         out.deepspeed = v["deepspeed"][0]
     if "model_name_or_path" in v:
