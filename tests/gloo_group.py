@@ -17,8 +17,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_group(worker, world: int, arg=None, timeout: float = 120) -> dict:
-    """``rank -> result`` of ``worker`` on a gloo group of ``world`` processes.
+def run_group(worker, world: int, arg=None, timeout: float = 120, preload=()) -> dict:
+    """``rank -> result`` of ``worker`` on a gloo group of ``world`` processes (``preload``:
+    more modules the fork server imports once, where this call starts it).
 
     Raises
     ------
@@ -32,7 +33,7 @@ def run_group(worker, world: int, arg=None, timeout: float = 120) -> dict:
     # rank of every group from itself: a spawned rank imported them anew, 4 ranks for
     # test_engine_fsdp2.py's group.  The server never runs an operator, so it has no OpenMP
     # pool and no process group a fork could copy; each rank starts as a spawned one did.
-    ctx.set_forkserver_preload(["torch", "torch.distributed"])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", *preload])
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=worker, args=(r, world, port, arg, queue)) for r in range(world)]
