@@ -149,6 +149,7 @@ def test_fsdp_activation_checkpointing_is_full_recompute(capsys, tiny, tmp_path)
     fsdp_ac = json_report(capsys, _fsdp(tiny, "--bf16", "--fsdp", "--fsdp_config", str(path)))
     own_ac = json_report(capsys, _fsdp(tiny, "--bf16", "--fsdp", "--gradient_checkpointing"))
     assert fsdp_ac["training"]["recompute"] == "full"
+    assert "recompute" not in {r["option"] for r in fsdp_ac["defaults"]}
     assert fsdp_ac["bytes"] == own_ac["bytes"]
     ignored = " ".join(fsdp_ac["ignored"])
     for key in ("state_dict_type", "cpu_ram_efficient_loading", "backward_prefetch",

@@ -114,6 +114,7 @@ def fsdp_words(r) -> list:
                        "until the last backward reduce-scatters it")
     if fs.activation_checkpointing:
         r.recompute = True
+        r.defaults = [row for row in r.defaults if row[0] != "recompute"]
         r.notes.append("fsdp_config activation_checkpointing: Accelerate's checkpoint_wrapper "
                        f"on each decoder layer ({_ACC} utils/fsdp_utils.py:690-719), a full "
                        "recompute of every layer")
