@@ -72,11 +72,20 @@ def language_model_count(path) -> int:
 
     conf = AutoConfig.from_pretrained(str(path.parent))
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(conf)
+        if conf.model_type == "emu3_text_model":
+            # Emu3TextConfig, the config Emu3ForCausalLM saves, is in no auto mapping: the
+            # class whose config_class it is builds it (TRL loads the class architectures[0]
+            # names)
+            from transformers import Emu3ForCausalLM
+
+            model = Emu3ForCausalLM(conf)
+        else:
+            model = AutoModelForCausalLM.from_config(conf)
     vision = ("vision_tower", "multi_modal_projector", "embed_vision", "audio_tower",
               "embed_audio")
     left_out = {n.split(".")[1] for n, _ in model.named_parameters() if any(v in n for v in vision)}
-    # only Gemma 3's and Gemma 4's vision-language models have parts left out, and only these:
+    # only Gemma 3's, Gemma 4's and Gemma 4 Unified's vision-language models have parts left
+    # out, and only these:
     # Gemma 4's towers and embedders where the file has their configs (Gemma4Model.__init__)
     expected = set()
     if conf.model_type == "gemma3":
@@ -84,6 +93,10 @@ def language_model_count(path) -> int:
     elif conf.model_type == "gemma4":
         expected = ({"vision_tower", "embed_vision"} if conf.vision_config else set()) | (
             {"audio_tower", "embed_audio"} if conf.audio_config else set())
+    elif conf.model_type == "gemma4_unified":
+        # no tower: an embedder per modality the file configures (Gemma4UnifiedModel.__init__)
+        expected = ({"embed_vision"} if conf.vision_config else set()) | (
+            {"embed_audio"} if conf.audio_config else set())
     assert left_out == expected
     return sum(p.numel() for n, p in model.named_parameters() if not any(v in n for v in vision))
 

@@ -303,11 +303,13 @@ def test_every_accepted_type_has_a_small_config():
     from test_hf_gemma4 import SMALL as GEMMA4
     from test_hf_recent_types import SMALL as RECENT
     from test_hf_types_more import SMALL as TYPES_MORE
+    from test_hf_wrapper_types import SMALL as WRAPPERS
 
     assert ({cfg["model_type"] for cfg in {**SMALL, **NEWER, **HYBRID, **MORE,
                                            **DBRX_DSA, **ZAMBA, **CLASSIC_MORE,
                                            **MOE_MORE, **SWA, **DENSE_MORE,
-                                           **GEMMA4, **RECENT, **TYPES_MORE}.values()}
+                                           **GEMMA4, **RECENT, **TYPES_MORE,
+                                           **WRAPPERS}.values()}
             == set(HF_MODEL_TYPES))
 
 
@@ -588,8 +590,11 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
 
     from memsym.model.hf_config import _DROPOUT, _TEXT_CONFIG
 
-    # a vision-language type is read through its text_config: the text type's fields
+    # a vision-language type is read through its text_config: the text type's fields; a type
+    # transformers reads with another's config class (gpt-sw3: GPT2Config) as that type
     mtype = _TEXT_CONFIG[mtype][0] if mtype in _TEXT_CONFIG else mtype
+    if mtype not in _DROPOUT:
+        mtype = AutoConfig.for_model(mtype).model_type
     # EXAONE 3.x and InternLM3 configs build transformers' LlamaForCausalLM
     pkg = {"gemma3_text": "gemma3", "llama4_text": "llama4", "exaone": "llama",
            "internlm3": "llama", "iquestcoder": "llama", "qwen3_5_text": "qwen3_5",
@@ -598,7 +603,8 @@ def test_dropout_fields_are_the_ones_the_modeling_code_reads(mtype):
            "param2moe": "glm4_moe", "sarvam_moe": "glm4_moe", "sarvam_mla": "deepseek_v3",
            "apertus1p5_text": "apertus1p5", "gemma4_text": "gemma4",
            "aria_text": "aria", "cohere_compass_text": "cohere_compass",
-           "gemma4_unified_text": "gemma4_unified"}.get(mtype, mtype)
+           "gemma4_unified_text": "gemma4_unified",
+           "emu3_text_model": "emu3"}.get(mtype, mtype)
     src = inspect.getsource(importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}"))
     read = set(re.findall(r"config\.([a-z_]*(?:dropout|pdrop)[a-z_]*)", src))
     # the classification / summary heads' dropouts are not the causal LM's (gpt2 falls back to

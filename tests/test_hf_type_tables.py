@@ -28,8 +28,9 @@ import test_hf_moe_types as moe
 import test_hf_recent_types as recent
 import test_hf_swa_types as swa
 import test_hf_types_more as more
+import test_hf_wrapper_types as wrappers
 
-FILES = (classic, dense, moe, swa, gemma4, recent, more, layer_kinds)
+FILES = (classic, dense, moe, swa, gemma4, recent, more, wrappers, layer_kinds)
 TYPES = {t for f in FILES for t in f.TYPES}
 SMALL = {case: cfg for f in FILES for case, cfg in f.SMALL.items()}
 REAL = {case: cfg for f in FILES for case, cfg in f.REAL.items()}
@@ -49,8 +50,11 @@ _ATTENTION_DROPOUT_ONLY = one_case_per_type({**dense.SMALL, **moe.SMALL, **swa.S
 # Param2MoeConfig / SarvamMoEConfig name Glm4MoeForCausalLM, SarvamMLAConfig
 # DeepseekV3ForCausalLM); the Qwen3.5 vision-language files hold their sizes in text_config,
 # read by their model_type
+# read by their model_type; AutoModelForCausalLM's class for emu3 is Emu3ForCausalLM, the
+# class of emu3_text_model files (which no auto mapping names), and for gpt-sw3 GPT-2's:
+# tests/test_hf_wrapper_types.py reads those by their own class names
 _OWN_CLASS = sorted(TYPES - {"iquestcoder", "qwen3_5", "qwen3_5_moe", "param2moe",
-                             "sarvam_moe", "sarvam_mla"})
+                             "sarvam_moe", "sarvam_mla", "emu3", "emu3_text_model", "gpt-sw3"})
 
 
 def test_the_tables_are_disjoint_and_cover_their_types():

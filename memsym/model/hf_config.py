@@ -47,6 +47,14 @@ _TEXT_CONFIG = {
     "gemma4": ("gemma4_text", {"hidden_size": 2304, "intermediate_size": 9216,
                                "num_hidden_layers": 30, "num_attention_heads": 8,
                                "vocab_size": 262144}),
+    # Gemma4UnifiedTextConfig (configuration_gemma4_unified.py:123-127) and Emu3TextConfig
+    # (configuration_emu3.py:100-104), transformers 5.25.0
+    "gemma4_unified": ("gemma4_unified_text", {"hidden_size": 2304, "intermediate_size": 9216,
+                                               "num_hidden_layers": 30,
+                                               "num_attention_heads": 8, "vocab_size": 262144}),
+    "emu3": ("emu3_text_model", {"hidden_size": 4096, "intermediate_size": 14336,
+                                 "num_hidden_layers": 32, "num_attention_heads": 32,
+                                 "vocab_size": 184622}),
 }
 # which tie_word_embeddings a vision-language type's causal LM reads: the top-level one
 # (AutoModelForCausalLM builds Gemma3ForConditionalGeneration, whose tie_weights reads its own
@@ -58,7 +66,41 @@ _TEXT_TIE = {"gemma3": ("top", True, "Gemma3TextConfig"),
              "gemma4": ("top", True, "Gemma4TextConfig"),
              "llama4": ("text", None, "Llama4TextConfig"),
              "qwen3_5": ("text", None, "Qwen3_5TextConfig"),
-             "qwen3_5_moe": ("text", None, "Qwen3_5MoeTextConfig")}
+             "qwen3_5_moe": ("text", None, "Qwen3_5MoeTextConfig"),
+             # Gemma4UnifiedForConditionalGeneration._tied_weights_keys (lm_head to the
+             # language model's embed_tokens, modeling_gemma4_unified.py:1340) read against
+             # Gemma4UnifiedConfig.tie_word_embeddings (default True,
+             # configuration_gemma4_unified.py:341; modeling_utils.py:2494 reads the model's
+             # own config); AutoModelForCausalLM builds Emu3ForCausalLM of the text config
+             # alone (auto_factory.py:234-242, 458-465: its config_class is Emu3TextConfig),
+             # tied by Emu3TextConfig.tie_word_embeddings (default False, :118)
+             "gemma4_unified": ("top", True, "Gemma4UnifiedTextConfig"),
+             "emu3": ("text", None, "Emu3TextConfig")}
+# what a vision-language type's causal LM holds beside its language model, not counted (said
+# in the notes): Gemma4Model's towers and embedders (modeling_gemma4.py); Emu3's VQ-VAE image
+# tokenizer (Emu3Model.vqmodel, modeling_emu3.py:1333), which AutoModelForCausalLM does not
+# build but Emu3ForConditionalGeneration, the class the released files name, holds
+_LEFT_OUT = {
+    "gemma4": "the vision and audio encoders and their multimodal embedders are",
+    "emu3": "the VQ-VAE image tokenizer, which AutoModelForCausalLM does not build and "
+            "Emu3ForConditionalGeneration (the files' architectures[0]) holds, is"}
+
+
+def _left_out(c: ConfigFields, mtype: str):
+    """What a vision-language file's causal LM holds beside its language model (None: nothing).
+
+    Gemma 4 Unified has no tower: Gemma4UnifiedModel builds an embedder of raw patches where
+    the file has a vision_config and one of audio frames where it has an audio_config
+    (modeling_gemma4_unified.py:949-959)."""
+    if mtype != "gemma4_unified":
+        return _LEFT_OUT.get(mtype, "the vision encoder and the multimodal projector are")
+    parts = [k for k in ("vision", "audio") if c.data.get(f"{k}_config") is not None]
+    return (f"the {' and '.join(parts)} embedder{'s are' if len(parts) > 1 else ' is'}"
+            if parts else None)
+# a model_type transformers reads as another: AutoConfig maps "gpt-sw3" to GPT2Config (its
+# model_type "gpt2") and AutoModelForCausalLM to GPT2LMHeadModel (configuration_auto.py:51-53,
+# modeling_auto.py:867)
+_ALIASES = {"gpt-sw3": "gpt2"}
 # model_type -> the dropout probabilities its causal LM applies, with the config class's
 # defaults.  REF: transformers 5.24.0 modeling_<type>.py (the config fields its nn.Dropout
 # modules and attention's dropout read; gpt2's hidden_dropout and the classifier/summary
@@ -67,6 +109,10 @@ _ATTENTION_ONLY = {"attention_dropout": 0.0}
 _DROPOUT = {mtype: _ATTENTION_ONLY for mtype in DECODER_DEFAULTS}
 _DROPOUT.update({
     "ernie4_5": {}, "ernie4_5_moe": {},          # attention dropout fixed at 0.0 in modeling
+    # Emu3Attention's dropout and Emu3DecoderLayer's residual dropout, after attention and
+    # after the MLP, both read attention_dropout (modeling_emu3.py:141, :246, :271, :276;
+    # Emu3TextConfig's default 0.1, configuration_emu3.py:116)
+    "emu3_text_model": {"attention_dropout": 0.1},
     "seed_oss": {"attention_dropout": 0.1, "residual_dropout": 0.1},
     "gpt2": {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
     # CTRL: EncoderLayer's dropout1 / dropout2 (resid_pdrop) and CTRLModel's embd_pdrop; its
@@ -104,7 +150,8 @@ _DROPOUT.update({
 _LAYERED_READERS = {**HYBRID_READERS, **SSM_READERS, **ZAMBA_READERS, **MORE_LAYERED_READERS}
 _DROPOUT.update({mtype: row[2] for mtype, row in _LAYERED_READERS.items()})
 HF_MODEL_TYPES = tuple(sorted(set(DECODER_DEFAULTS) | set(_TEXT_CONFIG) | set(HYBRID_TYPES)
-                              | set(SSM_TYPES) | set(ZAMBA_TYPES) | set(MORE_LAYERED_READERS)))
+                              | set(SSM_TYPES) | set(ZAMBA_TYPES) | set(MORE_LAYERED_READERS)
+                              | set(_ALIASES)))
 """The ``model_type`` values :func:`from_hf_config` reads."""
 
 def class_dropout(model_type: str) -> dict | None:
@@ -178,7 +225,11 @@ _HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
              "OlmoHybridForCausalLM": "olmo_hybrid", "FlintForCausalLM": "flint",
              "AriaTextForCausalLM": "aria_text", "LaraMiniForCausalLM": "lara_mini",
              "CohereCompassForCausalLM": "cohere_compass_text", "CTRLLMHeadModel": "ctrl",
-             "Gemma4UnifiedForCausalLM": "gemma4_unified_text"}
+             "Gemma4UnifiedForCausalLM": "gemma4_unified_text",
+             "Gemma4UnifiedForConditionalGeneration": "gemma4_unified",
+             # the class emu3 files name; Emu3ForCausalLM's config_class is Emu3TextConfig
+             # (the config it saves: model_type emu3_text_model)
+             "Emu3ForConditionalGeneration": "emu3", "Emu3ForCausalLM": "emu3_text_model"}
 # (EXAONE 3.x and InternLM3 name LlamaForCausalLM or remote-code classes: never a guess)
 
 
@@ -198,7 +249,9 @@ def from_hf_config(path) -> Architecture:
     :mod:`memsym.model.hf_moe`), the pure state-space types (:mod:`memsym.model.hf_ssm`), the
     hybrid types (:mod:`memsym.model.hf_hybrid`: mixers in ``layer_mixers``), zamba and zamba2
     (:mod:`memsym.model.hf_zamba`), and the vision-language files whose language model is read
-    from ``text_config``.  The core sizes (hidden size, layers, heads, vocabulary, MLP size)
+    from ``text_config`` (what their causal LM holds beside it, a vision encoder, Gemma 4
+    Unified's embedders or Emu3's VQ-VAE, is not counted: said in the notes); ``gpt-sw3`` is
+    read as ``gpt2``, as transformers reads it (GPT2Config).  The core sizes (hidden size, layers, heads, vocabulary, MLP size)
     must be in the file (a vision-language file's text_config takes its text config class's
     defaults, as the released gemma3 files need, and says so in the notes); every other field defaults as transformers' config class defaults it,
     and the modules are those the transformers model builds, so the parameter count equals
@@ -263,6 +316,9 @@ def from_hf_config(path) -> Architecture:
         raise c._bad(f"field '_name_or_path' must be a string, got {type(raw_name).__name__}")
     name = printable(raw_name or mtype, 64)
     file_type, notes = mtype, []
+    if data.get("model_type") in _ALIASES:
+        notes.append(f"model_type {data['model_type']!r} read as {mtype!r}, as transformers "
+                     f"reads it (its config class is {mtype}'s)")
     if mtype in _TEXT_CONFIG:
         c, mtype, tied = _text_config(c, mtype, notes)
     elif mtype not in _LAYERED_READERS:
@@ -358,6 +414,8 @@ def _model_type(c: ConfigFields) -> str:
     if mtype in NOT_MODELLED:
         raise c._bad(f"model_type {mtype!r} is refused: {NOT_MODELLED[mtype]} (accepted: "
                      f"{', '.join(HF_MODEL_TYPES)})")
+    if mtype in _ALIASES:
+        return _ALIASES[mtype]
     if mtype not in HF_MODEL_TYPES:
         # refused even when architectures[0] or a near name is a known type: a near name is
         # another model with another count, so memsym suggests it and never reads it instead
@@ -380,17 +438,16 @@ def _text_config(c: ConfigFields, mtype: str, notes: list) -> tuple:
     text = c.object("text_config")
     defaulted = sorted(k for k in core if text.get(k) is None)
     tie_from, tie_default, text_class = _TEXT_TIE[mtype]
+    left_out = _left_out(c, mtype)
     if tie_from == "top":
         tied = c.bool("tie_word_embeddings", tie_default)
     c = ConfigFields({**text, **{k: core[k] for k in defaulted}}, f"{c.where} text_config")
     if tie_from == "text":
         tied = c.bool("tie_word_embeddings", _LAYERED_READERS[text_type][1]
                       if text_type in _LAYERED_READERS else DECODER_DEFAULTS[text_type][0])
-    # Gemma4Model also builds an audio tower and an embedder per modality (modeling_gemma4.py)
-    left_out = ("the vision and audio encoders and their multimodal embedders"
-                if mtype == "gemma4" else "the vision encoder and the multimodal projector")
-    notes.append(f"model_type {mtype!r}: the language model (text_config) only; {left_out} "
-                 "are not counted")
+    if left_out:
+        notes.append(f"model_type {mtype!r}: the language model (text_config) only; "
+                     f"{left_out} not counted")
     if defaulted:
         notes.append("text_config without " + ", ".join(defaulted) + f": transformers' "
                      f"{text_class} defaults ("

@@ -117,6 +117,9 @@ DECODER_DEFAULTS = {
     "gemma4_text": (True, 4, 256, 131072),
     # Gemma4UnifiedTextConfig (modular_gemma4_unified.py:457-459)
     "gemma4_unified_text": (True, 4, 256, 262144),
+    # Emu3TextConfig (configuration_emu3.py:105-118, transformers 5.25.0): an emu3 file's
+    # language model, and the config Emu3ForCausalLM saves
+    "emu3_text_model": (False, 8, None, 9216),
     # Param2MoeConfig, SarvamMoEConfig (Glm4MoeForCausalLM of them) and SarvamMLAConfig
     # (DeepseekV3ForCausalLM of it), transformers 5.25.0
     "param2moe": (True, 8, 64, 32768),
@@ -222,9 +225,11 @@ _BIASES = {
     # LlamaAttention / GraniteAttention / SmolLM3Attention / ArceeAttention: q, k, v, o with
     # bias=config.attention_bias; their MLPs' projections with bias=config.mlp_bias.
     # AutoModelForCausalLM builds LlamaForCausalLM of ExaoneConfig / InternLM3Config
-    # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias)
+    # (InternLM3Config.attribute_map: qkv_bias -> attention_bias, bias -> mlp_bias);
+    # Emu3Attention / Emu3MLP alike (modeling_emu3.py:144-155, :226-228), the config's
+    # attention_bias and mlp_bias False unless the file sets them (configuration_emu3.py:114-115)
     **dict.fromkeys(("llama", "granite", "smollm3", "arcee", "exaone", "granite_swa",
-                     "iquestcoder", "hyperclovax"), _LLAMA_BIASES),
+                     "iquestcoder", "hyperclovax", "emu3_text_model"), _LLAMA_BIASES),
     "internlm3": {"attention_bias": (("attention_bias", "qkv_bias"), False),
                   "add_bias_linear": (("mlp_bias", "bias"), False)},
     # q, k, v, o bias=config.attention_bias; the MLP / experts never biased

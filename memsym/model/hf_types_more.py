@@ -3,7 +3,8 @@
 sliding or full, and a MoE with an ungated shared expert in every layer) and Cohere Compass's
 language model (``cohere_compass_text``: Command R7B's parallel block); CTRL (``ctrl``: GPT-2's
 block with a ReLU FFN, sinusoidal positions and a biased, tied LM head) and Gemma 4 Unified's
-language model (``gemma4_unified_text``: Gemma 4's text model without per-layer inputs or MoE).
+language model (``gemma4_unified_text``: Gemma 4's text model without per-layer inputs or MoE);
+Emu3's language model (``emu3_text_model``: Llama's layers; an ``emu3`` file's ``text_config``).
 
 Each reader returns :class:`~memsym.model.architecture.Architecture` keyword arguments read with
 the defaults of transformers' config class and the modules its ``modeling_<type>.py`` builds
@@ -153,6 +154,22 @@ def _read_gemma4_unified_text(c: ConfigFields, mtype: str, notes: list) -> dict:
     return read_gemma4(ConfigFields(data, c.where), "gemma4_text", notes)
 
 
+def _read_emu3_text_model(c: ConfigFields, mtype: str, notes: list) -> dict:
+    # transformers 5.25.0 modeling_emu3.py: Emu3TextModel (:1176-1190) is Llama's: an
+    # embedding, Emu3DecoderLayer (:236-246: Emu3Attention q, k, v, o bias=attention_bias,
+    # head_dim = getattr(config, "head_dim", h // a), :138-155; the gated Emu3MLP
+    # bias=mlp_bias, :226-228; input and post-attention Emu3RMSNorm, weight * x), a final
+    # norm; Emu3ForCausalLM.lm_head (:1264).  Emu3TextConfig has no head_dim field and
+    # num_key_value_heads may be None (configuration_emu3.py:105): either null in the file
+    # reaches Emu3Attention as None, which fails (head_dim ** -0.5, heads // None)
+    for key in ("head_dim", "num_key_value_heads"):
+        if key in c.data and c.data[key] is None:
+            raise c._bad(f"{key} null in an emu3 text config: transformers builds no model of "
+                         "it (Emu3Attention computes with the None); give a number or leave "
+                         "the field out")
+    return read_llama_like(c, mtype, notes)
+
+
 # model_type -> (reader (c, notes), tie_word_embeddings default, the dropout probabilities its
 # causal LM applies with their defaults): LaraMiniConfig tie_word_embeddings True,
 # attention_dropout 0.0 (configuration_lara_mini.py:95, :98)
@@ -160,5 +177,6 @@ MORE_LAYERED_READERS = {"lara_mini": (_read_lara_mini, True, {"attention_dropout
 """model_type -> (reader, tie default, dropout) of the layered types read here."""
 
 MORE_DECODER_READERS = {"cohere_compass_text": _read_cohere_compass_text, "ctrl": _read_ctrl,
-                        "gemma4_unified_text": _read_gemma4_unified_text}
+                        "gemma4_unified_text": _read_gemma4_unified_text,
+                        "emu3_text_model": _read_emu3_text_model}
 """model_type -> its reader ``(c, mtype, notes)`` (rows in DECODER_DEFAULTS)."""
