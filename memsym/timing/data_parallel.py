@@ -30,7 +30,7 @@ from .model_counts import layer_params
 from .muon import muon_parameters, muon_step_bytes, muon_step_time
 from .records import Overlap, Settings
 
-__all__ = ["OPTIMIZER_BYTES", "gather_wait_fraction"]
+__all__ = ["OPTIMIZER_BYTES", "gather_wait_fraction", "fsdp_group_collectives"]
 
 #: Megatron-core's default bucket of the gradient / parameter buffers: max(40e6, 1e6 x DP)
 #: elements (distributed_data_parallel.py:133-134, Megatron-LM d98e8a64dd) [elements].
@@ -233,6 +233,13 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     :func:`memsym.timing.muon.muon_step_bytes` in place of 42; each ``max`` only where that
     overlap is on; ZeRO-3 / FSDP: :math:`\max(0, m\,(t_{rs} + 2 t_{ag}) - t_{pipeline})`).
 
+    FSDP2 groups priced one by one (``Settings.fsdp_groups``, Accelerate's):
+    :math:`\max(0,\ m\,(t_{ag} + t_{ag,bwd}) + t_{rs} - t_{pipeline},\ t_{rs} - t_{bwd,1})`,
+    each group's forward and backward all-gathers (:math:`t_{ag}`, :math:`t_{ag,bwd}`) in every
+    micro-batch, its reduce-scatter (:math:`t_{rs}`) once a step, in the last backward
+    (:func:`fsdp_group_collectives`); ``rs`` is then one step's, ``once`` and ``again`` one
+    micro-batch's forward and backward all-gathers.
+
     ``first_stage``: the first stage's (forward, backward) of one micro-batch, which hide the
     all-gather and the reduce-scatter (the gradients' buckets are reduced as the last
     micro-batch's backward fills them, ``no_sync`` holding them back before it; the
@@ -301,24 +308,43 @@ def data_parallel_sync(st: Settings, dev, clu, overlap: Overlap, dense_gpu, expe
     ag_exp = np.maximum(ag_wait, ag - first_fwd) \
         if (overlap.param_gather and st.distributed_optimizer) else ag
     optimizer = _optimizer_time(st, dev, clu, dense_gpu, expert_gpu, muon, (t, e, t_e, ndp, edp))
-    dp_exposed = rs_exp + ag_exp
+    dp_exposed, rs, ag, once, again = _per_microbatch(
+        st, (rs, ag, rs_exp + ag_exp, ag_exp), m, p, pipeline, last_bwd,
+        lambda kind, size: collective_time(kind, size, ndp, ebw_dp, elat_dp))
+    return {"dp": dp_exposed, "optimizer": optimizer, "ndp": ndp, "edp": edp,
+            "rs": rs, "ag": ag, "once": once, "again": again}
+
+
+def _per_microbatch(st: Settings, times: tuple, m, p, pipeline, last_bwd, price) -> tuple:
+    """``(exposed, rs, ag, once, again)`` [s]: the DP sync exposed in a step whose collectives
+    run each micro-batch (ZeRO-3 / FSDP, ZeRO-2, FSDP2 groups priced one by one), else the
+    once-a-step ``exposed`` of ``times`` (``rs``, ``ag``, ``exposed``, ``ag_exposed``) as it
+    is; ``price(kind, buffer bytes)``: one collective's seconds on the DP group."""
+    rs, ag, exposed, ag_exp = times
     once = again = None
-    if st.gather_per_microbatch:
+    if st.fsdp_groups:
+        # each FSDP2 group as issued (Settings.fsdp_groups): every micro-batch's forward
+        # all-gathers, its backward's again, one reduce-scatter a step in the last backward,
+        # which alone can hide it; the gathers behind the whole pipeline's compute
+        rs, ag, again = _group_sums(st, price)
+        once = ag
+        issued = np.maximum(m, 1) * (ag + again) + rs
+        exposed = np.maximum(np.maximum(0, issued - pipeline), rs - last_bwd)
+    elif st.gather_per_microbatch:
         # per micro-batch: the forward's all-gather, the backward's again and the
         # reduce-scatter (ZeRO §7: 3 Psi), hidden behind the pipeline's compute where it fits
         once = rs + ag
         again = ag                                      # the backward's all-gather
         per_mb = np.maximum(0, np.maximum(m, 1) * (once + again) - pipeline)
         if st.pipelined_fsdp:     # torch.distributed.pipelining syncs once per step at p > 1
-            per_mb = np.where(p > 1, dp_exposed, per_mb)
-        dp_exposed = per_mb
+            per_mb = np.where(p > 1, exposed, per_mb)
+        exposed = per_mb
     elif st.reduce_per_microbatch:
         # ZeRO-2: every micro-batch's gradients reduce-scattered (Settings), the weights
         # gathered once after the optimizer step
         once, again = rs, np.zeros_like(rs)
-        dp_exposed = np.maximum(0, np.maximum(m, 1) * rs - pipeline) + ag_exp
-    return {"dp": dp_exposed, "optimizer": optimizer, "ndp": ndp, "edp": edp,
-            "rs": rs, "ag": ag, "once": once, "again": again}
+        exposed = np.maximum(0, np.maximum(m, 1) * rs - pipeline) + ag_exp
+    return exposed, rs, ag, once, again
 
 
 def _gather_times(st: Settings, bucketed, params, groups, gather_wait, zero):
@@ -383,7 +409,9 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
     p2p, msg : array_like
         One PP message's seconds [s] and size [bytes].
     dp_times : tuple
-        ``rs``, ``ag``, ``once``, ``again`` of :func:`data_parallel_sync` [s].
+        ``rs``, ``ag``, ``once``, ``again`` of :func:`data_parallel_sync` [s] (with
+        ``Settings.fsdp_groups``: one step's reduce-scatters, one micro-batch's forward
+        all-gathers, the same, its backward's).
 
     Examples
     --------
@@ -409,6 +437,11 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
     # the data_parallel_sync widths (gathered_bytes; distributed optimizer), or the all-reduce
     # (DDP); ZeRO-3 / FSDP every micro-batch
     rs, ag, once, again = dp_times
+    if st.fsdp_groups:     # Accelerate's groups: rs once a step, ag and again per micro-batch
+        per_mb = np.maximum(m, 1)
+        rs_b, ag_b, again_b = _group_sums(st, lambda kind, size: collective_bytes(kind, size, ndp))
+        return _with_links(out, clu, (per_mb * (ag + again) + rs,
+                                      per_mb * (ag_b + again_b) + rs_b), p, t, c, d, e, t_e, ndp)
     ag_b = 0.0
     if st.distributed_optimizer:
         dense_ag, expert_ag = gathered_bytes(st, dense_gpu, expert_gpu, ends_gpu)
@@ -427,7 +460,12 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
         dp_b = per_mb * (one_b + ag_b)                # the backward's all-gather again
         if st.pipelined_fsdp:
             dp_s, dp_b = np.where(p > 1, rs + ag, dp_s), np.where(p > 1, one_b, dp_b)
-    out["comm_dp_s"], out["comm_dp_bytes"] = dp_s, dp_b
+    return _with_links(out, clu, (dp_s, dp_b), p, t, c, d, e, t_e, ndp)
+
+
+def _with_links(out: dict, clu, dp: tuple, p, t, c, d, e, t_e, ndp) -> dict:
+    """``out`` with the DP group's (seconds, bytes) and each group's link."""
+    out["comm_dp_s"], out["comm_dp_bytes"] = dp
     dom = nvlink_domain(clu)
     layouts = {"tp": (t, dict(t=t, c=c, d=d)), "ep": (e, dict(t=t, c=c, d=d, t_e=t_e)),
                "cp": (c, dict(t=t, c=c, d=d)), "pp": (p, dict(t=t, c=c, d=d)),
@@ -435,3 +473,67 @@ def communication(st, clu, raw_layer, per_stage_mb, m, p, v, t, c, d, e, t_e, nd
     for g, (size, lay) in layouts.items():
         out[f"comm_{g}_intra"] = group_link(g, size, dom, **lay)
     return out
+
+
+def _group_sums(st: Settings, price) -> tuple:
+    """``(reduce-scatters, forward all-gathers, backward all-gathers)`` of
+    ``Settings.fsdp_groups``, each collective priced by ``price(kind, buffer bytes)`` and
+    summed: the reduce-scatters of one step, the all-gathers of one micro-batch."""
+    width = float(param_gather_bytes(st.precision))
+    rs = ag = again = 0.0
+    for size, n, regathered in st.fsdp_groups:
+        rs = rs + n * price("reduce-scatter", size * st.grad_bytes)
+        gathers = n * price("all-gather", size * width)
+        ag = ag + gathers
+        again = again + gathers if regathered else again
+    return rs, ag, again
+
+
+def fsdp_group_collectives(st: Settings, m) -> list:
+    r"""The collectives one step of ``Settings.fsdp_groups`` issues: each distinct kind and
+    buffer with its count.
+
+    .. math:: n_{ag}(P) = m\,(1 + [\text{regathered}])\,n_P, \quad n_{rs}(P) = n_P
+
+    for the :math:`n_P` groups of :math:`P` parameters; an all-gather's buffer (its output)
+    is :math:`P` at the precision's width, a reduce-scatter's (its input) :math:`P` at
+    ``grad_bytes`` (FSDP2 pads each parameter's dim 0 to a multiple of the group: not counted).
+
+    Parameters
+    ----------
+    st : Settings
+        The run's settings (``fsdp_groups``, the precision, ``grad_bytes``).
+    m : int
+        Micro-batches per step [1].
+
+    Returns
+    -------
+    list of dict
+        ``{"kind", "buffer_bytes", "count"}`` (the full buffer [bytes] as
+        :func:`memsym.timing.collectives.collective_time` takes it; per step [1]), sorted.
+
+    Examples
+    --------
+    Two blocks of 10 parameters resharded after forward and a kept group of 6, bf16 gathers
+    and reductions, 2 micro-batches: each block gathered 2 x 2 times, the kept group twice,
+    each group reduced once (by hand):
+
+    >>> st = Settings(grad_bytes=2, fsdp_groups=((10, 2, True), (6, 1, False)))
+    >>> [tuple(x.values()) for x in fsdp_group_collectives(st, 2)]
+    [('all-gather', 12, 2), ('all-gather', 20, 8), ('reduce-scatter', 12, 1), ('reduce-scatter', 20, 2)]
+
+    References
+    ----------
+    .. [hf-accelerate] Accelerate 1.16.0 ``utils/fsdp_utils.py:850-904``.
+    .. [pytorch-fsdp2] torch 2.13.0 ``_fsdp_param_group.py:576-638``,
+       ``_fsdp_collectives.py:592-625``.
+    """
+    width = param_gather_bytes(st.precision)
+    counts: dict = {}
+    for size, n, regathered in st.fsdp_groups:
+        for kind, nbytes, times in (("all-gather", size * width, m * n * (2 if regathered else 1)),
+                                    ("reduce-scatter", size * st.grad_bytes, n)):
+            key = (kind, int(nbytes))
+            counts[key] = counts.get(key, 0) + int(times)
+    return [{"kind": kind, "buffer_bytes": nbytes, "count": n}
+            for (kind, nbytes), n in sorted(counts.items())]

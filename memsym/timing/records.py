@@ -125,6 +125,14 @@ class Settings:
         FSDP2 under ``torch.distributed.pipelining`` (torchtitan with PP): nothing reshards
         and gradients sync after the last micro-batch, so where p > 1 the stage is gathered
         and reduced once per step even with ``gather_per_microbatch``.
+    fsdp_groups : tuple
+        FSDP2 groups of one GPU whose collectives are priced one by one, ``((parameters,
+        groups, regathered), ...)`` [parameters, 1, bool]: Accelerate's under the Hugging Face
+        Trainer (:func:`memsym.training.accelerate_fsdp.accelerate_fsdp_groups`).  Each group
+        is all-gathered in every micro-batch's forward, those ``regathered`` again in its
+        backward, at the precision's width, and reduce-scattered once per step at
+        ``grad_bytes`` (the last micro-batch's; ``no_sync`` before it), in place of
+        ``gather_per_microbatch``'s whole-model collectives; empty for every other job.
     recompute_fraction : float or numpy.ndarray
         Under full recompute, the fraction of layers whose forward the backward reruns [1]
         (Megatron's ``--recompute-method block`` N: N over the layers of a chunk; 1 else);
@@ -214,6 +222,7 @@ class Settings:
     gather_per_microbatch: bool = False
     reduce_per_microbatch: bool = False
     pipelined_fsdp: bool = False
+    fsdp_groups: tuple = ()
     recompute_fraction: float = 1.0
     recompute_modules: tuple = ("core_attn",)
     tp_overlap_cfg: str | tuple | None = None

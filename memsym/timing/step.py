@@ -33,7 +33,8 @@ from ..errors import InvalidValueError, choose
 from ..hardware import Cluster, cluster_for, gpu as _gpu
 from ..term import Source
 from . import data_parallel
-from .data_parallel import data_parallel_sync, gather_wait_fraction, parameters_per_gpu
+from .data_parallel import (data_parallel_sync, fsdp_group_collectives, gather_wait_fraction,
+                            parameters_per_gpu)
 from .expert_casts import EXPERT_QUANTIZE, expert_weight_cast_seconds
 from .gemm import layer_gemms, shape_of
 from .efficiency import as_array
@@ -245,7 +246,7 @@ def _step_time_steps(arch, gpu_name, *, t=1, p=1, d=1, c=1, e=1, t_e=None, v=1, 
 #: The fields of :class:`Settings` and :class:`Overlap` that only the data-parallel sync
 #: reads (:mod:`.data_parallel`): grids that differ in them alone have the same layer prices.
 _DP_SETTINGS = dict(distributed_optimizer=False, gather_per_microbatch=False,
-                    reduce_per_microbatch=False, pipelined_fsdp=False)
+                    reduce_per_microbatch=False, pipelined_fsdp=False, fsdp_groups=())
 _DP_OVERLAPS = dict(grad_reduce=False, param_gather=False)
 
 
@@ -472,6 +473,8 @@ def step_time(arch, layout, training, gpu_name, cluster: Cluster | None = None, 
 
     parts = {k: float(first_of(k)) for k in out if k != "launchable" and not k.startswith("comm_")}
     comm = _communication_of(first_of, parts)
+    if st.fsdp_groups:        # each collective the groups issue, with its count
+        comm["dp"]["collectives"] = fsdp_group_collectives(st, mm)
     total = parts.pop("step")
     mfu = None
     if flops_per_token is not None:

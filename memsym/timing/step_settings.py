@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from ..frameworks import framework
 from ..job import dropout_kept, recompute_modules_of
+from ..symbols import b_r
+from ..terms.accelerate_fsdp import accelerate_fsdp_widths
+from ..training.accelerate_fsdp import accelerate_fsdp_groups, uses_accelerate_groups
 from .pipeline import most_layers_per_rank
 from .records import Overlap, Settings
 
@@ -156,11 +159,12 @@ def settings_of(arch, layout, training) -> Settings:
                     if states.precision in ("fp8", "fp4") else (0, 0),
                     # every scheme but DDP shards the optimizer and reduce-scatters (ZeRO-1 on)
                     distributed_optimizer=states.sharding != "ddp",
-                    # --grad-reduce-in-bf16 (grad_dtype bf16) reduces 2-byte gradients, as the
-                    # memory counts its buffer; otherwise Megatron's fp32 main-grad buffer
-                    grad_bytes=2 if states.grad_dtype in ("bf16", "fp16") else 4,
+                    grad_bytes=_grad_bytes(training),
                     gather_per_microbatch=states.sharding in ("zero3", "fsdp"),
                     reduce_per_microbatch=states.sharding == "zero2",
+                    # Accelerate's groups, each gathered and reduced as FSDP2 issues it
+                    fsdp_groups=accelerate_fsdp_groups(arch, training)
+                    if uses_accelerate_groups(training) else (),
                     whole_embedding=framework(training.framework).tp_whole_embedding,
                     gathered_logits=framework(training.framework).tp_gathered_logits,
                     pipelined_fsdp=states.sharding == "fsdp" and titan,
@@ -180,3 +184,15 @@ def settings_of(arch, layout, training) -> Settings:
                     mla_down_proj_fusion=mem.mla_down_proj_fusion,
                     bias_activation_fusion=bool(mem.bias_activation_fusion),
                     fp32_residual_connection=bool(mem.fp32_residual_connection))
+
+
+def _grad_bytes(training) -> int:
+    """Bytes per gradient element the data-parallel reduction moves: Accelerate's FSDP2 reduces
+    in its ``reduce_dtype`` (:func:`memsym.terms.accelerate_fsdp.accelerate_fsdp_widths`: the
+    16-bit dtype under mixed precision, the weights' without); elsewhere
+    ``--grad-reduce-in-bf16`` (grad_dtype bf16) 2-byte gradients, as the memory counts its
+    buffer, otherwise Megatron's fp32 main-grad buffer."""
+    states = training.states
+    if states.accelerate_fsdp is not None:
+        return int(accelerate_fsdp_widths(states.accelerate_fsdp, states.precision)[b_r])
+    return 2 if states.grad_dtype in ("bf16", "fp16") else 4

@@ -6,23 +6,31 @@ gathers and reduce-scatters of :func:`memsym.terms.transients.fsdp2_transients`,
 output group (untied: the groups torchtitan builds since 83e694105; tied: held through the
 backward), every parameter kept gathered under ``fsdp_keep_gathered``, the unsharded gradients
 ``no_sync`` keeps across micro-batches, and no optimizer-step copy (fused AdamW).
+:func:`accelerate_fsdp_groups` lists the same groups' parameters for the step time, which
+prices each group's all-gathers and its one reduce-scatter
+(:class:`memsym.timing.records.Settings`, ``fsdp_groups``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import sympy as sp
 
 from ..job import Training
+from ..model import layer_parameters, parameter_values, resolve, stage_parameters
 from ..model.architecture import norm_params
-from ..symbols import N_ll, N_rep, N_tp, c, d, h, m, t
+from ..model.counts import as_int
+from ..model.hybrid_layers import layer_kind_pattern
+from ..symbols import N_ll, N_rep, N_tp, V, c, d, h, m, t
 from ..terms import torch_moments as tm
 from ..terms import transients as tr
 from ..terms.accelerate_fsdp import (accelerate_accumulated_grads, accelerate_output_group,
                                      accelerate_root_group)
 
-__all__ = ["uses_accelerate_groups", "add_accelerate_fsdp_transients", "root_group_params"]
+__all__ = ["uses_accelerate_groups", "add_accelerate_fsdp_transients", "root_group_params",
+           "accelerate_fsdp_groups"]
 
 
 def uses_accelerate_groups(training: Training) -> bool:
@@ -137,3 +145,76 @@ def root_group_params(x):
     out = (sp.Integer(x.max_position_embeddings) * h
            if x.position_embedding_type == "learned_absolute" else sp.Integer(0))
     return out + (norm_params(x) * h if x.embedding_norm else 0)
+
+
+def accelerate_fsdp_groups(x, training: Training) -> tuple:
+    r"""Accelerate's FSDP2 groups on one GPU, as the step time prices their collectives:
+    ``((parameters, groups, regathered), ...)``, one entry per group size and kind [parameters,
+    1, bool].
+
+    ``fsdp2_prepare_model`` (Accelerate 1.16.0 ``utils/fsdp_utils.py:850-904``) makes a group of
+    each decoder layer (the plugin's ``reshard_after_forward``), of an untied embedding (the
+    same), of ``[final norm, (tied embedding,) output]`` (``reshard_after_forward=False``,
+    :884-898) and of the root, which holds what is left (a position table, an embedding
+    norm; ``reshard_after_forward`` None, False for the root: torch
+    ``_fsdp_state.py:203-207``).  Every group is all-gathered in each micro-batch's forward
+    (each backward reshards it, ``reshard_after_backward`` True: ``_fsdp_param_group.py:223,
+    607-609, 637-638``); a group resharded after its forward (``regathered``) is all-gathered
+    again by its backward (``pre_backward``, :576-586); each group's gradients are
+    reduce-scattered once a step, in the last micro-batch's backward (the Trainer's
+    ``no_sync`` before it, :func:`memsym.terms.accelerate_fsdp.accelerate_accumulated_grads`).
+    With ``fsdp_keep_gathered`` no group is regathered.  A group of no parameters (the root of
+    most models) issues nothing and is left out.
+
+    .. math:: \sum_g n_g P_g = N
+
+    Parameters
+    ----------
+    x : Architecture
+        The model (resolved), every GPU data-parallel (``check_accelerate_fsdp``).
+    training : Training
+        The job's training (``fsdp_keep_gathered``).
+
+    Returns
+    -------
+    tuple
+        ``(parameters, groups, regathered)``: parameters of one group [parameters], groups of
+        that size and kind [1], whether each backward all-gathers it again.
+
+    Examples
+    --------
+    Llama 3 8B: 32 blocks of 218112000, the embedding 128256 x 4096 = 525336576 and
+    ``[norm, output]`` 4096 more; GPT-3 175B (tied, vocabulary padded to 50304): 96 blocks of
+    12 h^2 + 13 h = 1812099072, ``[ln_f, wte, lm_head]`` 50304 h + 2 h and the root's position
+    table 2048 h (by hand, h = 12288):
+
+    >>> from memsym.model import preset, resolve
+    >>> trn = Training(framework="deepspeed", sharding="fsdp", accelerate_fsdp="mixed")
+    >>> accelerate_fsdp_groups(resolve(preset("llama3-8b")), trn)
+    ((218112000, 32, True), (525336576, 1, True), (525340672, 1, False))
+    >>> accelerate_fsdp_groups(resolve(preset("gpt3-175b")), trn)
+    ((1812099072, 96, True), (618160128, 1, False), (25165824, 1, False))
+
+    References
+    ----------
+    hf-accelerate: ``utils/fsdp_utils.py:850-904``; pytorch-fsdp2: ``_fsdp_state.py:203-207``,
+    ``_fsdp_param_group.py:223, 576-638``.
+    """
+    x, again = resolve(x), not training.memory.fsdp_keep_gathered
+    kinds = Counter(layer_kind_pattern(x))
+    blocks = Counter()
+    for kind, n in kinds.items():
+        blocks[sum(layer_parameters(x, kind).values())] += n
+    vh = as_int(V * h, parameter_values(x, 1, True))       # as stage_parameters counts it
+    untied = bool(x.untie_embeddings_and_output_weights)
+    tail = vh + norm_params(x) * x.hidden_size + (
+        as_int(V, parameter_values(x, 1, True)) if x.output_layer_bias else 0)
+    out = [(size, n, again) for size, n in blocks.items()]
+    if untied:
+        out.append((vh, 1, again))
+    out.append((tail, 1, False))
+    # the root holds what no other group took (fsdp_utils.py:900-904)
+    root = stage_parameters(x).total - sum(size * n for size, n, _ in out)
+    if root:
+        out.append((root, 1, False))
+    return tuple(out)
