@@ -17,7 +17,10 @@ micro-batch, as trainer.py:1941-1952 runs it.
 Measured from the tensors: each rank's sharded parameters, gradients and AdamW moments (storage
 bytes), the all-gather outputs alive at the loss and inside each decoder layer's backward, the
 unsharded gradients held between micro-batches, and the dtypes and sizes of every all-gather
-and reduce-scatter buffer FSDP2 allocates.  The tiny model's dim-0 sizes are even, so FSDP2
+and reduce-scatter buffer FSDP2 allocates.  Counted at ``torch.distributed`` itself: every
+collective the step issues (FSDP2 calls ``dist.all_gather_single`` and
+``dist.reduce_scatter_single``, torch 2.13.0 ``_fsdp_collectives.py:111-191``) with its
+buffer, against the estimate's step-time record of the same launch.  The tiny model's dim-0 sizes are even, so FSDP2
 pads nothing and memsym's per-parameter forms must match to the byte.
 """
 
@@ -52,7 +55,7 @@ WORLD, BATCH, SEQ = 2, 2, 8
 CASES = {
     "mixed": dict(fsdp="full_shard auto_wrap", mixed="bf16", load="bfloat16", tied=False, gas=2),
     "plain-tied": dict(fsdp=True, mixed="no", load="bfloat16", tied=True, gas=1),
-    "shard-grad-op": dict(fsdp="shard_grad_op", mixed="bf16", load="float32", tied=False, gas=1),
+    "shard-grad-op": dict(fsdp="shard_grad_op", mixed="bf16", load="float32", tied=False, gas=2),
     # GPT-2: tied, a learned position table left in the root group, LayerNorms with biases
     "gpt2": dict(fsdp=True, mixed="bf16", load="float32", tied=True, gas=1, arch="gpt2"),
 }
@@ -158,6 +161,8 @@ def _workload(rank, case):
         return original(self, size, dtype=dtype, device=device)
 
     coll.DefaultAllocMixin.allocate = recording
+    issued = []                  # (kind, buffer bytes) of every collective, in order
+    originals = _count_collectives(issued)
     try:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
         ids = torch.randint(0, V, (BATCH, SEQ), generator=torch.Generator().manual_seed(rank))
@@ -171,6 +176,8 @@ def _workload(rank, case):
         opt.step()
     finally:
         coll.DefaultAllocMixin.allocate = original
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
     states = {"params": 0, "grads": {}, "moments": 0, "dtypes": set()}
     for param in model.parameters():
         local = param.to_local()
@@ -182,7 +189,44 @@ def _workload(rank, case):
         states["dtypes"].add((str(local.dtype), str(param.grad.dtype)))
     return {"params": states["params"], "grads": sum(states["grads"].values()),
             "moments": states["moments"], "dtypes": sorted(states["dtypes"]),
-            "at_loss": at_loss, "moments_in_backward": moments, "allocations": allocations}
+            "at_loss": at_loss, "moments_in_backward": moments, "allocations": allocations,
+            "collectives": issued}
+
+
+#: The torch.distributed collectives counted, each with the argument that is its full buffer
+#: (the all-gathered output, the reduce-scatter input; None: any other collective, which the
+#: step must not issue).
+_COUNTED = {"all_gather_single": ("all-gather", 0, "output_tensor"),
+            "reduce_scatter_single": ("reduce-scatter", 1, "input"),
+            **{name: (name, None, None) for name in (
+                "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_gather",
+                "reduce_scatter", "broadcast", "all_to_all_single", "barrier")}}
+
+
+def _count_collectives(issued: list) -> dict:
+    """Replace each of :data:`_COUNTED` in ``torch.distributed`` by a wrapper appending
+    ``(kind, buffer bytes)`` to ``issued`` (a collective called inside another is the outer
+    one's, not counted again); return the originals."""
+    originals = {name: getattr(dist, name) for name in _COUNTED}
+    depth = [0]
+
+    def wrap(name, fn):
+        kind, at, key = _COUNTED[name]
+
+        def call(*args, **kwargs):
+            if depth[0] == 0:
+                buf = None if at is None else (args[at] if len(args) > at else kwargs[key])
+                issued.append((kind, None if buf is None else buf.numel() * buf.element_size()))
+            depth[0] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return call
+
+    for name, fn in originals.items():
+        setattr(dist, name, wrap(name, fn))
+    return originals
 
 
 def _watch_output_weight_grad(lm_head, watched):
@@ -359,3 +403,39 @@ def test_groups_gathered_at_the_loss_and_in_the_backward(capsys, runs, checkpoin
             else:
                 assert sum(at_loss.values()) == mem["forward"]["kept_unsharded"] \
                     == 2 * _params(case)
+
+
+def test_the_step_times_collectives_are_the_ones_torch_issues(capsys, runs, checkpoints):
+    """Every collective one Trainer step issues (2 micro-batches under no_sync but the last in
+    ``mixed`` and ``shard-grad-op``): the estimate's step-time record lists the same all-gathers
+    and reduce-scatters, each buffer and count, sends (d - 1)/d of each buffer and prices each
+    collective on its own (the DP seconds, latency steps included).
+
+    By hand for ``mixed`` (bf16, untied, 2 layers): per micro-batch the forward gathers the
+    embedding (V h), both blocks and ``[norm, output]`` (V h + h), the backward the blocks and
+    the embedding again; the last backward reduce-scatters each group once.
+    """
+    import collections
+
+    from memsym.hardware import cluster_for, gpu
+    from memsym.timing.collectives import collective_time, group_bandwidth
+
+    bw, lat = group_bandwidth("dp", WORLD, cluster_for(gpu("h100")), t=1, c=1, d=WORLD)
+    for key, case in CASES.items():
+        issued = runs[0][key]["collectives"]
+        assert issued == runs[1][key]["collectives"], key
+        assert {kind for kind, _ in issued} <= {"all-gather", "reduce-scatter"}, (key, issued)
+        rep = json_report(capsys, _launch(checkpoints[key], case) + ["--gpu", "h100"])
+        dp = rep["communication"]["dp"]
+        assert collections.Counter({(x["kind"], x["buffer_bytes"]): x["count"]
+                                    for x in dp["collectives"]}) == collections.Counter(issued)
+        assert dp["bytes"] == sum(size for _, size in issued) * (WORLD - 1) // WORLD
+        assert dp["seconds"] == pytest.approx(sum(
+            float(collective_time(kind, size, WORLD, bw, lat)) for kind, size in issued), rel=1e-12)
+        if key == "mixed":
+            blocks, embed, tail = 2 * BLOCK, 2 * V * H, 2 * (V * H + H)
+            assert sorted(issued) == sorted(
+                [("all-gather", embed)] * 4 + [("all-gather", blocks)] * 8
+                + [("all-gather", tail)] * 2
+                + [("reduce-scatter", embed), ("reduce-scatter", tail)]
+                + [("reduce-scatter", blocks)] * 2)
