@@ -200,6 +200,30 @@ def test_time_prices_the_same_job_as_estimate(capsys):
     assert rep["gpu_hours"] == pytest.approx(steps * step * 16 / 3600, rel=1e-12)
 
 
+def test_time_takes_every_job_option_the_step_time_reads(capsys):
+    # one word on every path: each option estimate says changes the time (effect "time")
+    # is a job option of memsym time too (but MODEL, --gpu and --recompute-granularity, which
+    # time has its own rows for under the same spellings, and check's --calibration); a job
+    # of several of them is priced as estimate prices it
+    from memsym.cli.option_rows import OPTIONS, TIME_JOB_OPTIONS
+
+    timed = {o.dest for o in OPTIONS if "estimate" in o.commands and "time" in (o.effect or "")}
+    assert timed - TIME_JOB_OPTIONS == {"model", "gpu", "recompute_granularity", "calibration"}
+    assert all("time" in o.commands for o in table.rows("time") if o.dest in TIME_JOB_OPTIONS)
+    job = ["--tp", "2", "--global-batch-size", "256", "--seq-length", "4096", "--precision",
+           "fp8", "--fp8-recipe", "mxfp8", "--recompute", "selective", "--recompute-modules",
+           "core_attn", "mlp", "--inter-node-bandwidth", "25"]
+    assert main(["estimate", "llama3-8b", *job, "--world-size", "64", "--gpu", "b200",
+                 "--json"]) in (0, 1)
+    step = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["time", "llama3-8b", "--tokens", "1T", "--gpus", "64", "--gpu", "b200", *job,
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == step
+    # Eq. 4 (no layout) prices full or no recomputation only
+    assert main(["time", "llama3-8b", "--tokens", "1T", "--recompute", "selective"]) == 2
+    assert "selective recompute needs a layout" in capsys.readouterr().err
+
+
 def test_time_takes_the_precisions_a_job_takes(capsys):
     # one word on every path: time's --precision accepts estimate's (fp32 and fp4 were
     # refused); Eq. 4 by hand at the H100's fp32 (TF32) datasheet peak, 494.7 TFLOP/s (the

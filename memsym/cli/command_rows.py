@@ -144,10 +144,11 @@ def time_rows():
         option("--tflops", group="time", type=T.tflops, metavar="X", commands=tm, effect="time",
            help="achieved TFLOP/s per GPU (overrides --gpu peak and --mfu); without a layout"),
         option(("--recompute-granularity", "--recompute"), "recompute", group="time",
-           type=T.choice("recompute", ("full", "none")), commands=tm,
+           type=T.choice("recompute", ("full", "selective", "none")), commands=tm,
            default="full", source="Narayanan et al. 2021 Eq. 4 as printed (8TN); with a layout "
            "the job's own default, none (memsym.job.DEFAULTS)",
-           effect="time", help="full: 8*T*N; none: 6*T*N"),
+           effect="time", help="full: 8*T*N; none: 6*T*N; with a layout the job's recompute, "
+           "as estimate's (selective only with a layout)"),
         option("--price-per-gpu-hour", group="time", type=T.price, metavar="X", commands=tm,
            effect="output", help="price of one GPU-hour (any currency) for the cost"),
     ]

@@ -536,7 +536,14 @@ TIME_JOB_OPTIONS = frozenset({
     "tp", "pp", "cp", "ep", "etp", "vpp", "sequence_parallel", "seq_length", "micro_batch_size",
     "global_batch_size", "sharding", "no_flash_attn", "overlap_grad_reduce",
     "overlap_param_gather", "tp_comm_overlap", "gpus_per_node", "efficiency", "optimizer",
-    "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion"})
+    "muon_tp_mode", "muon_num_ns_steps", "muon_nesterov", "mla_down_proj_fusion",
+    # every other job option the step time reads (effect "time"), as estimate reads it
+    "framework", "autocast", "fp8_recipe", "accelerate_fsdp", "fsdp_keep_gathered",
+    "num_microbatches", "recompute_modules", "recompute_method", "recompute_num_layers",
+    "schedule", "grad_reduce_in_bf16", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
+    "num_layers_at_end_in_bf16", "overlap_moe_expert_parallel_comm",
+    "no_overlap_p2p_communication", "defer_embedding_wgrad_compute", "intra_node_bandwidth",
+    "inter_node_bandwidth"})
 
 
 def _with_time(rows) -> tuple:

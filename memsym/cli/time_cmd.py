@@ -60,6 +60,12 @@ def time_report(args) -> dict:
         peak = exact(device.peak(args.precision))
         eff = DEFAULT_EFFICIENCY if args.mfu is None else exact(args.mfu, "mfu")
     vals = {"T": args.tokens, "N": params, "G": args.gpus, "F": peak, "eta": eff}
+    if args.recompute == "selective":
+        from ..errors import InvalidValueError
+
+        raise InvalidValueError("Eq. 4 prices full recomputation (8TN) or none (6TN): "
+                                "selective recompute needs a layout (--tp, --global-batch-size, "
+                                "...), priced by the step-time model")
     full = args.recompute in (None, "full")       # Eq. 4 as printed: full recomputation
     total = training_time(recompute=full)
     seconds = total.evaluate(vals)
@@ -112,7 +118,8 @@ def _job_given(args) -> bool:
 
 
 #: The job options ``time`` passes to the job by name rather than through the table loop.
-_SEPARATE = frozenset({"seq_length", "global_batch_size", "gpus_per_node", "efficiency"})
+_SEPARATE = frozenset({"seq_length", "global_batch_size", "gpus_per_node", "efficiency",
+                       "intra_node_bandwidth", "inter_node_bandwidth"})
 
 
 def job_time_report(args) -> dict:
@@ -162,7 +169,8 @@ def job_time_report(args) -> dict:
             gpus_per_node=args.gpus_per_node, **opts)
     cluster = types.SimpleNamespace(gpu=args.gpu, efficiency=args.efficiency,
                                     gpus_per_node=args.gpus_per_node,
-                                    intra_node_bandwidth=None, inter_node_bandwidth=None)
+                                    intra_node_bandwidth=args.intra_node_bandwidth,
+                                    inter_node_bandwidth=args.inter_node_bandwidth)
     step = communication_report(cluster, j)
     steps = math.ceil(args.tokens / (batch * seq))
     seconds = steps * step["step_time_s"]
