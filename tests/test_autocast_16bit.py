@@ -33,14 +33,16 @@ TAU = S * B
 ALLOCATED = ("--metric", "allocated")               # no allowance: phases are allocations alone
 #: what CPU autocast must run in fp32 to be CUDA's: the AutocastCUDA kernels emulated below
 # the ops test_autocast_gpt2._cuda_policy runs in fp32 under CPU autocast, as CUDA runs them
-EMULATED = {"aten::layer_norm": "layer_norm", "aten::pow.Tensor_Scalar": "pow.Tensor_Scalar"}
+EMULATED = {"aten::layer_norm": "layer_norm", "aten::pow.Tensor_Scalar": "pow.Tensor_Scalar",
+            "aten::softmax.int": "softmax.int", "aten::log_softmax.int": "log_softmax.int"}
 
 
 def _config(tmp_path, family="gpt2", **extra) -> str:
     folder = tmp_path / family
     folder.mkdir()
     fields = {"n_embd": H, "n_layer": LAYERS, "n_head": HEADS, "n_positions": POSITIONS} \
-        if family in GPT2_STYLE else {"hidden_size": H, "num_hidden_layers": LAYERS,
+        if family in GPT2_STYLE else OWN_FIELDS[family] if family in OWN_FIELDS else {
+                                  "hidden_size": H, "num_hidden_layers": LAYERS,
                                   "num_attention_heads": HEADS, "intermediate_size": F,
                                   "max_position_embeddings": POSITIONS,
                                   **({} if family == "gpt_neox"
@@ -73,15 +75,24 @@ def _launch(model, *extra, autocast=("--bf16",)):
 #: v; final_layer_norm by fc1; relu); Falcon modeling_falcon.py:371-381, :396-420, :296, :352
 #: (input_layernorm read by query_key_value and dense_h_to_4h in parallel; parallel_attn false:
 #: input_layernorm, post_attention_layernorm; new_decoder_architecture: ln_attn and ln_mlp on
-#: one residual; gelu)
+#: one residual; gelu); BLOOM modeling_bloom.py:373, :392, :258, :327 (input_layernorm read by
+#: query_key_value, post_attention_layernorm by dense_h_to_4h, on an fp32 residual after the
+#: embedding's norm, :500; BloomGelu); MPT modeling_mpt.py:193, :207, :98, :150 (norm_1 read by
+#: Wqkv, norm_2 by up_proj, weight-only norms :165-174; nn.GELU)
 SHAPES = {"gpt2": (2, 2, True), "gpt_neox": (2, 2, False), "phi": (1, 4, True),
           "stablelm": (2, 5, False), "gptj": (1, 4, True), "codegen": (1, 2, True),
           "gpt_bigcode": (2, 2, False), "starcoder2": (2, 4, False), "opt": (2, 4, False),
-          "falcon": (1, 2, False)}
+          "falcon": (1, 2, False), "bloom": (2, 2, False), "mpt": (2, 2, False)}
 #: the parallel blocks: one LayerNorm read by attention and MLP, or two on one residual
 PARALLEL = ("gpt_neox", "phi", "stablelm", "gptj", "codegen")
 #: transformers' GPT-2-style configs (n_embd, n_layer, n_head, n_positions)
 GPT2_STYLE = ("gpt2", "gptj", "codegen", "gpt_bigcode")
+#: the config.json fields of the types that name them their own way (BLOOM's, MPT's)
+OWN_FIELDS = {"bloom": {"hidden_size": H, "n_layer": LAYERS, "n_head": HEADS},
+              "mpt": {"d_model": H, "n_layers": LAYERS, "n_heads": HEADS,
+                      "max_seq_len": POSITIONS}}
+#: weight-only LayerNorms (MPT's: bias None), 4 bytes of fp32 weight an element
+WEIGHT_ONLY = ("mpt",)
 
 
 def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
@@ -92,7 +103,11 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
     fp32 output keeps its own bf16 cast, where the bf16 model keeps the norm's bf16 output once
     (2 tau h for each reader beyond one a norm: Phi's 3, StableLM's 3); gelu_new keeps its pow
     input, tanh and 1 + tanh in fp32 (+2 x 3 tau f); the final LayerNorm 2 tau h + 8 h.  No
-    weight is cast, the states are the same, a checkpoint is the bf16 residual."""
+    weight is cast, the states are the same, a checkpoint is the bf16 residual.  MPT's norms
+    have no bias (4 h of fp32 weight a norm).  BLOOM's embedding norm keeps 2 tau h + 8 h more
+    and makes the residual fp32, which its norms keep themselves (4 tau h a norm, as a cast
+    would), which each checkpoint is (2 tau h more a layer) and which the fp32 alibi every
+    checkpoint holds follows (b a s elements, 2 bytes more each)."""
     norms, readers, gelu_new = SHAPES[family]
     if family == "stablelm" and parallel:
         norms = 1                                     # no post_attention_layernorm
@@ -100,14 +115,19 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
         norms = 1 if parallel == "old" else 2         # one input_layernorm, or two norms
     inputs = 1 if family in PARALLEL and parallel or family == "falcon" and parallel else norms
     gelu = 3 * 2 * TAU * F if gelu_new else 0
+    weights = 4 * H if family in WEIGHT_ONLY else 8 * H       # a norm's fp32 weight (and bias)
     layer = norms * 4 * TAU * H - inputs * 2 * TAU * H + (readers - norms) * 2 * TAU * H \
-        + gelu + norms * 8 * H
-    output = 2 * TAU * H + 8 * H                      # the final LayerNorm
+        + gelu + norms * weights
+    output = 2 * TAU * H + weights                    # the final LayerNorm
+    bloom = family == "bloom"
+    start = 2 * TAU * H + 8 * H + (2 * B * HEADS * S if checkpointing else 0) if bloom else 0
     if not checkpointing:
-        return {"forward": LAYERS * layer + output, "loss-backward": LAYERS * layer + output,
-                "backward": LAYERS * layer, "optimizer": 0}          # output freed
-    return {"forward": output, "loss-backward": output, "backward": layer,   # one layer rebuilt
-            "optimizer": 0}
+        return {"forward": start + LAYERS * layer + output,
+                "loss-backward": start + LAYERS * layer + output,
+                "backward": start + LAYERS * layer, "optimizer": 0}          # output freed
+    checkpoints = LAYERS * 2 * TAU * H if bloom else 0
+    return {"forward": start + checkpoints + output, "loss-backward": start + checkpoints + output,
+            "backward": start + checkpoints + layer, "optimizer": 0}   # one layer rebuilt
 
 
 CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
@@ -117,13 +137,17 @@ CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
          ("gpt_bigcode", True, False), ("starcoder2", True, False),
          ("starcoder2", True, True), ("opt", True, False),
          ("opt", True, True), ("falcon", "old", False), ("falcon", "new", False),
-         ("falcon", False, False), ("falcon", "old", True)]   # family, parallel, checkpointing
+         ("falcon", False, False), ("falcon", "old", True), ("bloom", True, False),
+         ("bloom", True, True), ("bloom", "post", False), ("mpt", True, False),
+         ("mpt", True, True)]   # family, parallel, checkpointing
 
 
 #: Falcon's layouts (``parallel`` in CASES): the old parallel block (one input_layernorm,
 #: multi-query), the new decoder architecture (ln_attn and ln_mlp, grouped KV), sequential
 _FALCON = {"old": {}, "new": {"new_decoder_architecture": True, "num_kv_heads": HEADS},
            False: {"parallel_attn": False}}
+#: BLOOM's layouts: the residual taken before each norm (the default) or after it
+_BLOOM = {True: {}, "post": {"apply_residual_connection_post_layernorm": True}}
 
 
 def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict:
@@ -131,7 +155,8 @@ def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict
     folder.mkdir()
     model = _config(folder, family, **({"use_parallel_residual": parallel}
                                        if family in ("gpt_neox", "stablelm") else
-                                       _FALCON[parallel] if family == "falcon" else {}))
+                                       _FALCON[parallel] if family == "falcon" else
+                                       _BLOOM[parallel] if family == "bloom" else {}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
     rep = json_report(capsys, _launch(model, *extra, autocast=("--bf16",) if autocast else ()))
     assert rep["training"]["autocast"] == ("bf16" if autocast else None)
@@ -169,6 +194,18 @@ def test_the_terms_are_the_derivation():
     stablelm = autocast16_layer_excess(readers=5)
     assert sp.expand(stablelm.expr.xreplace({c: 1})
                      - (8 * tau * h - 4 * tau * h + 3 * 2 * tau * h + 16 * h)) == 0
+    # MPT: weight-only norms (4 h of fp32 weight each); BLOOM: an fp32 checkpoint, and its
+    # embedding's norm with the fp32 alibi the checkpoints hold (b a s elements, 2 bytes more)
+    from memsym.symbols import a
+    from memsym.terms.autocast16 import autocast16_input
+    assert sp.expand(autocast16_layer_excess(norm_weights=1).expr.xreplace({c: 1})
+                     - (8 * tau * h - 4 * tau * h + 8 * h)) == 0
+    assert sp.expand(autocast16_output(1).expr.xreplace({c: 1}) - (2 * tau * h + 4 * h)) == 0
+    assert sp.expand(autocast16_layer_excess("full", fp32_residual=True).expr.xreplace({c: 1})
+                     - 2 * tau * h) == 0
+    assert sp.expand(autocast16_input("full").expr.xreplace({c: 1})
+                     - (2 * tau * h + 8 * h + 2 * b * a * s)) == 0
+    assert sp.expand(autocast16_input().expr.xreplace({c: 1}) - (2 * tau * h + 8 * h)) == 0
 
 
 def test_fp16_weights_under_fp16_autocast_keep_what_bf16_ones_do(capsys, tmp_path):
@@ -189,12 +226,12 @@ def _notes(capsys, tmp_path, family, *extra, **fields) -> tuple:
 
 
 def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path):
-    """MPT (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
+    """Persimmon (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
     LayerNorm copies are not counted; GPT-2 of another activation, Phi with qk_layernorm,
     OPT without the LayerNorms' weights and Falcon with alibi too; the Llama family keeps
     nothing more (measured below)."""
-    amp, notes = _notes(capsys, tmp_path, "mpt")
-    assert amp is None and "not counted for a mpt model" in notes and "LayerNorm" in notes
+    amp, notes = _notes(capsys, tmp_path, "persimmon")
+    assert amp is None and "not counted for a persimmon model" in notes and "LayerNorm" in notes
     amp, notes = _notes(capsys, tmp_path, "opt", layer_norm_elementwise_affine=False)
     assert amp is None and "not counted for a opt model with qk_layernorm, alibi or " \
         "LayerNorms without weight" in notes
@@ -227,7 +264,15 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
     torch.manual_seed(0)
     common = dict(vocab_size=V, use_cache=False, bos_token_id=None, eos_token_id=None,
                   pad_token_id=None, attn_implementation="sdpa")
-    if family in GPT2_STYLE:
+    if family in ("bloom", "mpt"):         # eager attention alone (no SDPA in their classes)
+        del common["attn_implementation"]
+        cfg = transformers.BloomConfig(hidden_size=H, n_layer=LAYERS, n_head=HEADS,
+                                       **_BLOOM[parallel], **common) if family == "bloom" else \
+            transformers.MptConfig(d_model=H, n_layers=LAYERS, n_heads=HEADS,
+                                   max_seq_len=POSITIONS, **common)
+        model = (transformers.BloomForCausalLM if family == "bloom"
+                 else transformers.MptForCausalLM)(cfg)
+    elif family in GPT2_STYLE:
         name = {"gpt2": "GPT2", "gptj": "GPTJ", "codegen": "CodeGen",
                 "gpt_bigcode": "GPTBigCode"}[family]
         head = "LMHeadModel" if family == "gpt2" else "ForCausalLM"
@@ -298,10 +343,11 @@ def _cpu_only(checkpointing: bool, family: str, parallel: bool) -> int:
     """What the CPU's kernels keep beyond CUDA's in autocast - plain: native_layer_norm on the
     CPU keeps mean and rstd in its input's dtype (fp32 under the emulated autocast, 4 + 4 bytes
     a token; bf16 without, 2 + 2) where CUDA keeps fp32 in both: +4 tau for each LayerNorm
-    call that keeps them (the final one, and the layers' without checkpointing)."""
+    call that keeps them (the final one, BLOOM's embedding norm, and the layers' without
+    checkpointing)."""
     norms = 1 if family in ("phi", "gptj", "codegen") or (family == "stablelm" and parallel) \
         or (family == "falcon" and parallel == "old") else 2
-    return (1 + (0 if checkpointing else norms * LAYERS)) * 4 * TAU
+    return (1 + (family == "bloom") + (0 if checkpointing else norms * LAYERS)) * 4 * TAU
 
 
 @pytest.mark.parametrize("family, parallel, checkpointing", CASES)

@@ -153,12 +153,13 @@ def test_another_activation_is_refused(capsys, tmp_path, family, field, measured
 
 # --- a real engine: torch's MemTracker on transformers' own GPT2LMHeadModel on the CPU -------
 def _cuda_policy(torch):
-    """CUDA's autocast dtypes for the ops of GPT-2 that CPU autocast runs otherwise, as kernels
-    of CPU autocast's dispatch key (live while the returned Library is): CUDA runs
-    ``layer_norm`` and ``pow`` in fp32 (torch 2.13.0 aten/src/ATen/autocast_mode.h
-    ``AT_FORALL_FP32``), the CPU registers neither (:func:`test_the_emulated_ops_are_cudas_own`)
-    and runs them in their input's dtype.  ``addmm``, ``linear`` and SDPA are 16-bit on
-    both."""
+    """CUDA's autocast dtypes for the ops of the measured models that CPU autocast runs
+    otherwise, as kernels of CPU autocast's dispatch key (live while the returned Library is):
+    CUDA runs ``layer_norm`` and ``pow`` in fp32 (torch 2.13.0 aten/src/ATen/autocast_mode.h
+    ``AT_FORALL_FP32``), and ``softmax`` / ``log_softmax`` in fp32 unless a dtype is given
+    (``AT_FORALL_FP32_SET_OPT_DTYPE``, the ``fp32_set_opt_dtype`` policy: :423-430); the CPU
+    registers none of them (:func:`test_the_emulated_ops_are_cudas_own`) and runs them in
+    their input's dtype.  ``addmm``, ``linear`` and SDPA are 16-bit on both."""
     lib = torch.library.Library("aten", "IMPL")
 
     def fp32(op):
@@ -168,17 +169,28 @@ def _cuda_policy(torch):
                             else x for x in args))
         return kernel
 
+    def fp32_set_opt_dtype(op):
+        def kernel(x, dim, dtype=None):
+            with torch.autocast("cpu", enabled=False):     # a dtype given is kept
+                return op(x, dim, torch.float32 if dtype is None and x.is_floating_point()
+                          else dtype)
+        return kernel
+
     lib.impl("layer_norm", fp32(torch.ops.aten.layer_norm.default), "AutocastCPU")
     lib.impl("pow.Tensor_Scalar", fp32(torch.ops.aten.pow.Tensor_Scalar), "AutocastCPU")
+    for name in ("softmax.int", "log_softmax.int"):
+        lib.impl(name, fp32_set_opt_dtype(getattr(torch.ops.aten, name.split(".")[0]).int),
+                 "AutocastCPU")
     return lib
 
 
 def test_the_emulated_ops_are_cudas_own():
-    """This torch's CUDA autocast has its own kernel for the two ops, the CPU's none."""
+    """This torch's CUDA autocast has its own kernel for the emulated ops, the CPU's none."""
     torch = pytest.importorskip("torch")
     cuda = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA"))
     cpu = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU"))
-    for op in ("aten::layer_norm", "aten::pow.Tensor_Scalar"):
+    for op in ("aten::layer_norm", "aten::pow.Tensor_Scalar", "aten::softmax.int",
+               "aten::log_softmax.int"):
         assert op in cuda and op not in cpu, op
 
 

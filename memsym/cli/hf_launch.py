@@ -20,8 +20,8 @@ Accelerate, whose reducer keeps a second copy of every gradient in its buckets, 
 master copy: :mod:`memsym.terms.torch_ddp`), ``P`` the weights' dtype: run_clm.py's ``--dtype``
 or, without it, the checkpoint's config.json ``dtype`` (transformers 5.25 loads
 ``dtype="auto"``).  ``--bf16`` over bf16 weights casts no weight; on GPT-2, GPT-NeoX, Phi,
-StableLM, GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT and Falcon it is ``--precision bf16
---autocast bf16`` (their LayerNorms and gelu_new's pow run in fp32 on a GPU:
+StableLM, GPT-J, CodeGen, GPTBigCode, StarCoder2, OPT, Falcon, BLOOM and MPT it is
+``--precision bf16 --autocast bf16`` (their LayerNorms and gelu_new's pow run in fp32 on a GPU:
 :func:`memsym.terms.autocast16.autocast16_layer_excess`), on the Llama family the 16-bit job
 (nothing more kept), and on any other model the 16-bit job with a note saying what is not
 counted (:func:`_autocast16`); over fp32 weights it is ``--precision fp32 --autocast bf16`` (a

@@ -25,6 +25,7 @@ from ..terms.gemma4_ple import gemma4_ple_model
 from ..terms.activations import (RECOMPUTE, embedding_activations, lora_gathered_inputs,
                                  mtp_input_activations)
 from ..terms.adapters import LORA_TARGETS
+from ..terms.autocast16 import autocast16_input
 from ..terms.fp32_residual import fp32_stage_input
 from ..terms.pipeline_order import chunk_peak
 from ..terms.pipelining_buffers import pipelining_buffers
@@ -499,6 +500,9 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
     if stage == 0:
         terms.append(_embedding_term(schedule, training, sp_on, vv=vv, mm=mm, group=group,
                                      live=live))
+        if x.embedding_norm and training.states.autocast and training.states.precision != "fp32":
+            # BLOOM's embedding LayerNorm in fp32 under CUDA's autocast (check_autocast: p = 1)
+            terms.append(autocast16_input(recompute))
         if x.per_layer_input_size and training.adapters.finetune == "full":
             # under LoRA nothing of it needs a gradient (memsym.terms.gemma4_ple)
             terms.append(_per_layer_projection_term(x, schedule, vv=vv, mm=mm, group=group,

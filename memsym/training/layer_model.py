@@ -18,6 +18,7 @@ import sympy as sp
 
 from ..frameworks import framework as framework_record
 from ..job import Training, dropout_kept, recompute_modules_of
+from ..model.architecture import norm_params
 from ..model.presets import PRESET_MODEL_TYPES
 from ..symbols import c, f, r_lora
 from ..term import Total
@@ -378,7 +379,8 @@ def _autocast_excess(x, training: Training) -> dict:
         shape16 = AUTOCAST16_LAYERS.get(kind)      # None: the layer keeps nothing more
         norms = x.norms_per_layer
         return {mode: autocast16_layer_excess(mode, **shape16, norms=norms, norm_tensors=1 if
-                                              x.parallel_attention else norms).expr
+                                              x.parallel_attention else norms,
+                                              norm_weights=norm_params(x)).expr
                 if shape16 is not None else 0 for mode in ("none", "full")}
     shape = dict(AUTOCAST_LAYERS.get((x.extra or {}).get("hf_model_type"), {}),
                  norm_tensors=1 if x.parallel_attention else 2)

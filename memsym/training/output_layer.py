@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..frameworks import framework as framework_record
 from ..job import Layout, Training
+from ..model.architecture import norm_params
 from ..term import Total
 from ..terms import recipe_buffers as rb, torch_moments as tm
 from ..terms.activations import output_activations
@@ -66,7 +67,7 @@ def output_layer_activations(x, layout: Layout, training: Training) -> Total:
             head_input=not chunked, width=activation_width(training))))
     if training.states.autocast and training.states.precision != "fp32":
         if AUTOCAST16_LAYERS.get((x.extra or {}).get("hf_model_type")) is not None:
-            out = Total(out.name, (*out.terms, autocast16_output()))   # fp32 final LayerNorm
+            out = Total(out.name, (*out.terms, autocast16_output(norm_params(x))))   # fp32 norm
     elif training.states.autocast:   # the final norm's fp32 input (memsym.terms.autocast)
         out = Total(out.name, (*out.terms, autocast_output(
             tied=not x.untie_embeddings_and_output_weights, weight_cast=not chunked)))
