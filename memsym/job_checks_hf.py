@@ -182,10 +182,13 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
              "a model not read from a config.json (a preset or options)")
             + " (a config.json of type " + ", ".join(types) + ")"
             if kind not in types or x.num_experts else
-            "qk_layernorm (LayerNorms on q and k, not measured)" if x.qk_layernorm else
+            # Phi's q and k LayerNorms measured over 16-bit weights (memsym.terms.autocast16)
+            "qk_layernorm (LayerNorms on q and k, not measured)" if x.qk_layernorm and not (
+                kind == "phi" and precision != "fp32") else
             "LayerNorms without weight and bias (not measured)" if not x.norm_affine else
+            # Falcon's alibi is a 16-bit mask both ways: measured over 16-bit weights
             "alibi (not measured)" if kind == "falcon" and x.position_embedding_type != "rope"
-            else
+            and precision == "fp32" else
             # the activation measured (gelu_new's pow is fp32 under CUDA's autocast, F.gelu not)
             f"a {kind} model of activation {printable(str(activation), 40)} ("
             f"{AUTOCAST_ACTIVATIONS[kind][1]} is counted)" if kind in AUTOCAST_ACTIVATIONS

@@ -109,6 +109,8 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
     would), which each checkpoint is (2 tau h more a layer) and which the fp32 alibi every
     checkpoint holds follows (b a s elements, 2 bytes more each)."""
     norms, readers, gelu_new = SHAPES[family]
+    if family == "falcon":
+        parallel = _FALCON_LAYOUT.get(parallel, parallel)    # alibi: the layout's own norms
     if family == "stablelm" and parallel:
         norms = 1                                     # no post_attention_layernorm
     if family == "falcon":
@@ -116,8 +118,12 @@ def _by_hand(checkpointing: bool, family: str, parallel: bool = True) -> dict:
     inputs = 1 if family in PARALLEL and parallel or family == "falcon" and parallel else norms
     gelu = 3 * 2 * TAU * F if gelu_new else 0
     weights = 4 * H if family in WEIGHT_ONLY else 8 * H       # a norm's fp32 weight (and bias)
+    # Phi's qk_layernorm: fp32 copies of q (a heads) and k (g = a here) of d_h = H / HEADS,
+    # 4 bytes where the bf16 layer keeps 2, and of each norm's weight and bias of d_h
+    qk = 2 * TAU * (HEADS + HEADS) * (H // HEADS) + 2 * 8 * (H // HEADS) \
+        if parallel == "qk" else 0
     layer = norms * 4 * TAU * H - inputs * 2 * TAU * H + (readers - norms) * 2 * TAU * H \
-        + gelu + norms * weights
+        + gelu + norms * weights + qk
     output = 2 * TAU * H + weights                    # the final LayerNorm
     bloom = family == "bloom"
     start = 2 * TAU * H + 8 * H + (2 * B * HEADS * S if checkpointing else 0) if bloom else 0
@@ -139,13 +145,20 @@ CASES = [("gpt2", True, False), ("gpt2", True, True), ("gpt_neox", True, False),
          ("opt", True, True), ("falcon", "old", False), ("falcon", "new", False),
          ("falcon", False, False), ("falcon", "old", True), ("bloom", True, False),
          ("bloom", True, True), ("bloom", "post", False), ("mpt", True, False),
-         ("mpt", True, True)]   # family, parallel, checkpointing
+         ("mpt", True, True), ("phi", "qk", False), ("phi", "qk", True),
+         ("falcon", "old-alibi", False), ("falcon", "seq-alibi", False),
+         ("falcon", "old-alibi", True)]   # family, parallel, checkpointing
 
 
 #: Falcon's layouts (``parallel`` in CASES): the old parallel block (one input_layernorm,
 #: multi-query), the new decoder architecture (ln_attn and ln_mlp, grouped KV), sequential
 _FALCON = {"old": {}, "new": {"new_decoder_architecture": True, "num_kv_heads": HEADS},
-           False: {"parallel_attn": False}}
+           False: {"parallel_attn": False}, "old-alibi": {"alibi": True},
+           "seq-alibi": {"alibi": True, "parallel_attn": False}}
+#: the alibi cases' layouts (their norms the rotary ones')
+_FALCON_LAYOUT = {"old-alibi": "old", "seq-alibi": False}
+#: Phi without and with qk_layernorm (q_layernorm, k_layernorm of h / a)
+_PHI = {True: {}, "qk": {"qk_layernorm": True}}
 #: BLOOM's layouts: the residual taken before each norm (the default) or after it
 _BLOOM = {True: {}, "post": {"apply_residual_connection_post_layernorm": True}}
 
@@ -156,7 +169,8 @@ def _phases(capsys, tmp_path, family, parallel, checkpointing, autocast) -> dict
     model = _config(folder, family, **({"use_parallel_residual": parallel}
                                        if family in ("gpt_neox", "stablelm") else
                                        _FALCON[parallel] if family == "falcon" else
-                                       _BLOOM[parallel] if family == "bloom" else {}))
+                                       _BLOOM[parallel] if family == "bloom" else
+                                       _PHI[parallel] if family == "phi" else {}))
     extra = ["--gradient_checkpointing"] if checkpointing else []
     rep = json_report(capsys, _launch(model, *extra, autocast=("--bf16",) if autocast else ()))
     assert rep["training"]["autocast"] == ("bf16" if autocast else None)
@@ -206,6 +220,12 @@ def test_the_terms_are_the_derivation():
     assert sp.expand(autocast16_input("full").expr.xreplace({c: 1})
                      - (2 * tau * h + 8 * h + 2 * b * a * s)) == 0
     assert sp.expand(autocast16_input().expr.xreplace({c: 1}) - (2 * tau * h + 8 * h)) == 0
+    # Phi's q and k LayerNorms of d_h: fp32 copies of a and g heads, weights and biases
+    from memsym.symbols import d_h, g
+    from memsym.terms.autocast16 import autocast16_qk_norms
+    assert sp.expand(autocast16_qk_norms().expr.xreplace({c: 1})
+                     - (4 * tau * (a + g) * d_h - 2 * tau * (a + g) * d_h + 2 * 2 * 4 * d_h)) == 0
+    assert autocast16_qk_norms("full").expr == 0
 
 
 def test_fp16_weights_under_fp16_autocast_keep_what_bf16_ones_do(capsys, tmp_path):
@@ -227,22 +247,20 @@ def _notes(capsys, tmp_path, family, *extra, **fields) -> tuple:
 
 def test_an_unmeasured_layernorm_model_says_what_is_not_counted(capsys, tmp_path):
     """Persimmon (LayerNorms, not measured) stays the bf16 job, and its note says the fp32
-    LayerNorm copies are not counted; GPT-2 of another activation, Phi with qk_layernorm,
-    OPT without the LayerNorms' weights and Falcon with alibi too; the Llama family keeps
+    LayerNorm copies are not counted; GPT-2 of another activation and OPT without the
+    LayerNorms' weights too; Phi with
+    qk_layernorm and Falcon with alibi are counted (measured below); the Llama family keeps
     nothing more (measured below)."""
     amp, notes = _notes(capsys, tmp_path, "persimmon")
     assert amp is None and "not counted for a persimmon model" in notes and "LayerNorm" in notes
     amp, notes = _notes(capsys, tmp_path, "opt", layer_norm_elementwise_affine=False)
-    assert amp is None and "not counted for a opt model with qk_layernorm, alibi or " \
+    assert amp is None and "not counted for a opt model with qk_layernorm or " \
         "LayerNorms without weight" in notes
-    amp, notes = _notes(capsys, tmp_path, "falcon", alibi=True)
-    assert amp is None and "not counted for a falcon model with qk_layernorm, alibi" in notes
-    amp, notes = _notes(capsys, tmp_path, "phi", qk_layernorm=True)
-    assert amp is None and "not counted for a phi model with qk_layernorm" in notes
     amp, notes = _notes(capsys, tmp_path, "gpt2", activation_function="gelu_fast")
     assert amp is None and "not counted for a gpt2 model of activation gelu_fast" in notes
-    amp, notes = _notes(capsys, tmp_path, "gpt_neox")
-    assert amp == "bf16" and "autocast16_layer_excess" in notes
+    for family, fields in (("gpt_neox", {}), ("phi", _PHI["qk"]), ("falcon", {"alibi": True})):
+        amp, notes = _notes(capsys, tmp_path, family, **fields)
+        assert amp == "bf16" and "autocast16_layer_excess" in notes, family
     amp, notes = _notes(capsys, tmp_path, "llama")
     assert amp is None and "its RMSNorm casts to fp32" in notes
 
@@ -286,7 +304,8 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
             "num_key_value_heads": HEADS, **({"use_parallel_residual": parallel}
                                              if family == "stablelm" else {}),
             **({"ffn_dim": F, "word_embed_proj_dim": H} if family == "opt" else {}),
-            **(_FALCON.get(parallel, {}) if family == "falcon" else {})}
+            **(_FALCON.get(parallel, {}) if family == "falcon" else {}),
+            **(_PHI[parallel] if family == "phi" else {})}
         if family == "falcon":
             extra.pop("num_key_value_heads")
         cfg = getattr(transformers, classes + "Config")(
@@ -299,8 +318,11 @@ def _model(family, dtype="bfloat16", parallel=True, checkpointing=False):
     return model
 
 
-@pytest.mark.parametrize("family", [*SHAPES, "llama", "mistral", "qwen2", "qwen3"])
-def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family):
+@pytest.mark.parametrize("family, parallel", [*((family, True) for family in SHAPES),
+                                              ("phi", "qk"), ("falcon", "old-alibi"),
+                                              ("bloom", "post"), *((family, True) for family in
+                                              ("llama", "mistral", "qwen2", "qwen3"))])
+def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family, parallel):
     """Every op of the bf16 model's forward under CPU autocast that CUDA's autocast registers
     and the CPU's does not, on a 16-bit input, is one :data:`EMULATED` covers (``layer_norm``
     reaches the kernels as ``native_layer_norm``); the Llama family meets none (its RMSNorm
@@ -321,7 +343,7 @@ def test_no_other_op_cuda_alone_runs_in_fp32_meets_a_16bit_tensor(family):
                 met.add(name)
             return func(*args, **(kwargs or {}))
 
-    model = _model(family)
+    model = _model(family, parallel=parallel)
     ids = torch.randint(0, V, (B, S))
     with torch.autocast("cpu", dtype=torch.bfloat16), Ops():
         model(input_ids=ids, labels=ids)
@@ -344,10 +366,12 @@ def _cpu_only(checkpointing: bool, family: str, parallel: bool) -> int:
     CPU keeps mean and rstd in its input's dtype (fp32 under the emulated autocast, 4 + 4 bytes
     a token; bf16 without, 2 + 2) where CUDA keeps fp32 in both: +4 tau for each LayerNorm
     call that keeps them (the final one, BLOOM's embedding norm, and the layers' without
-    checkpointing)."""
+    checkpointing; Phi's q and k norms, a and g rows a token each)."""
     norms = 1 if family in ("phi", "gptj", "codegen") or (family == "stablelm" and parallel) \
-        or (family == "falcon" and parallel == "old") else 2
-    return (1 + (family == "bloom") + (0 if checkpointing else norms * LAYERS)) * 4 * TAU
+        or (family == "falcon" and _FALCON_LAYOUT.get(parallel, parallel) == "old") else 2
+    qk = (HEADS + HEADS) * 4 * TAU if parallel == "qk" else 0
+    return (1 + (family == "bloom") + (0 if checkpointing else norms * LAYERS)) * 4 * TAU \
+        + (0 if checkpointing else LAYERS * qk)
 
 
 @pytest.mark.parametrize("family, parallel, checkpointing", CASES)

@@ -336,7 +336,7 @@ def _autocast16(r):
     of the same dtype: CUDA's autocast runs some ops in fp32 that meet the model's 16-bit
     tensors (LayerNorm, gelu_new's pow: :mod:`memsym.terms.autocast`); counted (memsym's
     ``--autocast``) on the measured layers (AUTOCAST16_LAYERS) of their default activation
-    (no qk_layernorm) in full training, none on the Llama family, said as not counted on any
+    (qk_layernorm on Phi alone) in full training, none on the Llama family, said as not counted on any
     other model."""
     from ..terms.autocast import AUTOCAST_ACTIVATIONS
     from ..terms.autocast16 import AUTOCAST16_LAYERS
@@ -350,7 +350,8 @@ def _autocast16(r):
                        "memsym.terms.autocast)")
     field, measured_act = AUTOCAST_ACTIVATIONS.get(kind, ("", None))
     activation = cfg.get(field, measured_act)
-    plain_norms = not cfg.get("qk_layernorm") and not cfg.get("alibi") and cfg.get(
+    # Phi's qk_layernorm and Falcon's alibi measured (memsym.terms.autocast16)
+    plain_norms = not (cfg.get("qk_layernorm") and kind != "phi") and cfg.get(
         "layer_norm_elementwise_affine", True) is not False
     if kind in AUTOCAST16_LAYERS and r.lora is None and activation == measured_act \
             and plain_norms:
@@ -361,7 +362,7 @@ def _autocast16(r):
                       ":874)")
     what = (f"a {printable(str(kind), 40)} model" if kind else "a model without a config.json "
             "type") + (" under --use_peft" if r.lora is not None and kind else "") + (
-        " with qk_layernorm, alibi or LayerNorms without weight" if not plain_norms
+        " with qk_layernorm or LayerNorms without weight" if not plain_norms
         and r.lora is None else
         f" of activation {printable(str(activation), 40)}" if kind in AUTOCAST16_LAYERS
         and r.lora is None else "")

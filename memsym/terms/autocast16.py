@@ -44,8 +44,10 @@ keeps what GPT-2's keeps without gelu_new; the embedding's norm keeps :math:`2\t
 :math:`2\tau h` more a layer, beside the fp32 alibi (``build_alibi_tensor(...,
 dtype=hidden_states.dtype)``) every checkpoint holds.  Its attention's softmax is
 ``F.softmax(..., dtype=torch.float32)``, whose dtype CUDA's autocast keeps
-(``fp32_set_opt_dtype``), and BloomGelu runs no fp32 op.  Other LayerNorm models are not
-counted: the Trainer launch's note says so.
+(``fp32_set_opt_dtype``), and BloomGelu runs no fp32 op.  Phi's ``qk_layernorm`` adds its q
+and k norms' fp32 copies (:func:`autocast16_qk_norms`); Falcon's alibi is a 16-bit additive
+mask with or without autocast (``modeling_falcon.py:560``, :582-597): its layer keeps what the
+rotary one keeps.  Other LayerNorm models are not counted: the Trainer launch's note says so.
 
 References
 ----------
@@ -69,12 +71,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import a, f, h
+from ..symbols import a, d_h, f, g, h
 from ..term import Source, Term
 from .transformer_layer import token_split
 
-__all__ = ["AUTOCAST16_LAYERS", "autocast16_layer_excess", "autocast16_input",
-           "autocast16_output"]
+__all__ = ["AUTOCAST16_LAYERS", "autocast16_layer_excess", "autocast16_qk_norms",
+           "autocast16_input", "autocast16_output"]
 
 #: transformers model types whose layer under autocast over 16-bit weights memsym counts, with
 #: the :func:`autocast16_layer_excess` keywords of its layer (measured:
@@ -83,7 +85,7 @@ __all__ = ["AUTOCAST16_LAYERS", "autocast16_layer_excess", "autocast16_input",
 #: linears reading the norms (GPT-2's and GPTBigCode's c_attn, c_fc; Phi's q, k, v, fc1;
 #: StableLM's q, k, v, gate, up; GPT-J's q, k, v, fc_in; CodeGen's qkv_proj, fc_in;
 #: StarCoder2's and OPT's q, k, v and c_fc / fc1; Falcon's query_key_value, dense_h_to_4h,
-#: rotary: alibi not measured; BLOOM's query_key_value, dense_h_to_4h on an fp32 residual;
+#: rotary or alibi; BLOOM's query_key_value, dense_h_to_4h on an fp32 residual;
 #: MPT's Wqkv, up_proj); None where
 #: the layer keeps nothing more (the Llama family: no op that CUDA's autocast alone runs in
 #: fp32 meets a 16-bit tensor, LlamaRMSNorm casting to fp32 itself).
@@ -104,6 +106,10 @@ _LAYERNORM16 = Source("hf-transformers-5-25", "models/gpt2/modeling_gpt2.py:276,
                       "aten/src/ATen/autocast_mode.h:874, which casts input, weight and bias "
                       "to fp32 and keeps them for native_layer_norm's backward); "
                       "activations.py:65-66 (gelu_new's pow, autocast_mode.h:870)")
+
+_QK_NORMS = Source("hf-transformers-5-25", "models/phi/modeling_phi.py:170-176, :194-196 "
+                   "(q_layernorm, k_layernorm: nn.LayerNorm(h // a) on the 16-bit q and k, an "
+                   "fp32 op under CUDA autocast, torch 2.13 aten/src/ATen/autocast_mode.h:874)")
 
 
 def autocast16_layer_excess(recompute: str = "none", *, tanh_gelu: bool = False,
@@ -205,6 +211,52 @@ def autocast16_layer_excess(recompute: str = "none", *, tanh_gelu: bool = False,
                 f"weights and biases, {readers - norms} more 16-bit casts of their fp32 outputs"
                 + (", gelu_new's fp32 pow input, tanh and 1 + tanh" if tanh_gelu else ""),
                 _LAYERNORM16, label="autocast fp32 LayerNorms")
+
+
+def autocast16_qk_norms(recompute: str = "none") -> Term:
+    r"""What Phi's ``qk_layernorm`` keeps under CUDA's autocast over 16-bit weights beyond its own.
+
+    Per layer [bytes], beyond the same layer without autocast:
+
+    .. math::
+
+        \text{kept: } 2\tau (a + g) d_h + 2 \cdot 8 d_h, \qquad \text{full recompute: } 0
+
+    ``q_layernorm`` and ``k_layernorm`` (``nn.LayerNorm`` of :math:`d_h`, weight and bias) run
+    in fp32 on the 16-bit outputs of ``q_proj`` and ``k_proj``: each keeps an fp32 copy of its
+    input (4 bytes an element where the 16-bit layer keeps the 16-bit input, 2) and of its
+    weight and bias.  Their fp32 outputs go through the partial rotary (``q * cos``, fp32 by
+    promotion, keeps only ``cos`` for the backward) and ``torch.cat``, and SDPA keeps its own
+    16-bit casts of them, as many bytes as the 16-bit layer's q and k.  :math:`\tau = sb/c`.
+
+    Parameters
+    ----------
+    recompute : {"none", "full"}
+        The layer's recompute [1].
+
+    Examples
+    --------
+    Phi-2's shape (h = 2560, 32 heads of 80) with qk_layernorm at s = 2048, b = 1:
+
+    >>> autocast16_qk_norms().evaluate(s=2048, b=1, c=1, a=32, g=32, d_h=80) == (
+    ...     2 * 2048 * 64 * 80 + 16 * 80)
+    True
+
+    References
+    ----------
+    .. [hf-transformers-5-25] transformers 5.25.0 ``models/phi/modeling_phi.py:170-176``
+       (``nn.LayerNorm(hidden_size // num_attention_heads)``), :190-196, :199-213 (partial
+       rotary, ``torch.cat``), :218-227 (SDPA); measured in ``tests/test_autocast_16bit.py``.
+    .. [pytorch-autocast] torch 2.13 ``aten/src/ATen/autocast_mode.h:874``;
+       ``tools/autograd/derivatives.yaml`` (``native_layer_norm``: input, weight, bias kept).
+    """
+    tok, _ = token_split(False)
+    if recompute == "full":
+        return Term("autocast16_qk_norms", sp.Integer(0), "recomputed in the backward",
+                    _QK_NORMS, label="autocast fp32 q/k LayerNorms")
+    return Term("autocast16_qk_norms", 2 * tok * (a + g) * d_h + 2 * 8 * d_h, "Phi's q and k "
+                "LayerNorms' fp32 copies of their 16-bit inputs, weights and biases under "
+                "autocast over 16-bit weights", _QK_NORMS, label="autocast fp32 q/k LayerNorms")
 
 
 def autocast16_input(recompute: str = "none") -> Term:

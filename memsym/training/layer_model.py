@@ -28,7 +28,8 @@ from ..terms.activations import (clamped_glu_copy, fp8_glu_input, layer_activati
 from ..terms.adapters import LORA_TARGETS, quantization_bits
 from ..terms.megatron_lora import frozen_linear_inputs
 from ..terms.autocast import AUTOCAST_LAYERS, autocast_layer_excess
-from ..terms.autocast16 import AUTOCAST16_LAYERS, autocast16_layer_excess
+from ..terms.autocast16 import (AUTOCAST16_LAYERS, autocast16_layer_excess,
+                                autocast16_qk_norms)
 from ..terms.context_parallel import a2a_attention_output
 from ..terms.fp32_residual import fp32_checkpoint_input
 from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
@@ -378,9 +379,12 @@ def _autocast_excess(x, training: Training) -> dict:
     if training.states.autocast and training.states.precision != "fp32":
         shape16 = AUTOCAST16_LAYERS.get(kind)      # None: the layer keeps nothing more
         norms = x.norms_per_layer
+        # Phi's q and k LayerNorms (job_checks admits qk_layernorm on Phi alone)
+        qk = x.qk_layernorm and shape16 is not None
         return {mode: autocast16_layer_excess(mode, **shape16, norms=norms, norm_tensors=1 if
                                               x.parallel_attention else norms,
                                               norm_weights=norm_params(x)).expr
+                + (autocast16_qk_norms(mode).expr if qk else 0)
                 if shape16 is not None else 0 for mode in ("none", "full")}
     shape = dict(AUTOCAST_LAYERS.get((x.extra or {}).get("hf_model_type"), {}),
                  norm_tensors=1 if x.parallel_attention else 2)
