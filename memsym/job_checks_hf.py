@@ -9,6 +9,7 @@ from .errors import InvalidValueError, choose
 from .frameworks import framework as framework_record
 from .job_record import Layout, Training
 from .terms.accelerate_fsdp import ACCELERATE_FSDP_MODES, ACCELERATE_PRECISIONS
+from .terms.adapters import quantization_bits
 from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
 from .terms.autocast16 import AUTOCAST16_LAYERS
 from .terms.gemma4_norms import GEMMA4_NORM_TYPES
@@ -159,7 +160,8 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
     sharding ddp), fp32 weights, full training, one GPU per replica, SDPA, no recompute or
     full, on the decoder layers it was measured on (:data:`AUTOCAST_MODEL_TYPES`), with the
     activation measured where the config names one (:data:`AUTOCAST_ACTIVATIONS`); over 16-bit
-    weights of the autocast's own dtype on the layers of :data:`AUTOCAST16_LAYERS`."""
+    weights of the autocast's own dtype on the layers of :data:`AUTOCAST16_LAYERS`, full
+    training or PEFT's LoRA under full recompute (:func:`_lora16_refused`)."""
     dtype = training.states.autocast
     if dtype is None:
         return
@@ -173,7 +175,10 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"framework {training.framework}" if not framework_record(
                 training.framework).hf_model_code else
             f"sharding {training.states.sharding}" if training.states.sharding != "ddp" else
-            f"finetune {training.adapters.finetune}" if training.adapters.finetune != "full" else
+            f"finetune {training.adapters.finetune}" + (
+                f" under recompute {training.memory.recompute}" if precision != "fp32" else "")
+            if training.adapters.finetune != "full"
+            and (precision == "fp32" or _lora16_refused(training)) else
             f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
             f"recompute {training.memory.recompute}"
             if training.memory.recompute not in ("none", "full") else
@@ -197,10 +202,22 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
         raise InvalidValueError(
             f"autocast {dtype} over {'fp32' if precision == 'fp32' else dtype} weights is "
             f"counted for transformers' {'/'.join(types)} decoder layers under plain DDP "
-            "(framework deepspeed, sharding ddp, full training, SDPA, recompute none or full), "
-            f"as measured; not {said}"
+            "(framework deepspeed, sharding ddp, full training, SDPA, recompute none or full"
+            + ("; or plain LoRA, no DoRA or quantized base, under recompute full"
+               if precision != "fp32" else "") + f"), as measured; not {said}"
             + ("; load the weights in 16 bits (--dtype bfloat16)" if precision == "fp32"
                else ""))
+
+
+def _lora16_refused(training: Training) -> bool:
+    """PEFT's LoRA under autocast over 16-bit weights, not as measured: only plain LoRA
+    (no DoRA, no quantized base, no expert parameters) under full recompute, where the
+    Trainer's enable_input_require_grads gives every norm an input needing a gradient
+    (without it the first layer's norms on the embedding keep nothing: not counted)."""
+    ad = training.adapters
+    quantized = ad.quantization is not None and quantization_bits(ad.quantization) < 16
+    return bool(ad.finetune != "lora" or ad.dora or quantized
+                or ad.lora_expert_params or training.memory.recompute != "full")
 
 
 def check_chunked_loss(x, layout: Layout, training: Training) -> None:

@@ -220,6 +220,8 @@ def test_the_terms_are_the_derivation():
     assert sp.expand(autocast16_input("full").expr.xreplace({c: 1})
                      - (2 * tau * h + 8 * h + 2 * b * a * s)) == 0
     assert sp.expand(autocast16_input().expr.xreplace({c: 1}) - (2 * tau * h + 8 * h)) == 0
+    assert sp.expand(autocast16_input(frozen=True).expr.xreplace({c: 1})
+                     - (4 * tau * h + 8 * h)) == 0
     # Phi's q and k LayerNorms of d_h: fp32 copies of a and g heads, weights and biases
     from memsym.symbols import d_h, g
     from memsym.terms.autocast16 import autocast16_qk_norms
@@ -466,3 +468,89 @@ def test_another_activation_under_16bit_autocast_is_refused(capsys, tmp_path, fa
     line = refused_line(capsys, ["estimate", _config(tmp_path / "b", family, **{field: other}),
                                  *common])
     assert f"a {family} model of activation {other} ({measured} is counted)" in line
+# --- PEFT's LoRA under the Trainer's --bf16 over bf16 weights ----------------------------------
+#: (family, parallel) of the LoRA cases, all under gradient checkpointing (TRL's default, whose
+#: enable_input_require_grads gives every norm an input needing a gradient)
+LORA_CASES = [("gpt2", True), ("gpt_neox", True), ("phi", "qk"), ("bloom", True)]
+
+
+def _lora_by_hand(family: str, parallel) -> dict:
+    """--autocast - without over a LoRA job (its adapters fp32, cast by autocast either way),
+    checkpointed: what full training keeps (:func:`_by_hand`) but for the linears reading a
+    norm's fp32 output, all frozen, which keep no input (their casts are not kept, nor is the
+    16-bit norm output without CUDA's autocast: PEFT's lora_A casts its own copy either way),
+    so the rebuilt layer keeps no extra cast; BLOOM's embedding output, the leaf
+    enable_input_require_grads makes, stays beside its norm's fp32 copy."""
+    want = _by_hand(True, family, parallel)
+    if family == "bloom":
+        # the embedding's bf16 output is the leaf enable_input_require_grads makes (its
+        # gradient's accumulator holds it), kept beside the norm's fp32 copy: 2 tau h more
+        want = {ph: v + (2 * TAU * H if ph != "optimizer" else 0) for ph, v in want.items()}
+    norms, readers, _ = SHAPES[family]
+    want["backward"] -= (readers - norms) * 2 * TAU * H
+    return want
+
+
+def _lora_phases(capsys, tmp_path, family, parallel, autocast) -> dict:
+    folder = tmp_path / ("amp" if autocast else "plain")
+    folder.mkdir()
+    model = _config(folder, family, **(_PHI[parallel] if family == "phi" else {}))
+    return json_report(capsys, [
+        "estimate", model, "--framework", "deepspeed", "--sharding", "ddp",
+        "--torch-ddp-buckets", "--optimizer", "adam", "--seq-length", str(S),
+        "--micro-batch-size", str(B), "--precision", "bf16", "--finetune", "lora",
+        "--lora-rank", "16", "--lora-dropout", "--recompute-granularity", "full", *ALLOCATED,
+        *(("--autocast", "bf16") if autocast else ())])["phases"]
+
+
+@pytest.mark.parametrize("family, parallel", LORA_CASES)
+def test_lora_under_bf16_keeps_what_full_training_keeps_but_the_readers_casts(
+        capsys, tmp_path, family, parallel):
+    """PEFT's LoRA (all-linear, r 16, dropout 0.05, fp32 adapters) on transformers' bf16 model,
+    checkpointed: under CPU autocast with CUDA's dtypes less under the CPU's own (the job
+    without --autocast: memsym's LoRA counts the adapters under autocast already), as torch's
+    MemTracker measures it, less the CPU kernels' own (:func:`_cpu_only`) = the by-hand sum =
+    memsym's phase difference (and memsym's rebuilt layer: the by-hand one)."""
+    peft = pytest.importorskip("peft")
+    torch = pytest.importorskip("torch")
+    amp, plain = (_lora_phases(capsys, tmp_path, family, parallel, on) for on in (True, False))
+    want = _lora_by_hand(family, parallel)
+    assert {ph: amp[ph] - plain[ph] for ph in want} == want
+    ids = torch.randint(0, V, (B, S))
+    measured = {}
+    for cuda in (True, False):
+        model = peft.get_peft_model(_model(family, parallel=parallel, checkpointing=True),
+                                    peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05,
+                                                    target_modules="all-linear"))
+        measured[cuda] = tracked_phases(model, ids, autocast=True, cuda=cuda)
+    for phase in ("forward", "loss-backward"):
+        seen = measured[True][phase] - measured[False][phase] - _cpu_only(True, family, parallel)
+        assert seen == want[phase], phase
+
+
+def _trl(model, *extra) -> list:
+    return ["estimate", "trl", "sft", "--num_processes", "2", "--model_name_or_path", model,
+            "--per_device_train_batch_size", str(B), "--max_length", str(S), "--dtype",
+            "bfloat16", "--use_peft", "--lora_target_modules", "all-linear", *extra, *ALLOCATED]
+
+
+def test_a_trl_lora_launch_is_counted_as_measured_and_said_otherwise(capsys, tmp_path):
+    """TRL's --use_peft over bf16 weights under its default --bf16: counted (--autocast) with
+    gradient checkpointing (its default) and the model's own loss; without checkpointing (the
+    first layer's norms then keep nothing: not measured) and with TRL's chunked loss (its
+    default) the 16-bit job, a note saying why; memsym's own options refuse LoRA under
+    autocast over 16-bit weights without full recompute, in one line."""
+    model = _config(tmp_path, "gpt2")
+    assert json_report(capsys, _trl(model, "--loss_type", "nll"))["training"]["autocast"] \
+        == "bf16"
+    for extra, why in ((("--loss_type", "nll", "--gradient_checkpointing", "false"),
+                        "under --use_peft with no gradient checkpointing"),
+                       ((), "under --use_peft with TRL's chunked loss")):
+        rep = json_report(capsys, _trl(model, *extra))
+        assert rep["training"]["autocast"] is None
+        assert f"not counted for a gpt2 model {why}" in " ".join(rep["notes"])
+    line = refused_line(capsys, ["estimate", model, "--framework", "deepspeed", "--sharding",
+                                 "ddp", "--torch-ddp-buckets", "--optimizer", "adam",
+                                 "--precision", "bf16", "--autocast", "bf16", "--finetune",
+                                 "lora"])
+    assert "not finetune lora under recompute none" in line

@@ -19,6 +19,7 @@ import json
 import pytest
 
 from in_process import json_report, refused_line
+from tracked_model import tracker_of
 
 H, HEADS, LAYERS, V, POSITIONS = 128, 2, 2, 1000, 256
 F, S, B = 4 * H, 128, 2
@@ -249,15 +250,15 @@ def _tracked(family: str, dtype: str, checkpointing: bool, parallel: bool = True
     return tracked_phases(model, torch.randint(0, V, (B, S)), autocast=dtype == "float32")
 
 
-def tracked_phases(model, ids, *, autocast: bool) -> dict:
+def tracked_phases(model, ids, *, autocast: bool, cuda: bool = True) -> dict:
     """MemTracker's ACT + TEMP bytes of ``model``'s training step on ``ids`` at the forward's
     end and as the loss's backward starts, under CPU bf16 autocast with CUDA's dtypes
-    (:func:`_cuda_policy`) when ``autocast``, else without autocast."""
+    (:func:`_cuda_policy`; ``cuda`` False: the CPU's own) when ``autocast``, else without
+    autocast; frozen parameters (PEFT's base) given no gradient hook."""
     torch = pytest.importorskip("torch")
     tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
-    mt = tracker.MemTracker()
-    mt.track_external(model)
-    policy = _cuda_policy(torch) if autocast else None
+    mt = tracker_of(tracker, model)
+    policy = _cuda_policy(torch) if autocast and cuda else None
     with mt:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             loss = model(input_ids=ids, labels=ids).loss

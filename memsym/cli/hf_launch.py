@@ -336,8 +336,9 @@ def _autocast16(r):
     of the same dtype: CUDA's autocast runs some ops in fp32 that meet the model's 16-bit
     tensors (LayerNorm, gelu_new's pow: :mod:`memsym.terms.autocast`); counted (memsym's
     ``--autocast``) on the measured layers (AUTOCAST16_LAYERS) of their default activation
-    (qk_layernorm on Phi alone) in full training, none on the Llama family, said as not counted on any
-    other model."""
+    (qk_layernorm on Phi alone) in full training or plain LoRA under gradient checkpointing
+    and the model's own loss, none on the Llama family, said as not counted on any other
+    model."""
     from ..terms.autocast import AUTOCAST_ACTIVATIONS
     from ..terms.autocast16 import AUTOCAST16_LAYERS
 
@@ -353,7 +354,14 @@ def _autocast16(r):
     # Phi's qk_layernorm and Falcon's alibi measured (memsym.terms.autocast16)
     plain_norms = not (cfg.get("qk_layernorm") and kind != "phi") and cfg.get(
         "layer_norm_elementwise_affine", True) is not False
-    if kind in AUTOCAST16_LAYERS and r.lora is None and activation == measured_act \
+    # PEFT's LoRA as measured (memsym.job_checks_hf: plain LoRA, full recompute, whose
+    # enable_input_require_grads gives every norm's input a gradient; no chunked loss)
+    lora = r.lora
+    peft = None if lora is None else "DoRA, a 4-bit base or expert parameters" if (
+        lora["finetune"] != "lora" or lora["dora"] or lora["expert_params"]) else \
+        "no gradient checkpointing" if not r.recompute else \
+        "TRL's chunked loss" if r.chunked_loss else None
+    if kind in AUTOCAST16_LAYERS and peft is None and activation == measured_act \
             and plain_norms:
         gelu = " and gelu_new's pow" if activation == "gelu_new" else ""
         return True, (f"but runs its LayerNorms{gelu} in fp32 on a GPU, which keep "
@@ -361,14 +369,15 @@ def _autocast16(r):
                       "autocast16_layer_excess; torch 2.13 aten/src/ATen/autocast_mode.h:870, "
                       ":874)")
     what = (f"a {printable(str(kind), 40)} model" if kind else "a model without a config.json "
-            "type") + (" under --use_peft" if r.lora is not None and kind else "") + (
+            "type") + (f" under --use_peft with {peft}" if peft and kind else "") + (
         " with qk_layernorm or LayerNorms without weight" if not plain_norms
-        and r.lora is None else
+        and peft is None else
         f" of activation {printable(str(activation), 40)}" if kind in AUTOCAST16_LAYERS
-        and r.lora is None else "")
+        and peft is None else "")
     return False, ("but runs some ops in fp32 on a GPU (torch 2.13 aten/src/ATen/"
                    "autocast_mode.h AT_FORALL_FP32: LayerNorm, pow, softmax, exp, ...), counted "
-                   f"for full training of {measured} of their default activation; not counted "
+                   f"for full training (or plain LoRA under gradient checkpointing) of "
+                   f"{measured} of their default activation; not counted "
                    f"for {what}: e.g. each LayerNorm's fp32 copy of its 16-bit input (2 bytes an "
                    "element more), weight and bias")
 

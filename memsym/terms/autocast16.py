@@ -259,24 +259,29 @@ def autocast16_qk_norms(recompute: str = "none") -> Term:
                 "autocast over 16-bit weights", _QK_NORMS, label="autocast fp32 q/k LayerNorms")
 
 
-def autocast16_input(recompute: str = "none") -> Term:
+def autocast16_input(recompute: str = "none", *, frozen: bool = False) -> Term:
     r"""What BLOOM's input side keeps under CUDA's autocast over 16-bit weights beyond its own.
 
     [bytes], beyond the same model without autocast:
 
-    .. math:: 2\tau h + 8h + [\mathrm{full\ recompute}]\; 2 a \tau \quad [\text{bytes}]
+    .. math:: 2\tau h + 8h + [\mathrm{full\ recompute}]\; 2 a \tau
+        + [\mathrm{PEFT}]\; 2\tau h \quad [\text{bytes}]
 
     ``word_embeddings_layernorm`` keeps an fp32 copy of the 16-bit embedding (4 bytes an
     element where the 16-bit model keeps 2) and of its weight and bias; its fp32 output is
     the residual stream, and the alibi built in its dtype is fp32 (:math:`b \cdot a \cdot s`
     elements, 4 bytes where the 16-bit model's are 2), freed at the forward's end unless the
-    layers are checkpointed: every checkpoint holds it (one tensor) until its backward.
-    :math:`\tau = sb/c`.
+    layers are checkpointed: every checkpoint holds it (one tensor) until its backward.  Under
+    PEFT (``frozen``) the embedding's output is the leaf ``enable_input_require_grads`` makes
+    it, held by its gradient's accumulator: the 16-bit tensor stays beside the fp32 copy
+    (without autocast the norm keeps that leaf itself).  :math:`\tau = sb/c`.
 
     Parameters
     ----------
     recompute : {"none", "full"}
         The layers' recompute [1].
+    frozen : bool
+        PEFT's frozen embedding, its output made to require a gradient [1].
 
     Examples
     --------
@@ -292,15 +297,18 @@ def autocast16_input(recompute: str = "none") -> Term:
        :500 (``word_embeddings_layernorm``), :515, :90 (``build_alibi_tensor(...,
        dtype=hidden_states.dtype)``), :528-535 (alibi an input of every layer);
        ``modeling_layers.py`` (``GradientCheckpointingLayer``: the layer's arguments held by
-       ``torch.utils.checkpoint``); measured in ``tests/test_autocast_16bit.py``.
+       ``torch.utils.checkpoint``); ``modeling_utils.py:3192-3200`` (checkpointing calls
+       ``enable_input_require_grads``); measured in ``tests/test_autocast_16bit.py``.
     .. [pytorch-autocast] torch 2.13 ``aten/src/ATen/autocast_mode.h:874``.
     """
     tok, _ = token_split(False)
     alibi = 2 * a * tok if recompute == "full" else 0
-    return Term("autocast16_input", 2 * tok * h + 8 * h + alibi, "BLOOM's embedding LayerNorm's "
-                "fp32 copies of its 16-bit input, weight and bias" + (", the fp32 alibi the "
-                "checkpoints hold" if alibi else ""), _LAYERNORM16,
-                label="autocast fp32 embedding LayerNorm")
+    leaf = 2 * tok * h if frozen else 0
+    return Term("autocast16_input", 2 * tok * h + 8 * h + alibi + leaf, "BLOOM's embedding "
+                "LayerNorm's fp32 copies of its 16-bit input, weight and bias" + (
+                    ", the fp32 alibi the checkpoints hold" if alibi else "") + (
+                    ", beside the 16-bit input PEFT's gradient leaf keeps" if frozen else ""),
+                _LAYERNORM16, label="autocast fp32 embedding LayerNorm")
 
 
 def autocast16_output(norm_weights: int = 2) -> Term:

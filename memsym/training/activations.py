@@ -502,7 +502,8 @@ def resolved_stage_activations(j: Job | UncheckedJob, stage: int) -> Total:
                                      live=live))
         if x.embedding_norm and training.states.autocast and training.states.precision != "fp32":
             # BLOOM's embedding LayerNorm in fp32 under CUDA's autocast (check_autocast: p = 1)
-            terms.append(autocast16_input(recompute))
+            terms.append(autocast16_input(recompute,
+                                          frozen=training.adapters.finetune != "full"))
         if x.per_layer_input_size and training.adapters.finetune == "full":
             # under LoRA nothing of it needs a gradient (memsym.terms.gemma4_ple)
             terms.append(_per_layer_projection_term(x, schedule, vv=vv, mm=mm, group=group,

@@ -381,6 +381,10 @@ def _autocast_excess(x, training: Training) -> dict:
         norms = x.norms_per_layer
         # Phi's q and k LayerNorms (job_checks admits qk_layernorm on Phi alone)
         qk = x.qk_layernorm and shape16 is not None
+        if shape16 is not None and training.adapters.finetune != "full":
+            # PEFT: the frozen linears keep no input, the fp32 adapters the same casts either
+            # way: no reader keeps more than without autocast
+            shape16 = {**shape16, "readers": norms}
         return {mode: autocast16_layer_excess(mode, **shape16, norms=norms, norm_tensors=1 if
                                               x.parallel_attention else norms,
                                               norm_weights=norm_params(x)).expr
