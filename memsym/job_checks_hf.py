@@ -227,6 +227,7 @@ def check_chunked_loss(x, layout: Layout, training: Training) -> None:
     first copies the host partition to the GPU, and with tied embeddings, whose weight
     ``embed_tokens`` keeps gathered: trl/trainer/utils.py:198-220 then gathers nothing)."""
     st = training.states
+    kind = (x.extra or {}).get("hf_model_type")
     zero = st.sharding in ("zero1", "zero2", "zero3")
     said = (f"framework {training.framework}" if not framework_record(
                 training.framework).hf_model_code else
@@ -236,6 +237,11 @@ def check_chunked_loss(x, layout: Layout, training: Training) -> None:
             if st.precision not in ("bf16", "fp16") and not st.autocast else
             f"finetune {training.adapters.finetune} under autocast"
             if training.adapters.finetune != "full" and st.autocast else
+            # CUDA's autocast runs the final LayerNorm in fp32: its fp32 output is what the loss
+            # packs (measured 2 n h more than 16-bit rows; its chunks' peaks not measured)
+            f"autocast over {st.precision} weights on a {str(kind)[:40]} model (its final "
+            "LayerNorm's fp32 output packed: not measured)" if st.autocast
+            and st.precision != "fp32" and AUTOCAST16_LAYERS.get(kind) is not None else
             "sharding ddp without torch_ddp_buckets (DeepSpeed's ZeRO stage 0)"
             if st.sharding == "ddp" and not st.torch_ddp_buckets else
             f"sharding zero3 with offload {st.offload}"

@@ -554,3 +554,42 @@ def test_a_trl_lora_launch_is_counted_as_measured_and_said_otherwise(capsys, tmp
                                  "--precision", "bf16", "--autocast", "bf16", "--finetune",
                                  "lora"])
     assert "not finetune lora under recompute none" in line
+
+
+def test_trls_chunked_loss_packs_the_final_layernorms_fp32_output(capsys, tmp_path):
+    """Why TRL's chunked loss under autocast over bf16 weights is not counted on a LayerNorm
+    model: TRL's own _patch_chunked_ce_lm_head (tests/trl_chunked_vendored.py) packs the
+    backbone's output, the final LayerNorm's fp32 output under CUDA's autocast, so at the
+    forward's end and as the loss's backward starts MemTracker sees, beyond the final norm's
+    own (2 tau h + 8 h, and the CPU's statistics 4 tau), the n = b (s - 1) packed rows at 4
+    bytes where they are 2 (GPT-2, checkpointed, full training and LoRA alike).  The launch
+    says so in its note; memsym's own options are refused in one line."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    pytest.importorskip("packaging")
+    import trl_chunked_vendored as trl
+    ids = torch.randint(0, V, (B, S))
+    for lora in (False, True):
+        measured = {}
+        for cuda in (True, False):
+            model = _model("gpt2", checkpointing=True)
+            top = peft.get_peft_model(model, peft.LoraConfig(r=16, target_modules=["c_attn"])) \
+                if lora else model
+            trl._patch_chunked_ce_lm_head(top.get_base_model() if lora else top,
+                                          chunk_size=trl._CHUNKED_LM_HEAD_CHUNK_SIZE)
+            measured[cuda] = tracked_phases(top, ids, autocast=True, cuda=cuda)
+        for phase in ("forward", "loss-backward"):
+            assert measured[True][phase] - measured[False][phase] == (
+                2 * TAU * H + 8 * H + 4 * TAU + 2 * B * (S - 1) * H), (lora, phase)
+    model = _config(tmp_path, "gpt2")
+    rep = json_report(capsys, ["estimate", "trl", "sft", "--num_processes", "2",
+                               "--model_name_or_path", model, "--per_device_train_batch_size",
+                               str(B), "--max_length", str(S), "--dtype", "bfloat16", *ALLOCATED])
+    assert rep["training"]["autocast"] is None and rep["training"]["chunked_loss"]
+    assert "not counted for a gpt2 model with TRL's chunked loss" in " ".join(rep["notes"])
+    line = refused_line(capsys, ["estimate", model, "--framework", "deepspeed", "--sharding",
+                                 "ddp", "--torch-ddp-buckets", "--optimizer", "adam",
+                                 "--precision", "bf16", "--autocast", "bf16", "--chunked-loss",
+                                 "--recompute-granularity", "full"])
+    assert "autocast over bf16 weights on a gpt2 model (its final LayerNorm's fp32 output " \
+        "packed: not measured)" in line

@@ -355,12 +355,13 @@ def _autocast16(r):
     plain_norms = not (cfg.get("qk_layernorm") and kind != "phi") and cfg.get(
         "layer_norm_elementwise_affine", True) is not False
     # PEFT's LoRA as measured (memsym.job_checks_hf: plain LoRA, full recompute, whose
-    # enable_input_require_grads gives every norm's input a gradient; no chunked loss)
+    # enable_input_require_grads gives every norm's input a gradient); TRL's chunked loss packs
+    # the final norm's fp32 output (fp32 rows: job_checks_hf.check_chunked_loss)
     lora = r.lora
-    peft = None if lora is None else "DoRA, a 4-bit base or expert parameters" if (
-        lora["finetune"] != "lora" or lora["dora"] or lora["expert_params"]) else \
-        "no gradient checkpointing" if not r.recompute else \
-        "TRL's chunked loss" if r.chunked_loss else None
+    peft = "TRL's chunked loss" if r.chunked_loss else None if lora is None else \
+        "DoRA, a 4-bit base or expert parameters" if (
+            lora["finetune"] != "lora" or lora["dora"] or lora["expert_params"]) else \
+        "no gradient checkpointing" if not r.recompute else None
     if kind in AUTOCAST16_LAYERS and peft is None and activation == measured_act \
             and plain_norms:
         gelu = " and gelu_new's pow" if activation == "gelu_new" else ""
@@ -369,7 +370,8 @@ def _autocast16(r):
                       "autocast16_layer_excess; torch 2.13 aten/src/ATen/autocast_mode.h:870, "
                       ":874)")
     what = (f"a {printable(str(kind), 40)} model" if kind else "a model without a config.json "
-            "type") + (f" under --use_peft with {peft}" if peft and kind else "") + (
+            "type") + ((" under --use_peft" if lora else "") + f" with {peft}"
+                       if peft and kind else "") + (
         " with qk_layernorm or LayerNorms without weight" if not plain_norms
         and peft is None else
         f" of activation {printable(str(activation), 40)}" if kind in AUTOCAST16_LAYERS
