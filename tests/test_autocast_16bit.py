@@ -34,7 +34,8 @@ ALLOCATED = ("--metric", "allocated")               # no allowance: phases are a
 #: what CPU autocast must run in fp32 to be CUDA's: the AutocastCUDA kernels emulated below
 # the ops test_autocast_gpt2._cuda_policy runs in fp32 under CPU autocast, as CUDA runs them
 EMULATED = {"aten::layer_norm": "layer_norm", "aten::pow.Tensor_Scalar": "pow.Tensor_Scalar",
-            "aten::softmax.int": "softmax.int", "aten::log_softmax.int": "log_softmax.int"}
+            "aten::softmax.int": "softmax.int", "aten::log_softmax.int": "log_softmax.int",
+            "aten::sum.dim_IntList": "sum.dim_IntList"}
 
 
 def _config(tmp_path, family="gpt2", **extra) -> str:

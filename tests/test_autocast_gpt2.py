@@ -157,10 +157,11 @@ def _cuda_policy(torch):
     """CUDA's autocast dtypes for the ops of the measured models that CPU autocast runs
     otherwise, as kernels of CPU autocast's dispatch key (live while the returned Library is):
     CUDA runs ``layer_norm`` and ``pow`` in fp32 (torch 2.13.0 aten/src/ATen/autocast_mode.h
-    ``AT_FORALL_FP32``), and ``softmax`` / ``log_softmax`` in fp32 unless a dtype is given
-    (``AT_FORALL_FP32_SET_OPT_DTYPE``, the ``fp32_set_opt_dtype`` policy: :423-430); the CPU
-    registers none of them (:func:`test_the_emulated_ops_are_cudas_own`) and runs them in
-    their input's dtype.  ``addmm``, ``linear`` and SDPA are 16-bit on both."""
+    ``AT_FORALL_FP32``), and ``softmax`` / ``log_softmax`` and ``sum`` over dimensions in fp32
+    unless a dtype is given (``AT_FORALL_FP32_SET_OPT_DTYPE``, the ``fp32_set_opt_dtype``
+    policy: :423-430); the CPU registers none of them
+    (:func:`test_the_emulated_ops_are_cudas_own`) and runs them in their input's dtype.
+    ``addmm``, ``linear`` and SDPA are 16-bit on both."""
     lib = torch.library.Library("aten", "IMPL")
 
     def fp32(op):
@@ -177,6 +178,12 @@ def _cuda_policy(torch):
                           else dtype)
         return kernel
 
+    def fp32_sum(x, dim, keepdim=False, dtype=None):
+        with torch.autocast("cpu", enabled=False):         # a dtype given is kept
+            return torch.ops.aten.sum.dim_IntList(x, dim, keepdim, dtype=torch.float32 if (
+                dtype is None and x.is_floating_point()) else dtype)
+
+    lib.impl("sum.dim_IntList", fp32_sum, "AutocastCPU")
     lib.impl("layer_norm", fp32(torch.ops.aten.layer_norm.default), "AutocastCPU")
     lib.impl("pow.Tensor_Scalar", fp32(torch.ops.aten.pow.Tensor_Scalar), "AutocastCPU")
     for name in ("softmax.int", "log_softmax.int"):
@@ -191,7 +198,7 @@ def test_the_emulated_ops_are_cudas_own():
     cuda = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA"))
     cpu = set(torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU"))
     for op in ("aten::layer_norm", "aten::pow.Tensor_Scalar", "aten::softmax.int",
-               "aten::log_softmax.int"):
+               "aten::log_softmax.int", "aten::sum.dim_IntList"):
         assert op in cuda and op not in cpu, op
 
 
