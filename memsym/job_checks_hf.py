@@ -185,7 +185,7 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             "eager attention (flash_attention off)" if not training.memory.flash_attention else
             (f"a {printable(str(kind), 40)} model" if kind else
              "a model not read from a config.json (a preset or options)")
-            + " (a config.json of type " + ", ".join(types) + ")"
+            + (" (MoE layers)" if kind in types else "")
             if kind not in types or x.num_experts else
             # Phi's q and k LayerNorms measured over 16-bit weights (memsym.terms.autocast16)
             "qk_layernorm (LayerNorms on q and k, not measured)" if x.qk_layernorm and not (
@@ -201,10 +201,10 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
     if said is not None:
         raise InvalidValueError(
             f"autocast {dtype} over {'fp32' if precision == 'fp32' else dtype} weights is "
-            f"counted for transformers' {'/'.join(types)} decoder layers under plain DDP "
+            f"counted for transformers' {'/'.join(types)} layers under plain DDP "
             "(framework deepspeed, sharding ddp, full training, SDPA, recompute none or full"
-            + ("; or plain LoRA, no DoRA or quantized base, under recompute full"
-               if precision != "fp32" else "") + f"), as measured; not {said}"
+            + ("; plain LoRA at full" if precision != "fp32" else "")
+            + f"), as measured; not {said}"
             + ("; load the weights in 16 bits (--dtype bfloat16)" if precision == "fp32"
                else ""))
 

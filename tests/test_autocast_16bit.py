@@ -446,10 +446,21 @@ def test_each_reader_records_the_activation_its_model_runs(tmp_path, family):
     assert AUTOCAST_ACTIVATIONS[family] == (field, default)
 
 
+#: the measured LayerNorm types whose activation is their code's, named by no config field
+#: (BLOOM's BloomGelu, modeling_bloom.py:322; MPT's nn.GELU, modeling_mpt.py:145)
+FIXED_ACTIVATION = ("bloom", "mpt")
+
+
 def test_the_activation_table_holds_each_measured_layernorm_type():
-    """One entry per LayerNorm type measured (those of AUTOCAST16_LAYERS with keywords)."""
+    """One entry per LayerNorm type measured (those of AUTOCAST16_LAYERS with keywords) whose
+    config names its activation; BLOOM's and MPT's modeling code reads no activation field."""
     assert set(AUTOCAST_ACTIVATIONS) == set(ACTIVATION_FIELDS) == {
-        k for k, v in AUTOCAST16_LAYERS.items() if v is not None}
+        k for k, v in AUTOCAST16_LAYERS.items() if v is not None} - set(FIXED_ACTIVATION)
+    for family in FIXED_ACTIVATION:
+        pytest.importorskip("transformers")
+        source = inspect.getsource(importlib.import_module(
+            f"transformers.models.{family}.modeling_{family}"))
+        assert not re.search(r"config\.(hidden_act|activation_function|activation)\b", source)
 
 
 @pytest.mark.parametrize("family", sorted(ACTIVATION_FIELDS))

@@ -130,6 +130,8 @@ AUTOCAST_MODEL_TYPES = tuple(AUTOCAST_LAYERS)
 #: configuration_opt.py:64, configuration_falcon.py:87).  Another is refused
 #: (memsym.job_checks_hf.check_autocast) and said as not counted by the Trainer launch
 #: (memsym.cli.hf_launch): whether its ops are fp32 under CUDA's autocast was not measured.
+#: BLOOM's and MPT's activation is their code's (BloomGelu, nn.GELU: modeling_bloom.py:322,
+#: modeling_mpt.py:145), named by no config field: none here.
 AUTOCAST_ACTIVATIONS = {"gpt2": ("activation_function", "gelu_new"),
                         "gpt_neox": ("hidden_act", "gelu"), "phi": ("hidden_act", "gelu_new"),
                         "stablelm": ("hidden_act", "silu"),
