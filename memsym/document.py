@@ -24,7 +24,7 @@ from .tex_printer import escape, escape_inline, latex
 from .tex_width import FILL
 from .tex_width import break_sum, tex_width
 from .document_time import cluster_sentences, comm_rows, step_lines, step_rows
-from .terms.allowances import METRICS
+from .terms.allowances import METRIC_COUNTERS
 from .values import exact
 # arch_of and layout_text stay importable from here (memsym.cli.plot)
 from .job_parts import JobParts, capacity_of, job_parts  # noqa: F401
@@ -107,7 +107,7 @@ def _numeric_lines(parts: JobParts, capacity=None) -> list[str]:
         # whether the job fits is judged on the device's count, which this total is not
         # (memsym.terms.allowances.METRICS): no comparison with C, said so
         return [line + r"\quad \text{(%s; the fit is judged on the device's count)}"
-                % escape_inline(METRICS[parts.metric][1].split(" (")[0])]
+                % escape_inline(METRIC_COUNTERS[parts.metric])]
     if capacity is not None:
         cap = exact(capacity, "capacity")
         rel = r"\leq" if parts.total <= cap else ">"

@@ -116,6 +116,18 @@ def _divisors(n: int) -> list:
     return small + large[::-1]
 
 
+def _device_count(job, notes: list):
+    """The job whose total is the device's count: whether a job fits is judged on it on every
+    path (:data:`memsym.terms.allowances.VERDICTS`), so a solve compares it with C whatever
+    metric the job names (said in ``notes``)."""
+    metric = job.training.memory.metric
+    if metric == "device":
+        return job
+    notes.append(f"solved on the device's count (what must fit C), not the {metric} metric "
+                 "the job names")
+    return job.replace(metric="device")
+
+
 def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None,
               fix_dp: bool = False, tidied: bool = True) -> JobSolution:
     r"""The smallest (dp, tp, pp, cp, gpus) or largest (micro-batch-size, seq-length) value
@@ -190,6 +202,7 @@ def solve_job(job, unknown: str, capacity=None, *, world_size: int | None = None
     lay = job.layout
     tpc = lay.t * lay.p * lay.c
     notes = []
+    job = _device_count(job, notes)
     extra = {}
     if world_size is not None:
         if name in ("dp", "gpus"):

@@ -224,6 +224,18 @@ def test_time_takes_every_job_option_the_step_time_reads(capsys):
     assert "selective recompute needs a layout" in capsys.readouterr().err
 
 
+def test_time_of_m_microbatches_is_the_job_of_that_global_batch(capsys):
+    # --num-microbatches without --global-batch-size: B = m b d (4 x 2 x 32 = 256), not the
+    # assumed 4M-token batch it once contradicted
+    runs = []
+    for batch in (["--num-microbatches", "4"], ["--global-batch-size", "256"]):
+        assert main(["time", "llama3-8b", "--tokens", "1T", "--gpus", "64", "--tp", "2",
+                     "--micro-batch-size", "2", *batch, "--json"]) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    assert runs[0]["global_batch_size"] == 256
+    assert runs[0]["step_time_s"] == runs[1]["step_time_s"] and runs[0]["steps"] == runs[1]["steps"]
+
+
 def test_time_takes_the_precisions_a_job_takes(capsys):
     # one word on every path: time's --precision accepts estimate's (fp32 and fp4 were
     # refused); Eq. 4 by hand at the H100's fp32 (TF32) datasheet peak, 494.7 TFLOP/s (the

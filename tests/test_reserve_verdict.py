@@ -188,3 +188,29 @@ def test_a_search_that_finds_nothing_says_how_many_layouts_are_tight(capsys, all
     assert "; 1 layout would fit without the fragmentation margin (tight:" in err
     code, out, err = run(capsys, *search, f"{a + WS + NCCL - 1}B")
     assert code == 1 and "no layout" in err and "fragmentation margin" not in err
+
+
+def test_solve_judges_the_fit_on_the_device_count_whatever_the_metric():
+    # the allocated total of Llama 3 8B at t 4, b 5 is under an H100's 84.94 GB while its
+    # device count is over: a solve under --metric allocated once answered b = 5 (a wrong fit)
+    from memsym.job import job
+    from memsym.job_solver import solve_job
+    from memsym.training import job_memory
+
+    kw = dict(tp=4, seq_length=4096, gpu="h100-80gb")
+    at5 = {m: job_memory(job("llama3-8b", micro_batch_size=5, metric=m, **kw)).bytes_total
+           for m in ("allocated", "device")}
+    cap = job("llama3-8b", **kw).capacity
+    assert at5["allocated"] <= cap < at5["device"]
+    sol = solve_job(job("llama3-8b", metric="allocated", **kw), "micro-batch-size")
+    assert sol.value == 4 and sol.memory <= cap
+    assert any("solved on the device's count" in n for n in sol.notes)
+
+
+def test_each_metric_says_its_counter_first():
+    # the outputs label a total with METRIC_COUNTERS; the metric's description names the same
+    from memsym.terms.allowances import METRIC_COUNTERS, METRICS
+
+    assert set(METRIC_COUNTERS) == set(METRICS)
+    for name in ("allocated", "reserved"):
+        assert METRICS[name][1].startswith(METRIC_COUNTERS[name] + " (")

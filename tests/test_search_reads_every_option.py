@@ -156,3 +156,41 @@ def test_a_held_autocast_outside_what_was_measured_is_refused(extra, said):
 
     with pytest.raises(ValueError, match=said):
         search(search_model(args), args.gpu, args.gpus, **search_options(args))
+
+
+def test_the_python_search_checks_a_held_autocast_as_estimate_does():
+    # the library's search, not only the command line, refuses what estimate's check refuses
+    # (autocast under Megatron's code), in one line
+    from memsym.job import job
+    from memsym.search import search
+
+    with pytest.raises(ValueError) as est:
+        job("llama3-8b", framework="megatron", precision="fp32", autocast="bf16", d=8)
+    with pytest.raises(ValueError) as got:
+        search("llama3-8b", "h100", 8, framework="megatron", precision="fp32",
+               held={"autocast": "bf16"})
+    assert str(got.value) == str(est.value) and "\n" not in str(got.value)
+
+
+def test_lora_under_16bit_autocast_searches_the_recompute_it_was_measured_under(tmp_path):
+    # PEFT's LoRA over 16-bit weights under autocast is counted under gradient checkpointing
+    # only (memsym.job_checks_hf): the search keeps full recompute where none is named, and
+    # its best row is the job estimate counts
+    from memsym.job import job
+    from memsym.search import search
+    from memsym.training import job_memory
+
+    import json
+
+    model = str(tmp_path / "config.json")       # a small GPT-2 (LayerNorm, gelu_new)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 1000,
+         "n_positions": 1024, "activation_function": "gelu_new"}))
+    res = search(model, "h100", 2, framework="deepspeed", precision="bf16", finetune="lora",
+                 held={"autocast": "bf16"}, global_batch_size=8, seq_length=512)
+    row = res.best()
+    assert row["recompute"] == "full" and set(res.space.recompute) == {"full"}
+    j = job(model, d=2, framework="deepspeed", sharding="ddp", precision="bf16",
+            autocast="bf16", finetune="lora", recompute="full", micro_batch_size=row["b"],
+            global_batch_size=8, seq_length=512)
+    assert float(job_memory(j).bytes_total) == pytest.approx(row["memory"], rel=1e-12)

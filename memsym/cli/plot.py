@@ -242,12 +242,12 @@ def run_plot(args, estimate, *, arch=None, layout=None, training=None, capacity=
     name = _job_name(estimate, arch)
     metric = getattr(getattr(training, "memory", None), "metric", "device")
     if metric != "device" and args.kind != "feasibility":
-        from ..terms.allowances import METRICS
+        from ..terms.allowances import METRIC_COUNTERS
 
         # bars of another counter against the capacity would draw a fit the device's count
         # may not have (the fit is judged on it): no capacity line, the counter named
         cap = None
-        name += f"\n{METRICS[metric][1].split(' (')[0]} (fit: the device's count)"
+        name += f"\n{METRIC_COUNTERS[metric]} (fit: the device's count)"
     if args.kind == "breakdown":
         fig = _breakdown_figure(args, estimate, job, cap, name)
     elif args.kind == "memory-vs":

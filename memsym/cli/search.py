@@ -155,25 +155,9 @@ def search_options(args, *, assume_batch: bool = False) -> dict:
             if getattr(args, name, None) is not None}
     if held:
         out["held"] = held
-    if held.get("autocast"):
-        _autocast_sizes(args, out)
     if args.offload:
         out["offload"] = args.offload
     return out
-
-
-def _autocast_sizes(args, out: dict) -> None:
-    """Autocast over fp32 weights, held over the layouts, is counted as it was measured: the
-    search holds the layouts and choices (:func:`memsym.search.job_fields.autocast_choices`),
-    and a model or setting the job's check refuses (a one-GPU job of the same options,
-    checked as estimate checks it: :func:`memsym.job_checks_hf.check_autocast`) is refused in
-    one line before the search."""
-    from ..job import job
-
-    job(search_model(args), framework=out["framework"], sharding="ddp",
-        precision=out["precision"], autocast=out["held"]["autocast"],
-        flash_attention=out["flash_attention"], finetune=out["finetune"],
-        seq_length=out["seq_length"])
 
 
 class Progress:

@@ -150,7 +150,9 @@ def job_time_report(args) -> dict:
     notes = []
     seq = args.seq_length or 4096
     batch = args.global_batch_size
-    if batch is None:
+    if batch is None and getattr(args, "num_microbatches", None) is not None:
+        pass                 # B = m b d, the job's own (below)
+    elif batch is None:
         batch = default_global_batch(seq)
         notes.append(f"global batch {batch} sequences assumed (about 4M tokens per step, "
                      "Llama 2's; give --global-batch-size)")
@@ -167,6 +169,8 @@ def job_time_report(args) -> dict:
             precision=args.precision, gpu=args.gpu,
             **({} if args.recompute is None else {"recompute": args.recompute}),
             gpus_per_node=args.gpus_per_node, **opts)
+    if batch is None:        # m micro-batches of b on each of d replicas
+        batch = j.training.batch.num_microbatches * j.training.batch.micro_batch_size * j.layout.d
     cluster = types.SimpleNamespace(gpu=args.gpu, efficiency=args.efficiency,
                                     gpus_per_node=args.gpus_per_node,
                                     intra_node_bandwidth=args.intra_node_bandwidth,

@@ -334,10 +334,11 @@ def space_differences(tr, space, **choices) -> list:
             and tr.value(name) != mine.value(name)]
 
 
-#: What autocast over fp32 weights was measured under (memsym.job_checks_hf.check_autocast):
+#: What autocast (over fp32 weights, or 16-bit ones of LayerNorm models) was measured under
+#: (memsym.job_checks_hf.check_autocast):
 #: one GPU per replica, plain DDP, recompute none or full.
-_AUTOCAST_SAID = ("autocast over fp32 weights is counted under plain DDP with one GPU per "
-                  "replica, recompute none or full (as measured)")
+_AUTOCAST_SAID = ("autocast is counted under plain DDP with one GPU per replica, recompute "
+                  "none or full (as measured)")
 
 
 def autocast_choices(held, sizes: tuple, sharding, recompute) -> tuple:
@@ -355,7 +356,7 @@ def autocast_choices(held, sizes: tuple, sharding, recompute) -> tuple:
     >>> autocast_choices({"autocast": "bf16"}, ([2], None, None, None), None, None)
     Traceback (most recent call last):
     ...
-    memsym.errors.InvalidValueError: autocast over fp32 weights is counted under plain DDP with one GPU per replica, recompute none or full (as measured): not tp [2]
+    memsym.errors.InvalidValueError: autocast is counted under plain DDP with one GPU per replica, recompute none or full (as measured): not tp [2]
     """
     if not dict(held or {}).get("autocast"):
         return sizes, sharding, recompute

@@ -17,6 +17,8 @@ from .. import hardware, model as models, rules as _rules
 from ..frameworks import FRAMEWORK
 from ..job import DEFAULTS, FRAMEWORKS, Job, resolve_dropout
 from ..job_checks import check_dispatcher, compile_changes_recompute
+from ..job_checks_hf import check_autocast
+from ..job_record import Layout
 from ..job_framework import framework_architecture
 from ..limits import check_limit
 from ..terms.model_state import CONVENTIONS, OFFLOADS, OPTIMIZERS, PRECISIONS, byte_widths
@@ -298,6 +300,35 @@ def _sequence_parallel_choices(sequence_parallel, framework) -> tuple:
     return tuple(sorted(got))
 
 
+def _autocast_space(arch, held, sizes, sharding, recompute, job_fields: dict) -> tuple:
+    """:func:`memsym.search.job_fields.autocast_choices`, then each recompute choice left
+    checked as estimate checks the job (:func:`memsym.job_checks_hf.check_autocast` on a
+    one-GPU replica of the model and ``job_fields``): a choice the check refuses is dropped
+    where the caller named none (LoRA over 16-bit weights is counted under full recompute
+    only), refused in one line where it was named, as is a model or framework the check
+    refuses."""
+    named = recompute is not None
+    sizes, sharding, recompute = autocast_choices(held, sizes, sharding, recompute)
+    autocast = dict(held or {}).get("autocast")
+    if not autocast:
+        return sizes, sharding, recompute
+    kept, refusal = [], None
+    for rc in recompute:
+        probe = Training(sharding="ddp", autocast=autocast, **recompute_fields(rc),
+                         **{k: v for k, v in job_fields.items() if v is not None})
+        try:
+            check_autocast(arch, Layout(), probe)
+        except InvalidValueError as err:
+            if named:
+                raise
+            refusal = refusal or err
+            continue
+        kept.append(rc)
+    if not kept:
+        raise refusal
+    return sizes, sharding, kept
+
+
 def _capacity_factor(value):
     """The MoE capacity factor, exact and > 0 (refused in one line otherwise)."""
     cf = exact(value, "capacity_factor")
@@ -339,9 +370,11 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     framework = choose("framework", framework, FRAMEWORKS)
     arch = framework_architecture(arch, framework)      # transformers' unpadded vocabulary
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
-    # autocast over fp32 weights: the layouts and choices it was measured under
-    (tp, pp, cp, ep), sharding, recompute = autocast_choices(held, (tp, pp, cp, ep), sharding,
-                                                             recompute)
+    # autocast: the layouts and choices it was measured under, checked as estimate checks it
+    (tp, pp, cp, ep), sharding, recompute = _autocast_space(
+        arch, held, (tp, pp, cp, ep), sharding, recompute,
+        dict(framework=framework, precision=precision, flash_attention=flash_attention,
+             finetune=finetune))
     # the sizes its own file spells, held where none is named (search, min-gpus, plot, --emit)
     held_sizes = FRAMEWORK[framework].held_sizes(tp=tp, pp=pp, cp=cp, vpp=vpp, recompute=recompute)
     tp, pp, cp, vpp, recompute = held_sizes["all"]

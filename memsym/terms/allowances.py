@@ -22,7 +22,7 @@ from ..values import exact
 from ..vocabulary import ALLOWANCE_KEYS
 from .transients import DEFAULTS as _TR_DEFAULTS
 
-__all__ = ["Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "METRICS", "WORKSPACES", "VERDICTS",
+__all__ = ["METRIC_COUNTERS", "Allowance", "ALLOWANCES", "ALLOWANCE_TERMS", "METRICS", "WORKSPACES", "VERDICTS",
            "RESERVE_ADVICE", "allowance_values", "allowance_terms", "reserve_verdict"]
 
 
@@ -103,6 +103,11 @@ METRICS = {
     "device": ({}, "the device's own count (nvidia-smi, cudaMemGetInfo): reserved plus the CUDA "
                "context, NCCL's buffers and any buffer allocated outside PyTorch"),
 }
+
+#: The counter each metric is, by name (what a total of that metric is labelled with).
+METRIC_COUNTERS = {"allocated": "torch.cuda.max_memory_allocated",
+                   "reserved": "torch.cuda.max_memory_reserved",
+                   "device": "the device's own count"}
 
 #: The three memory verdicts (``--json`` "verdict"), judged on the device's count: "fits"
 #: with the allowances as given, the fragmentation margin included; "tight" within the
