@@ -372,9 +372,8 @@ def make_space(model, gpu, *, seq_length=DEFAULTS["seq_length"], global_batch_si
     titan = FRAMEWORK[framework].layer_selective_ac     # torchtitan's AC and FSDP2 choices
     # autocast: the layouts and choices it was measured under, checked as estimate checks it
     (tp, pp, cp, ep), sharding, recompute = _autocast_space(
-        arch, held, (tp, pp, cp, ep), sharding, recompute,
-        dict(framework=framework, precision=precision, flash_attention=flash_attention,
-             finetune=finetune))
+        arch, held, (tp, pp, cp, ep), sharding, recompute, dict(
+            framework=framework, precision=precision, flash_attention=flash_attention, finetune=finetune))
     # the sizes its own file spells, held where none is named (search, min-gpus, plot, --emit)
     held_sizes = FRAMEWORK[framework].held_sizes(tp=tp, pp=pp, cp=cp, vpp=vpp, recompute=recompute)
     tp, pp, cp, vpp, recompute = held_sizes["all"]
