@@ -212,3 +212,18 @@ def test_activation_checkpointing_wins_over_its_deprecated_alias(capsys, tiny):
                                     "false", "--gradient_checkpointing"))
     assert rep["training"]["recompute"] == "none"
     assert LAYERS == 2       # the model the counts above are of
+
+
+def test_inline_fsdp_config_starts_with_its_brace(capsys, tiny, tmp_path, monkeypatch):
+    """transformers parses --fsdp_config as JSON only where its first character is '{'
+    (training_args.py:1528, passed_value.startswith("{"), no strip): with a leading space the
+    text is a file's path, read as the file it names."""
+    monkeypatch.chdir(tmp_path)
+    err = refused_line(capsys, _fsdp(tiny, "--bf16", "--fsdp", "--fsdp_config",
+                                     ' {"version": 1}'))
+    assert "FSDP1" not in err and "fsdp_config" in err
+    # a file of that very name is what the Trainer reads
+    (tmp_path / ' {"version": 1}').write_text('{"version": 1}')
+    err = refused_line(capsys, _fsdp(tiny, "--bf16", "--fsdp", "--fsdp_config",
+                                     ' {"version": 1}'))
+    assert "FSDP1" in err

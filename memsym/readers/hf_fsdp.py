@@ -160,8 +160,10 @@ def read_fsdp(values: dict, recompute: bool) -> FsdpReading | None:
 
 def _config(text: str) -> dict:
     """The ``--fsdp_config`` object: inline JSON (converted as ``_convert_str_dict`` converts
-    it) or a JSON file's."""
-    inline = text.lstrip().startswith("{")
+    it) or a JSON file's: inline only where the text's first character is ``{``
+    (training_args.py:1528, ``passed_value.startswith("{")``): with a leading space it is a
+    file's path to transformers, as here."""
+    inline = text.startswith("{")
     cfg = load_json(text if inline else read_bounded(text, "fsdp_config"), "fsdp_config")
     if not isinstance(cfg, dict):
         raise InvalidValueError("fsdp_config: a JSON object (a file or {...})")
