@@ -20,7 +20,10 @@ what the plugin decides is their dtype, the gathered and reduced dtypes, and the
   weights' dtype as loaded, :math:`w + w + 2w` bytes over d (:func:`accelerate_fsdp_widths`);
 * the groups (fsdp_utils.py:850-904): each decoder layer (the model's ``_no_split_modules``),
   an untied embedding, and ``[final norm, (the tied embedding,) output layer]`` with
-  ``reshard_after_forward=False``, the root last.  A tied group's first module is the
+  ``reshard_after_forward=False``, the root last.  ``_find_final_norm`` (fsdp_utils.py:722-737)
+  takes the final norm only among the base model's direct children: where transformers puts it
+  deeper (:data:`ACCELERATE_ROOT_NORM`) it stays in the root group and the tail group is
+  ``[(tied embedding,) output layer]``.  A tied group's first module is the
   embedding, whose token ids need no gradient, so FSDP2 registers no post-backward hook on it
   (``_fsdp_param_group.py:540-555``, ``pre_forward``; ``:890-903``): the group stays gathered
   and its unsharded gradient waits until the root's final callback at the backward's end
@@ -61,7 +64,8 @@ from .widths import byte_widths
 __all__ = ["ACCELERATE_FSDP_MODES", "ACCELERATE_PRECISIONS", "ACCELERATE_MIXED",
            "ACCELERATE_PLAIN", "ACCELERATE_GROUPS", "TRAINER_ZERO_GRAD", "accelerate_fsdp_widths",
            "accelerate_fsdp_states", "accelerate_output_group",
-           "accelerate_accumulated_grads", "accelerate_root_group"]
+           "accelerate_accumulated_grads", "accelerate_root_group", "ACCELERATE_ROOT_NORM",
+           "ACCELERATE_FINAL_NORM", "accelerate_root_norm_grad"]
 
 #: The precisions each mode is counted for [bytes per element of the gathered parameters].
 ACCELERATE_PRECISIONS = {"mixed": {"bf16": 2, "fp16": 2},
@@ -88,6 +92,29 @@ ACCELERATE_GROUPS = Source("hf-accelerate", "utils/fsdp_utils.py:850-904 (fsdp2_
                            "registers the post-backward hook on the group's first inputs that "
                            "need a gradient: none where the embedding's token ids come first), "
                            "_fsdp_state.py:395-420 (_root_post_backward_final_callback)")
+#: model_type -> where transformers' causal LM of that type holds its final norm, for the types
+#: whose final norm is not a direct child of the base model (``getattr(model,
+#: model.base_model_prefix)``), so that Accelerate's ``_find_final_norm`` misses it and it stays
+#: in the root group.  Every other type memsym reads has it there (tests/test_engine_accelerate_
+#: fsdp.py runs ``_find_final_norm`` on each type's model on the meta device).
+ACCELERATE_ROOT_NORM = {
+    # OPTForCausalLM.model is OPTModel, whose only child is its decoder (modeling_opt.py:410);
+    # the norm is the decoder's (:309)
+    "opt": "model.decoder.final_layer_norm",
+    # Llama4ForCausalLM's base_model_prefix "language_model" (modeling_llama4.py:577) names no
+    # attribute of it (its model is self.model, :585): no base model, no final norm found
+    "llama4": "model.norm", "llama4_text": "model.norm",
+    # the vision-language classes: the base model's children are the towers and the language
+    # model (modeling_gemma3.py:757, 909; modeling_gemma4.py:2234, 2598;
+    # modeling_gemma4_unified.py:947, 1349)
+    "gemma3": "model.language_model.norm", "gemma4": "model.language_model.norm",
+    "gemma4_unified": "model.language_model.norm",
+}
+#: Where the final norm's group comes from.
+ACCELERATE_FINAL_NORM = Source("hf-accelerate", "utils/fsdp_utils.py:722-737 (_find_final_norm: "
+                               "the last module whose class name holds 'Norm' among the base "
+                               "model's direct children, else None), :884-898 (the tail group "
+                               "without it), :900-904 (the root keeps it)")
 #: The Trainer's zero_grad (the sharded gradients absent until the backward makes them).
 TRAINER_ZERO_GRAD = Source("hf-trainer", "trainer.py:1991 (model.zero_grad() after each "
                            "optimizer step); torch nn/modules/module.py:2948 (set_to_none=True)")
@@ -242,6 +269,36 @@ def accelerate_output_group(tied: bool = False, norm_params=1, group_params=None
                 "weight, final norm), reduce-scattered by the root's final callback at the "
                 "backward's end", ACCELERATE_GROUPS, label="tied output grads unsharded")
     return {"forward": (kept, none), "loss-backward": (kept, none), "backward": (kept, grad)}
+
+
+def accelerate_root_norm_grad(norm_params) -> Term:
+    r"""The unsharded gradient of a final norm left in Accelerate's root group [bytes].
+
+    .. math:: T_{\mathrm{bwd}} = n_{\mathrm{norm}}\, h\, b_r
+
+    The root registers no post-backward hook (its forward input, the token ids, needs no
+    gradient), so the gradient the final norm's backward makes first is held through every
+    block's backward until the root's final callback reduce-scatters it.
+
+    Parameters
+    ----------
+    norm_params : int
+        Parameter vectors of the final norm (1 RMSNorm, 2 a LayerNorm with bias) [1].
+
+    Examples
+    --------
+    >>> accelerate_root_norm_grad(2).evaluate(h=768, b_r=2)     # OPT-125m's final LayerNorm
+    3072
+
+    References
+    ----------
+    hf-accelerate: ``utils/fsdp_utils.py:722-737, 900-904``; pytorch-fsdp2:
+    ``_fsdp_state.py:395-420``.
+    """
+    return Term("root_norm_grad_unsharded", as_expr(norm_params) * h * b_r, "the final norm's "
+                "unsharded gradient in the root group (Accelerate's _find_final_norm misses a "
+                "norm below the base model's children), reduce-scattered at the backward's end",
+                ACCELERATE_FINAL_NORM, label="root final norm grad unsharded")
 
 
 def accelerate_accumulated_grads(stage_params) -> Term:

@@ -19,18 +19,20 @@ from dataclasses import replace
 import sympy as sp
 
 from ..job import Training
-from ..model import layer_parameters, parameter_values, resolve, stage_parameters
+from ..model import (PRESET_MODEL_TYPES, layer_parameters, parameter_values, resolve,
+                     stage_parameters)
 from ..model.architecture import norm_params
 from ..model.counts import as_int
 from ..model.hybrid_layers import layer_kind_pattern
 from ..symbols import N_ll, N_rep, N_tp, V, c, d, h, m, t
 from ..terms import torch_moments as tm
 from ..terms import transients as tr
-from ..terms.accelerate_fsdp import (accelerate_accumulated_grads, accelerate_output_group,
-                                     accelerate_root_group)
+from ..terms.accelerate_fsdp import (ACCELERATE_ROOT_NORM, accelerate_accumulated_grads,
+                                     accelerate_output_group, accelerate_root_group,
+                                     accelerate_root_norm_grad)
 
 __all__ = ["uses_accelerate_groups", "add_accelerate_fsdp_transients", "root_group_params",
-           "accelerate_fsdp_groups"]
+           "accelerate_fsdp_groups", "final_norm_in_root", "tail_norm_params"]
 
 
 def uses_accelerate_groups(training: Training) -> bool:
@@ -43,6 +45,38 @@ def uses_accelerate_groups(training: Training) -> bool:
     True
     """
     return training.states.sharding == "fsdp" and training.states.accelerate_fsdp is not None
+
+
+def final_norm_in_root(x) -> bool:
+    """Whether Accelerate's ``_find_final_norm`` misses the model's final norm, which then stays
+    in the root group (:data:`memsym.terms.accelerate_fsdp.ACCELERATE_ROOT_NORM`, by the
+    ``model_type`` read from the config, or the preset's).
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> final_norm_in_root(preset("llama3-8b"))
+    False
+
+    References
+    ----------
+    hf-accelerate: Accelerate 1.16.0 ``utils/fsdp_utils.py:722-737``.
+    """
+    kind = (x.extra or {}).get("hf_model_type") or PRESET_MODEL_TYPES.get(x.name)
+    return kind in ACCELERATE_ROOT_NORM
+
+
+def tail_norm_params(x):
+    """Parameter vectors of the final norm in the ``[norm, output]`` tail group: the model's,
+    or 0 where the norm stays in the root (:func:`final_norm_in_root`) [1].
+
+    Examples
+    --------
+    >>> from memsym.model import preset
+    >>> tail_norm_params(preset("gpt3-175b"))
+    2
+    """
+    return 0 if final_norm_in_root(x) else norm_params(x)
 
 
 def add_accelerate_fsdp_transients(out: dict, x, training: Training) -> tuple:
@@ -103,14 +137,14 @@ def add_accelerate_fsdp_transients(out: dict, x, training: Training) -> tuple:
         out["loss-backward"].append(kept)
         out["backward"] += [kept, fs["unsharded_grads"], fs["reduce_scatter"]]
         if not untied and full:
-            out["backward"].append(accelerate_output_group(True, norm_params(x), N_ll)[
+            out["backward"].append(accelerate_output_group(True, tail_norm_params(x), N_ll)[
                 "backward"][1])
     else:
         out["forward"].append(fs["unsharded_params"])
         out["loss-backward"].append(fs["unsharded_params"])
         out["backward"] += list(fs.terms)
         if full:
-            io = accelerate_output_group(not untied, norm_params(x), N_ll)
+            io = accelerate_output_group(not untied, tail_norm_params(x), N_ll)
             for ph, terms in io.items():
                 out[ph] += list(terms)
         if full and untied:
@@ -118,6 +152,9 @@ def add_accelerate_fsdp_transients(out: dict, x, training: Training) -> tuple:
             first = tm.first_block_gathered(fs["unsharded_params"], N_ll)
             out["backward"][out["backward"].index(fs["unsharded_params"])] = first
             start_excess, own_groups = fs["unsharded_params"].expr - first.expr, True
+    if final_norm_in_root(x) and norm_params(x):
+        # no post-backward hook on the root: the norm's gradient, made first, waits for the end
+        out["backward"].append(accelerate_root_norm_grad(norm_params(x)))
     root = root_group_params(x)
     if root != 0 and not training.memory.fsdp_keep_gathered:   # else in kept_unsharded
         for ph in ("forward", "loss-backward", "backward"):
@@ -133,8 +170,9 @@ def add_accelerate_fsdp_transients(out: dict, x, training: Training) -> tuple:
 
 def root_group_params(x):
     """The parameters Accelerate leaves in the root group: a learned position table
-    (``max_position_embeddings`` x h) and BLOOM's embedding norm
-    (:func:`memsym.model.stages.stage_parameters` counts both on the first stage) [parameters].
+    (``max_position_embeddings`` x h), BLOOM's embedding norm
+    (:func:`memsym.model.stages.stage_parameters` counts both on the first stage) and a final
+    norm ``_find_final_norm`` misses (:func:`final_norm_in_root`: OPT's) [parameters].
 
     Examples
     --------
@@ -144,7 +182,8 @@ def root_group_params(x):
     """
     out = (sp.Integer(x.max_position_embeddings) * h
            if x.position_embedding_type == "learned_absolute" else sp.Integer(0))
-    return out + (norm_params(x) * h if x.embedding_norm else 0)
+    return out + (norm_params(x) * h if x.embedding_norm else 0) + (
+        norm_params(x) * h if final_norm_in_root(x) else 0)
 
 
 def accelerate_fsdp_groups(x, training: Training) -> tuple:
@@ -155,8 +194,10 @@ def accelerate_fsdp_groups(x, training: Training) -> tuple:
     ``fsdp2_prepare_model`` (Accelerate 1.16.0 ``utils/fsdp_utils.py:850-904``) makes a group of
     each decoder layer (the plugin's ``reshard_after_forward``), of an untied embedding (the
     same), of ``[final norm, (tied embedding,) output]`` (``reshard_after_forward=False``,
-    :884-898) and of the root, which holds what is left (a position table, an embedding
-    norm; ``reshard_after_forward`` None, False for the root: torch
+    :884-898; the final norm only where ``_find_final_norm``, :722-737, finds it among the base
+    model's direct children: :func:`final_norm_in_root`) and of the root, which holds what is
+    left (a position table, an embedding norm, a final norm found deeper; ``reshard_after_forward``
+    None, False for the root: torch
     ``_fsdp_state.py:203-207``).  Every group is all-gathered in each micro-batch's forward
     (each backward reshards it, ``reshard_after_backward`` True: ``_fsdp_param_group.py:223,
     607-609, 637-638``); a group resharded after its forward (``regathered``) is all-gathered
@@ -197,7 +238,7 @@ def accelerate_fsdp_groups(x, training: Training) -> tuple:
 
     References
     ----------
-    hf-accelerate: ``utils/fsdp_utils.py:850-904``; pytorch-fsdp2: ``_fsdp_state.py:203-207``,
+    hf-accelerate: ``utils/fsdp_utils.py:722-737, 850-904``; pytorch-fsdp2: ``_fsdp_state.py:203-207``,
     ``_fsdp_param_group.py:223, 576-638``.
     """
     x, again = resolve(x), not training.memory.fsdp_keep_gathered
@@ -207,7 +248,7 @@ def accelerate_fsdp_groups(x, training: Training) -> tuple:
         blocks[sum(layer_parameters(x, kind).values())] += n
     vh = as_int(V * h, parameter_values(x, 1, True))       # as stage_parameters counts it
     untied = bool(x.untie_embeddings_and_output_weights)
-    tail = vh + norm_params(x) * x.hidden_size + (
+    tail = vh + tail_norm_params(x) * x.hidden_size + (
         as_int(V, parameter_values(x, 1, True)) if x.output_layer_bias else 0)
     out = [(size, n, again) for size, n in blocks.items()]
     if untied:
