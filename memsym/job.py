@@ -20,6 +20,7 @@ from .errors import InvalidValueError, UnknownNameError
 from .frameworks import framework as framework_record
 from .terms.allowances import allowance_values
 from .terms.cuda_graphs import cuda_graph_notes
+from .terms.hf_eager_attention import EAGER_ONLY
 from . import hardware, rules
 from .model.pipeline_layout import PipelineLayout
 from .model import Architecture, resolve, resolve_model
@@ -205,6 +206,7 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     trn, why = _training_of(training, trn_kw, model, base, notes)
     fw = framework_record(trn.framework)
     base = framework_architecture(base, trn.framework)   # transformers' unpadded vocabulary
+    trn, eager_only = _eager_only(base, trn, trn_kw, fw, notes)
     if world_size is not None:
         lay = _with_world_size(base, lay, "d" in lay_kw, world_size)
     if not seq_given:
@@ -230,7 +232,10 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
     dev, clu, cap = _hardware(gpu, cluster, gpus_per_node, capacity)
     _fp8_layout_notes(trn, dev, notes)
     framework_default = {"sharding": fw.default_scheme_source, "dropout": why,
-                         "flash_attention": fw.attention_source}
+                         "flash_attention": fw.attention_source if not eager_only else
+                         f"eager: {eager_only} declares no _supports_sdpa, so transformers' "
+                         "get_correct_attn_implementation falls back from 'sdpa' to 'eager' "
+                         "(modeling_utils.py:1882-1889 at 5.25.0)"}
     defaulted = [k for k in defaulted if k not in SETTING_DEFAULTS or SETTING_DEFAULTS[k][1](x, trn)]
     applied = tuple(_defaults) + tuple(
         (k, trn.value(k) if k in FIELD_PARTS else getattr(lay, k),
@@ -238,6 +243,25 @@ def job(model=None, *, layout: Layout | None = None, training: Training | None =
                                       else REPORTED_DEFAULTS[k])) for k in defaulted)
     return Job(x, lay, trn, tuple(sorted(alw.items())), dev, clu, cap, m_,
                tuple(dict.fromkeys(notes)), applied)
+
+
+def _eager_only(base, trn: Training, trn_kw: dict, fw, notes: list) -> tuple:
+    """(the Training, the model class's citation) for a model class that runs eager attention
+    alone under transformers' code (memsym.terms.hf_eager_attention.EAGER_ONLY): flash off
+    by default, refused when asked for; (trn, None) for any other model or framework."""
+    eager_only = EAGER_ONLY.get((base.extra or {}).get("hf_model_type")) \
+        if fw.hf_model_code else None
+    if eager_only and "flash_attention" not in trn_kw and trn.memory.flash_attention:
+        trn = trn.replace(flash_attention=False)    # Training's default True is Megatron's
+        notes.append(f"eager attention: {eager_only} declares no _supports_sdpa; transformers "
+                     "falls back from 'sdpa' to 'eager' (modeling_utils.py:1882-1889 at 5.25.0)")
+    if eager_only and trn.memory.flash_attention:
+        raise InvalidValueError(
+            f"{base.extra['hf_model_type']} runs eager attention alone under transformers' "
+            f"model code ({eager_only} declares no _supports_sdpa nor _supports_flash_attn): "
+            "flash attention (sdpa, flash_attention_2) is refused by transformers; drop "
+            "--use-flash-attn")
+    return trn, eager_only
 
 
 def _fp8_layout_notes(trn: Training, dev, notes: list) -> None:

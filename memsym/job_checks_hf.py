@@ -13,6 +13,7 @@ from .terms.adapters import quantization_bits
 from .terms.autocast import AUTOCAST_ACTIVATIONS, AUTOCAST_MODEL_TYPES
 from .terms.autocast16 import AUTOCAST16_LAYERS
 from .terms.gemma4_norms import GEMMA4_NORM_TYPES
+from .terms.hf_eager_attention import EAGER_ONLY
 from .terms.torch_ddp import TORCH_DDP_PRECISIONS
 from .text import printable
 
@@ -182,7 +183,9 @@ def check_autocast(x, layout: Layout, training: Training) -> None:
             f"t {layout.t}, p {layout.p}, c {layout.c}" if layout.world_size != layout.d else
             f"recompute {training.memory.recompute}"
             if training.memory.recompute not in ("none", "full") else
-            "eager attention (flash_attention off)" if not training.memory.flash_attention else
+            # BLOOM and MPT run eager attention alone (memsym.terms.hf_eager_attention)
+            "eager attention (flash_attention off)" if not training.memory.flash_attention
+            and kind not in EAGER_ONLY else
             (f"a {printable(str(kind), 40)} model" if kind else
              "a model not read from a config.json (a preset or options)")
             + (" (MoE layers)" if kind in types else "")

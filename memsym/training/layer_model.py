@@ -36,6 +36,7 @@ from ..terms.gemma4_norms import GEMMA4_NORM_TYPES, gemma4_norm_excess
 from ..terms.gemma4_moe import gemma4_moe_block
 from ..terms.gemma4_ple import gemma4_ple_layer
 from ..terms.kv_sharing import kv_reuse_saving
+from ..terms.hf_eager_attention import hf_eager_softmax_fp32
 from ..terms.eager_glu import eager_clamped_glu_input, eager_silu_output, eager_tanh_gelu
 from ..terms.global_attention import SDPA_GQA_MAX_HEAD_DIM, as_global, sdpa_repeated_kv
 from ..terms.hf_moe_routing import (HF_FP32_ROUTER_WEIGHT, HF_GROUPED_ROUTERS, HF_ROUTERS,
@@ -271,6 +272,14 @@ def _part_addons(x, sp_on: bool, training: Training, recompute: str, cp_a2a: boo
     if cp_a2a is None:           # c a symbol (a search template): nothing at c = 1
         a2a_out = sp.Piecewise((0, sp.Eq(c, 1)), (a2a_out, True))
 
+    # BLOOM's and MPT's eager softmax kept in fp32 beside its 16-bit cast (XGLM's in fp16:
+    # modeling_xglm.py:218-219); memsym.terms.hf_eager_attention
+    kind = (x.extra or {}).get("hf_model_type")
+    eager_fp32 = hf_eager_softmax_fp32(bool(
+        fw.hf_model_code and not training.memory.flash_attention and w == 2 and (
+            kind in ("bloom", "mpt") or (kind == "xglm" and training.states.precision == "fp16"))
+    )).expr
+
     def attention(layer: Total, mode: str) -> sp.Expr:
         part = _layer_part(layer, ATTENTION_KEYS)
         # torchtitan's SAC recomputes a cuDNN SDPA off its _save_list (memsym.terms.op_sac)
@@ -280,7 +289,8 @@ def _part_addons(x, sp_on: bool, training: Training, recompute: str, cp_a2a: boo
                 else 0) - attn - (frozen_linear_inputs(part, targets) if frozen else 0) \
             + (qkv_view if mode == "selective" else 0) + (a2a_out if mode == "none" or (
                 mode == "selective" and "core_attn" not in (mods or ())) else 0) \
-            + (tm.dtensor_gathered_inputs(None, w) if mode == "none" and gathered_in else 0)
+            + (tm.dtensor_gathered_inputs(None, w) if mode == "none" and gathered_in else 0) \
+            + (eager_fp32 if mode == "none" else 0)
 
     def ffn(layer: Total, moe: bool, mode: str) -> sp.Expr:
         part = _layer_part(layer, MOE_KEYS if moe else MLP_KEYS)
