@@ -227,3 +227,18 @@ def test_inline_fsdp_config_starts_with_its_brace(capsys, tiny, tmp_path, monkey
     err = refused_line(capsys, _fsdp(tiny, "--bf16", "--fsdp", "--fsdp_config",
                                      ' {"version": 1}'))
     assert "FSDP1" in err
+
+
+@pytest.mark.parametrize("words", [
+    lambda tiny: ["--gpu", "h100-80gb", "torchrun", "--nproc_per_node", "2", "run_clm.py",
+                  "--model_name_or_path", tiny, "--block_size", "128",
+                  "--per_device_train_batch_size", "2", "--output_dir", "o", "--bf16",
+                  "--fsdp", "full_shard"],
+    lambda tiny: [tiny, "--gpus", "2", "--gpu", "h100-80gb", "--framework", "deepspeed",
+                  "--sharding", "fsdp", "--accelerate-fsdp", "mixed"]])
+def test_search_refuses_accelerates_fsdp_in_its_own_words(capsys, tiny, words):
+    # the search's rows price no Accelerate FSDP2 groups: refused as what it is (not as
+    # "not sharding ddp", the probe's default it once blamed)
+    err = refused_line(capsys, ["search", *words(tiny)])
+    assert "Accelerate's FSDP2" in err and "not a searched setting" in err
+    assert "sharding ddp" not in err

@@ -104,11 +104,17 @@ def read_job(words, gpus=None, gpu=None):
     from .framework_jobs import framework_job_from_args, framework_read_as
     from .training_options import job_from_args, wants_training
 
+    from ..errors import InvalidValueError
+
     est = words.reading
     if not wants_training(est):
-        from ..errors import InvalidValueError
-
         raise InvalidValueError("search needs a model: a MODEL, or a job that names one")
+    if getattr(est, "accelerate_fsdp", None) or getattr(est, "fsdp_keep_gathered", None):
+        # its groups, held gradients and collectives are the job's own (memsym.terms.
+        # accelerate_fsdp); the search's rows price no such scheme: refused in its own words
+        raise InvalidValueError("search: Accelerate's FSDP2 (a Trainer launch's --fsdp, "
+                                "--accelerate-fsdp) is not a searched setting; estimate the "
+                                "job's layouts one by one instead")
     if gpu is not None and getattr(est, "gpu", None) is None:
         est.gpu = gpu
     if gpus is not None and getattr(est, "world_size", None) is None \
