@@ -242,17 +242,23 @@ def test_torchtitan_splits_the_pipeline_itself():
 def test_the_loss_and_the_gradients_as_each_framework_makes_them():
     """torchtitan: torch's cross-entropy on a .float() copy of the logits, loss_parallel at
     t > 1, zero_grad(set_to_none) before the step and its own embedding / output FSDP groups;
-    Megatron-core's fused vocab-parallel cross-entropy (its per-token fp32 buffers) for Megatron
-    and DeepSpeed.  Megatron's torch-FSDP2 path keeps its gradients and its groups.  (The
+    Megatron-core's fused vocab-parallel cross-entropy (its per-token fp32 buffers) for Megatron;
+    transformers' ForCausalLMLoss for DeepSpeed, which runs its model code (a .float() copy of
+    the 16-bit logits, int64 labels; tests/test_hf_loss.py measures it).  Megatron's torch-FSDP2
+    path keeps its gradients and its groups.  (The
     allocated count: the reserved and device counts keep the gradients' blocks in the
     reduce-scatter stream's pool, memsym.training.transients.stream_pools.)"""
     titan = _keys(job("llama3-8b", d=8, framework="torchtitan", global_batch_size=8,
                       metric="allocated"))
     assert {"logits_fp32_copy", "gradients_not_yet_made", "output_group_gathered"} <= titan
     assert "ce_per_token" not in titan
-    for name, scheme in (("megatron", "distributed-optimizer"), ("deepspeed", "zero1")):
-        keys = _keys(job("llama3-8b", d=8, framework=name, sharding=scheme, global_batch_size=8))
-        assert "ce_per_token" in keys and "logits_fp32_copy" not in keys
+    keys = _keys(job("llama3-8b", d=8, framework="megatron", sharding="distributed-optimizer",
+                     global_batch_size=8))
+    assert "ce_per_token" in keys and "logits_fp32_copy" not in keys
+    keys = _keys(job("llama3-8b", d=8, framework="deepspeed", sharding="zero1",
+                     global_batch_size=8))
+    assert {"logits_fp32_copy", "labels_int64", "log_softmax_grad_fp32"} <= keys
+    assert "ce_per_token" not in keys
     fsdp = _keys(job("llama3-8b", d=8, framework="megatron", sharding="fsdp", global_batch_size=8))
     assert not {"gradients_not_yet_made", "output_group_gathered"} & fsdp
     # torch's DTensor loss_parallel at t > 1 (its exp of the shifted logits), unless disabled

@@ -1,7 +1,8 @@
 """Loss transients: what the cross-entropy adds at its forward and backward peaks.
 
 Megatron's vocab-parallel cross-entropy, PyTorch's eager ``F.cross_entropy`` on an fp32 copy
-of the logits (torchtitan) and torch's ``loss_parallel``: each a cited
+of the logits (torchtitan), transformers' ``ForCausalLMLoss`` (its model code, run by DeepSpeed
+and the Hugging Face Trainer) and torch's ``loss_parallel``: each a cited
 :class:`~memsym.term.Term` beyond the saved softmax of
 :func:`memsym.terms.activations.output_activations`.  Re-exported by
 :mod:`memsym.terms.transients`.
@@ -9,13 +10,16 @@ of the logits (torchtitan) and torch's ``loss_parallel``: each a cited
 
 from __future__ import annotations
 
+import sympy as sp
+
+from ..errors import choose
 from ..symbols import V, b, c, s, t
 from ..term import Source, Term, Total
 from ..text import shared_doc
 from ..values import as_expr
 
 __all__ = ["cross_entropy_transient", "torch_cross_entropy_transient",
-           "torch_cross_entropy_backward", "loss_parallel_transient", "loss_parallel_backward"]
+           "hf_cross_entropy_transient", "torch_cross_entropy_backward", "loss_parallel_transient", "loss_parallel_backward"]
 
 _CE = Source("megatron-core", "core/tensor_parallel/cross_entropy.py, "
              "_VocabParallelCrossEntropy.forward and VocabParallelCrossEntropy.calculate_*")
@@ -145,6 +149,93 @@ def torch_cross_entropy_transient(tokens=None, vocab=None, tp=None) -> Total:
         Term("logits_fp32_copy", 4 * tau * vocab / tp, "the .float() copy log_softmax reads",
              src, label="fp32 logits copy"),
     ))
+
+
+_HF_CE = Source("hf-transformers-loss", "loss/loss_utils.py:52-74, ForCausalLMLoss (logits.float() "
+                "at :62; labels padded and shifted at :66-67 unless shift_labels is given; "
+                "fixed_cross_entropy's F.cross_entropy at :43); models/llama/modeling_llama.py:"
+                "471-483 (lm_head's logits, returned beside the loss); integrations/deepspeed.py:"
+                "723-777 (deepspeed_sp_compute_loss: Ulysses passes shift_labels, :740-747)")
+
+#: Bytes of an element of the logits by their dtype.
+_LOGIT_WIDTHS = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@logit_doc
+def hf_cross_entropy_transient(tokens=None, vocab=None, tp=None, dtype: str = "bf16",
+                               shifted=True) -> Total:
+    r"""What transformers' ``ForCausalLMLoss`` adds at its forward peak [bytes].
+
+    Beyond its saved log-softmax, with :math:`\tau = s b / c` tokens on one GPU, :math:`w` bytes a logit in the model's
+    compute dtype:
+
+    .. math::
+
+        \underbrace{w\tau V/t}_{\text{logits}} + \underbrace{4\tau V/t}_{\text{fp32 copy},
+        \;w = 2} + \underbrace{8 b (s + 1) + 8 s b}_{\text{int64 labels}, \;c = 1}
+
+    ``LlamaForCausalLM.forward`` (and every causal LM of transformers 5 through
+    ``self.loss_function``) passes the output layer's logits to ``ForCausalLMLoss``, which
+    casts them to fp32 (``logits.float()``: a copy of 16-bit logits, the tensor itself when
+    they are fp32), pads the labels with one ``ignore_index`` column and copies the shifted
+    view (``labels[..., 1:].contiguous()``, int64), then calls ``F.cross_entropy``: while
+    ``log_softmax`` writes its fp32 output (saved for the backward: the :math:`4\tau V/t` of
+    :func:`memsym.terms.activations.output_activations`) the logits (returned with the loss,
+    alive until the Trainer's ``compute_loss`` returns), the fp32 copy and both label tensors
+    are alive: 10 bytes a logit over 16-bit weights, 8 over fp32 ones (no copy).  The copy
+    dies with the loss function; the backward is
+    :func:`torch_cross_entropy_backward`'s.  Under DeepSpeed Ulysses (:math:`c > 1`) the
+    Trainer passes the data loader's ``shift_labels`` (``deepspeed_sp_compute_loss``): no
+    label copy.  Measured on the CPU in ``tests/test_hf_loss.py`` (fp32 and bf16 weights).
+
+    Parameters
+    ----------
+    {logit_params}
+    dtype : {"bf16", "fp16", "fp32"}
+        The logits' dtype: the model's compute dtype (autocast's under autocast) [1].
+    shifted : bool or None
+        Whether the loss pads and shifts the labels itself (no ``shift_labels`` given: the
+        Trainer without Ulysses); None: where :math:`c = 1` (a search template) [1].
+
+    Returns
+    -------
+    Total
+        ``logits_16bit`` (``logits_fp32`` in fp32), ``logits_fp32_copy`` (16-bit logits only)
+        and ``labels_int64`` [bytes].
+
+    Examples
+    --------
+    >>> hf = hf_cross_entropy_transient(dtype="fp32")
+    >>> hf.keys, hf.evaluate(s=128, b=2, c=1, V=32000, t=1) == (4 * 256 * 32000
+    ...                                                          + 8 * 2 * 129 + 8 * 256)
+    (('logits_fp32', 'labels_int64'), True)
+    >>> hf_cross_entropy_transient(shifted=False).evaluate(s=128, b=2, c=2, V=32000, t=1)
+    24576000
+
+    References
+    ----------
+    .. [hf-transformers-loss] transformers 5.25.0 ``loss/loss_utils.py`` (``ForCausalLMLoss``,
+       ``fixed_cross_entropy``), ``models/llama/modeling_llama.py`` (``LlamaForCausalLM``),
+       ``integrations/deepspeed.py`` (``deepspeed_sp_compute_loss``).
+    """
+    dtype = choose("logits dtype", dtype, tuple(_LOGIT_WIDTHS))
+    n = _logit_shape(tokens, vocab, tp)
+    tau = logit_sizes(tokens, vocab, tp)[0]
+    labels = 8 * (tau + b) + 8 * tau
+    if shifted is None:
+        labels = sp.Piecewise((labels, sp.Eq(c, 1)), (0, True))
+    fp32 = dtype == "fp32"
+    terms = [Term("logits_fp32" if fp32 else "logits_16bit", _LOGIT_WIDTHS[dtype] * n,
+                  f"{dtype} logits of the output layer, returned beside the loss",
+                  _HF_CE, label=f"{dtype} logits")]
+    if not fp32:
+        terms.append(Term("logits_fp32_copy", 4 * n, "the .float() copy log_softmax reads",
+                          _HF_CE, label="fp32 logits copy"))
+    if shifted is not False:
+        terms.append(Term("labels_int64", labels, "the labels padded with one ignore_index "
+                          "column and their shifted contiguous copy (int64)", _HF_CE,
+                          label="int64 labels"))
+    return Total("cross-entropy transient of transformers' ForCausalLMLoss", tuple(terms))
 
 
 _TORCH_CE = Source("pytorch-autograd", "aten NLLLossBackward0 (nll_loss_backward: a zero-filled "

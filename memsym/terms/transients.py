@@ -16,16 +16,17 @@ from ..symbols import (M_ctx, N, N_bkt, N_pf, S_nccl, V, b, b_r, b_u, c, d, h, m
                        n_ag, n_bkt, n_ch, p, s, t)
 from ..term import Source, Term, Total
 from ..values import as_expr, lazy_min
-from .loss_transients import (cross_entropy_transient, loss_parallel_backward,
-                              loss_parallel_transient, torch_cross_entropy_backward,
-                              torch_cross_entropy_transient)
+from .loss_transients import (cross_entropy_transient, hf_cross_entropy_transient,
+                              loss_parallel_backward, loss_parallel_transient,
+                              torch_cross_entropy_backward, torch_cross_entropy_transient)
 from .sharding_transients import (deepspeed_ipg_buckets, fsdp2_io_groups, fsdp2_kept_unsharded,
                                   fsdp2_pipeline_unsharded, fsdp2_reshards_after_forward,
                                   fsdp2_transients, megatron_buckets, megatron_fsdp_buckets,
                                   megatron_fsdp_fp8_unsharded, zero3_transients)
 
 __all__ = ["DEFAULTS", "cross_entropy_transient", "torch_cross_entropy_transient",
-           "torch_cross_entropy_backward", "loss_parallel_transient", "loss_parallel_backward",
+           "hf_cross_entropy_transient", "torch_cross_entropy_backward", "loss_parallel_transient",
+           "loss_parallel_backward",
            "fsdp2_transients", "fsdp2_io_groups", "fsdp2_reshards_after_forward",
            "fsdp2_kept_unsharded", "fsdp2_pipeline_unsharded", "zero3_transients",
            "deepspeed_ipg_buckets", "megatron_buckets", "megatron_fsdp_fp8_unsharded",

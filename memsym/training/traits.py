@@ -160,18 +160,23 @@ def loss_kind(layout: Layout, training: Training) -> str:
     """Which cross-entropy the last stage runs: ``"chunked"`` (TRL's chunked_nll,
     :mod:`memsym.terms.chunked_loss`), ``"compiled"`` (torch.compile'd), ``"loss-parallel"``
     (torchtitan, t > 1: DTensor ``loss_parallel``), ``"torch"`` (eager ``F.cross_entropy`` of a
-    ``.float()`` copy: torchtitan, memsym's FSDP2), ``"te"`` (:mod:`memsym.terms.recipe_buffers`)
-    or ``"vocab-parallel"`` (Megatron-core's fused vocab-parallel cross-entropy).
+    ``.float()`` copy: torchtitan, memsym's FSDP2), ``"transformers"`` (transformers'
+    ``ForCausalLMLoss``, the loss of its model code: DeepSpeed and the Hugging Face Trainer,
+    :func:`memsym.terms.transients.hf_cross_entropy_transient`), ``"te"``
+    (:mod:`memsym.terms.recipe_buffers`) or ``"vocab-parallel"`` (Megatron-core's fused
+    vocab-parallel cross-entropy).
 
     Examples
     --------
-    >>> loss_kind(Layout(), Training())
-    'vocab-parallel'
+    >>> loss_kind(Layout(), Training()), loss_kind(Layout(), Training(framework="deepspeed"))
+    ('vocab-parallel', 'transformers')
     """
     if training.memory.chunked_loss:
         return "chunked"
     if training.memory.compiled_loss:
         return "compiled"
+    if framework_record(training.framework).hf_model_code:
+        return "transformers"
     if framework_record(training.framework).torch_loss:
         return "loss-parallel" if layout.t > 1 and training.memory.loss_parallel else "torch"
     if training.memory.cross_entropy_fusion_impl == "te":

@@ -84,9 +84,18 @@ def _cached_width_items(training: Training) -> tuple:
     return tuple(_transient_widths(training).items())
 
 
-def _loss_transients(kind: str) -> tuple:
+def _loss_transients(kind: str, training: Training, cp_size) -> tuple:
     """(forward Terms, loss-backward Terms) of the cross-entropy ``kind`` beyond its saved
-    tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`)."""
+    tensors (the ``logits`` of :func:`memsym.terms.activations.output_activations`);
+    ``cp_size`` None: c left a symbol (a search template)."""
+    if kind == "transformers":
+        # ForCausalLMLoss: the logits in the compute dtype (autocast's under autocast), their
+        # fp32 copy when 16-bit, the labels' int64 copies (none under Ulysses: shift_labels)
+        dtype = "fp32" if activation_width(training) == 4 else (
+            training.states.autocast or training.states.precision)
+        fwd = tr.hf_cross_entropy_transient(dtype=dtype, shifted=None if cp_size is None
+                                            else cp_size == 1)
+        return tuple(fwd.terms), tuple(tr.torch_cross_entropy_backward().terms)
     if kind == "vocab-parallel":
         fwd = tr.cross_entropy_transient()
         # the fp32 softmax turned gradient in place; autograd casts it to the 16-bit input
@@ -208,9 +217,9 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
       :func:`memsym.terms.transients.torch_cross_entropy_backward`), torch's
       ``loss_parallel`` (torchtitan with t > 1:
       :func:`memsym.terms.transients.loss_parallel_transient`,
-      :func:`memsym.terms.transients.loss_parallel_backward`) or a compiled loss (only the
-      16-bit gradient); in ``backward`` the output layer's activations are freed (a negative
-      Term, ``output_freed``);
+      :func:`memsym.terms.transients.loss_parallel_backward`), transformers' (DeepSpeed:
+      :func:`memsym.terms.transients.hf_cross_entropy_transient`) or a compiled loss (only the
+      16-bit gradient); in ``backward`` the output layer's activations are freed (``output_freed``);
     * FSDP2 (``sharding="fsdp"``): forward and loss-backward, ``n_ag`` blocks all-gathered;
       backward, :func:`memsym.terms.transients.fsdp2_transients` (torchtitan with PP: the
       whole stage kept gathered from forward on, and its unsharded gradients accumulated in
@@ -275,7 +284,7 @@ def phase_transients(j: Job | UncheckedJob, stage: int, activations: Total | Non
     acts = (resolved_stage_activations(j, stage) if activations is None else activations).terms
     _add_recompute_absences(out, acts, x, training)
     if stage == output_stage(layout, training):
-        _add_loss_transients(out, x, layout, training)
+        _add_loss_transients(out, j)
     if framework_record(training.framework).torch_pipelining and layout.p > 1 and j.m is not None:
         # the pipeline's receive buffers outlive the step: the optimizer step sees them
         out["optimizer"].append(pipelining_recv_buffers(
@@ -361,12 +370,14 @@ def _widened(term: Term, widths: tuple) -> Term:
     return replace(term, expr=as_expr(term.expr).xreplace(dict(widths)))
 
 
-def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> None:
+def _add_loss_transients(out: dict, j: Job | UncheckedJob) -> None:
     """Add the output stage's transients to ``out`` (phase -> Terms): the loss's buffers
     beyond what it saves (:func:`_loss_transients`, all logits per TP rank where they are
     gathered; under PEFT ``lm_head``'s input, which the causal LM's forward holds through the
     loss: :func:`memsym.terms.peft_lora.peft_head_input_held`), the deferred embedding weight-gradient buffers, and in the blocks' backward the
     output layer's activations freed (``output_freed``)."""
+    x, layout, training = j.model, j.layout, j.training
+    cp_size = None if isinstance(j, UncheckedJob) else layout.c     # None: c a symbol
     kind = loss_kind(layout, training)
     amp = bool(training.states.autocast) and training.states.precision == "fp32"
     if kind == "chunked":    # TRL's chunked loss at t = 1 (memsym.job_checks)
@@ -382,7 +393,7 @@ def _add_loss_transients(out: dict, x, layout: Layout, training: Training) -> No
         bwd = (chunked_loss_backward(run, frozen_head=training.adapters.finetune != "full",
                                      gathered=gathered),)
     else:
-        fwd, bwd = _loss_transients(kind)
+        fwd, bwd = _loss_transients(kind, training, cp_size)
         if autotp_logits(training):
             fwd, bwd = tm.gathered_logits(fwd, autotp=True), tm.gathered_logits(bwd, autotp=True)
         elif logits_gathered(layout, training):
