@@ -39,6 +39,8 @@ ALLOWED = {
     # TrainingArguments' own field and launcher words ("--deepspeed", "deepspeed train.py"),
     # compared as the words of a Hugging Face Trainer launch, not as memsym's framework
     "memsym/readers/hf_trainer.py": 4,
+    # TrainingArguments' --deepspeed beside --fsdp (the Trainer refuses both), a launch's word
+    "memsym/readers/hf_fsdp.py": 1,
 }
 
 

@@ -490,8 +490,9 @@ def _group_sums(st: Settings, price) -> tuple:
 
 
 def fsdp_group_collectives(st: Settings, m) -> list:
-    r"""The collectives one step of ``Settings.fsdp_groups`` issues: each distinct kind and
-    buffer with its count.
+    r"""The collectives of one step of Accelerate's FSDP2 groups, with their counts.
+
+    Those of ``Settings.fsdp_groups``: each distinct kind and buffer with its count.
 
     .. math:: n_{ag}(P) = m\,(1 + [\text{regathered}])\,n_P, \quad n_{rs}(P) = n_P
 
