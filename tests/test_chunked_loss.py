@@ -11,7 +11,9 @@ checkpointing (TRL's default) and without.  Sizes below: V = 1000 words, chunks 
 rows, n = b (s - 1) shifted positions; "scalars" are the loss's 4-byte 0-d tensors, which
 memsym does not count.  Where autograd sums gradients (the backward from three chunks, PEFT's
 LoRA) the oracle is the CPU allocator's own record (torch.profiler, :func:`_allocated`), with no
-dispatch mode on to change how autograd sums them.
+dispatch mode on to change how autograd sums them.  Every measured window ends at the final
+norm's output gradient, where the backward is stopped (tests/tracked_model.py ``closing``):
+the backbone's backward is never read.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 
 from in_process import json_report
 from tiny_llama import F, H, LAYERS, V, tiny_llama
-from tracked_model import Windows, tracker_of
+from tracked_model import WindowClosed, Windows, closing, tracker_of
 from memsym.errors import InvalidValueError
 from memsym.terms.chunked_loss import chunked_loss_backward, chunked_loss_forward
 
@@ -106,8 +108,8 @@ def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
     windows = Windows(tracker, mt)
     marks, start, end = windows.marks, windows.start, windows.end
 
-    def norm_out(module, args, out):
-        out.register_hook(lambda grad: end("bw_loss"))
+    def norm_out(module, args, out):    # the window's end; the backbone's backward not run
+        out.register_hook(closing(lambda: end("bw_loss")))
 
     model.model.register_forward_hook(lambda *_: start("fw_loss"))
     model.model.norm.register_forward_hook(norm_out)
@@ -119,7 +121,8 @@ def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
         loss = out.loss
         del out                               # compute_loss returns the loss alone
         loss.register_hook(lambda grad: start("bw_loss"))
-        loss.backward()
+        with contextlib.suppress(WindowClosed):
+            loss.backward()
     del policy                                # CPU autocast's own kernels again
     if not lora:
         root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == "LlamaForCausalLM")
@@ -175,8 +178,8 @@ def _allocated(dtype: str, hidden: int, batch: int, vocab: int, lora: bool) -> i
     def mark(size):
         torch.empty(size, dtype=torch.uint8)       # allocated and freed at once
 
-    def norm_out(module, args, out):
-        out.register_hook(lambda grad: mark(end))
+    def norm_out(module, args, out):    # the window's end; the backbone's backward not run
+        out.register_hook(closing(lambda: mark(end)))
 
     (top.get_base_model() if lora else top).model.norm.register_forward_hook(norm_out)
     policy = _cuda_policy(torch)
@@ -189,7 +192,8 @@ def _allocated(dtype: str, hidden: int, batch: int, vocab: int, lora: bool) -> i
             with torch.autocast("cpu", dtype=torch.bfloat16):     # as in :func:`_tracked`
                 loss = top(input_ids=ids, labels=ids).loss
             loss.register_hook(lambda grad: mark(begin))
-            loss.backward()
+            with contextlib.suppress(WindowClosed):
+                loss.backward()
     finally:
         torch.get_rng_state, torch.set_rng_state = rng
         del policy

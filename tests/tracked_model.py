@@ -1,5 +1,6 @@
 """torch's MemTracker around a whole model, as the chunked-loss and PEFT-output tests use it:
-the tracker, the live bytes it sees, and windows whose peak is taken from a mark.
+the tracker, the live bytes it sees, windows whose peak is taken from a mark, and a hook that
+stops a backward once the window it measures has closed.
 
 ``torch.distributed._tools.mem_tracker.MemTracker`` registers a gradient hook on every
 parameter and refuses a frozen one (no ``requires_grad``): a frozen parameter gets no-op
@@ -47,3 +48,20 @@ class Windows:
 
     def end(self, name: str) -> None:
         self.marks[name] = live(self.mem_tracker, self.mt, "peak") - self.marks[name]
+
+
+class WindowClosed(Exception):
+    """Raised by :func:`closing` once a measured window of a backward has closed."""
+
+
+def closing(close):
+    """A tensor hook that calls ``close()`` (the window's end, its peak read there) and then
+    stops the backward by raising :class:`WindowClosed`, which the caller suppresses
+    (``contextlib.suppress(WindowClosed)`` around ``backward()``).  What the backward would
+    run after the window, the backbone's backward (and, with gradient checkpointing, its
+    forward recomputed), is most of a tiny model's step and nothing a test reads: the window's
+    peak is the same either way (a peak is taken up to its end)."""
+    def hook(grad):
+        close()
+        raise WindowClosed
+    return hook
