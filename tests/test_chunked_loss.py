@@ -7,13 +7,13 @@ huggingface/trl f2cd57710a sft_trainer.py:86-378), on the CPU: float32 weights (
 dtype) and bfloat16 weights, both under bf16 autocast as Accelerate runs the Trainer's forward
 with TRL's default bf16 (accelerate 1.16 accelerator.py:1791-1801, whatever the weights'
 dtype; the loss's ops in CUDA's autocast dtypes, :func:`_cuda_policy`), with gradient
-checkpointing (TRL's default) and without.  Sizes below: V = 1000 words, chunks of k = 256
-rows, n = b (s - 1) shifted positions; "scalars" are the loss's 4-byte 0-d tensors, which
-memsym does not count.  Where autograd sums gradients (the backward from three chunks, PEFT's
-LoRA) the oracle is the CPU allocator's own record (torch.profiler, :func:`_allocated`), with no
-dispatch mode on to change how autograd sums them.  Every measured window ends at the final
-norm's output gradient, where the backward is stopped (tests/tracked_model.py ``closing``):
-the backbone's backward is never read.
+checkpointing (TRL's default) and without.  Sizes below: V = 1000 words (fewer where a case
+names them), chunks of k = 256 rows, n = b (s - 1) shifted positions; "scalars" are the
+loss's 4-byte 0-d tensors, which memsym does not count.  Where autograd sums gradients (the
+backward from three chunks, PEFT's LoRA) the oracle is the CPU allocator's own record
+(torch.profiler, :func:`_allocated`), with no dispatch mode on to change how autograd sums
+them.  Every measured window ends at the final norm's output gradient, where the backward is
+stopped (tests/tracked_model.py ``closing``): the backbone's backward is never read.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _model(torch, transformers, trl, dtype, chunked, hidden, checkpointing, voca
 
 
 def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
-             checkpointing: bool = True, lora: bool = False) -> dict:
+             checkpointing: bool = True, lora: bool = False, vocab: int = V) -> dict:
     """Activation bytes (MemTracker's ACT + TEMP) of the two-layer Llama's training step: at
     the forward's end (``fw_end``, full training), the peak of the loss's part of the forward
     over its start (the backbone's end: ``fw_loss``) and the peak of the loss's backward over
@@ -94,16 +94,16 @@ def _tracked(dtype: str, chunked: bool, hidden: int = H, batch: int = 2,
     The forward runs under bf16 autocast as the Trainer runs it (Accelerate's, over bf16
     weights too), with CUDA's dtypes for the loss's ops (:func:`_cuda_policy`); ``lora``:
     PEFT's LoRA (:func:`_model`), its frozen weights given no gradient hook (MemTracker
-    registers one on every parameter and refuses a frozen one)."""
+    registers one on every parameter and refuses a frozen one); ``vocab``: the words V."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     pytest.importorskip("packaging")
     peft = pytest.importorskip("peft") if lora else None
     import trl_chunked_vendored as trl
-    top = _model(torch, transformers, trl, dtype, chunked, hidden, checkpointing, V, peft)
+    top = _model(torch, transformers, trl, dtype, chunked, hidden, checkpointing, vocab, peft)
     model = top.get_base_model() if lora else top
-    ids = torch.randint(0, V, (batch, S))
+    ids = torch.randint(0, vocab, (batch, S))
     mt = tracker_of(tracker, top)
     windows = Windows(tracker, mt)
     marks, start, end = windows.marks, windows.start, windows.end
@@ -278,18 +278,19 @@ def test_a_frozen_head_under_autocast_is_refused():
 # measures that branch (test_torchs_tracker_sees_one_chunks_peaks).
 @pytest.mark.parametrize("dtype, hidden, batch, vocab, lora", [
     ("bfloat16", 128, 4, V, True),       # frozen head: the recomputed chunk, two chunks
-    ("bfloat16", 512, 9, 64, True),      # frozen head: a middle chunk's scatter, five chunks
-    ("bfloat16", 512, 9, 64, False),     # full training: the same, with the weight's gradient
-    ("float32", 512, 9, 64, False),      # full training under autocast: the same
+    ("bfloat16", 256, 9, 64, True),      # frozen head: a middle chunk's scatter, five chunks
+    ("bfloat16", 256, 9, 64, False),     # full training: the same, with the weight's gradient
+    ("float32", 256, 9, 64, False),      # full training under autocast: the same
 ])
 def test_the_allocator_sees_the_backward_peak(dtype, hidden, batch, vocab, lora):
     """The loss's backward peak of TRL's own code from the allocator's record = memsym's term,
     within the loss's 0-d tensors (8 bytes), full training and LoRA (lm_head frozen).  At
-    b = 9, s = 128, V = 64 a middle chunk's gradient scattered into an n x h tensor beside the
-    summed one peaks: 2 w n h + w k h over the weight's gradient, above the chunk's own
-    branches, which alone give 2,186,240, 2,251,776 and 3,258,368 bytes where 2,603,004,
-    2,668,540 and 5,337,084 are measured.  MemTracker (a dispatch mode) would see one more
-    n x h sum there."""
+    b = 9, s = 128, V = 64, h = 256 a middle chunk's gradient scattered into an n x h tensor
+    beside the summed one peaks: 2 w n h + w k h over the weight's gradient, above the chunk's
+    own branches, which alone give 1,109,504, 1,142,272 and 1,630,464 bytes where 1,301,500,
+    1,334,268 and 2,668,540 are measured (the 16-bit matmul's branch, 192,000 bytes below the
+    scatter, stays below it with the CPU matmul's scratch).  MemTracker (a dispatch mode) would
+    see one more n x h sum there."""
     measured = _allocated(dtype, hidden, batch, vocab, lora)
     autocast = dtype == "float32"
     want = _by_hand(autocast, hidden, batch, vocab, frozen=lora)["backward"]
@@ -324,24 +325,28 @@ def test_the_forward_end_keeps_the_packed_rows_not_the_logits(capsys, tmp_path, 
         ours["nll"] - ours["chunked_nll"] + 2 * tau * V - 12)
 
 
-# h = 768 puts the backward's peak on the weight's branch (16-bit: the recomputed matmul
-# beside the fp32 copies, from h > (12kV + 5k) / (4V + 4k), about 611; autocast over fp32
-# weights: from h > 1.75k = 448); b = 3 gives two chunks, b = 6 three.  Under autocast with two
-# chunks the measured backward peak is below memsym's term by about 4nh (the hidden states'
-# fp32 gradient: 1,173,488 bytes at n = 381, h = 768): memsym's term is an upper bound there,
-# exact from three chunks.  The tracker sums no gradient before these peaks (a dispatch mode
-# sums out of place: :func:`_allocated`).
-@pytest.mark.parametrize("dtype, hidden, batch, checkpointing, lora", [
-    ("bfloat16", 128, 4, True, False),   # the recomputed chunk's logits, fp32 log_p, exp, ...
-    ("bfloat16", 768, 3, True, False),   # the recomputed matmul: fp32 copies beside the casts
-    ("bfloat16", 768, 3, False, False),
-    ("bfloat16", 128, 4, True, True),    # LoRA (lm_head frozen): the same, no weight gradient
-    ("bfloat16", 768, 3, True, True),
-    ("float32", 128, 4, True, False),    # fp32 weights: the chunk's 16-bit logits, fp32 log_p
-    pytest.param("float32", 768, 6, True, False, marks=pytest.mark.slow),  # the weight's fp32
-    pytest.param("float32", 768, 6, False, False, marks=pytest.mark.slow),  # gradient added
-])                                                                          # out of place
-def test_torchs_tracker_sees_one_chunks_peaks(capsys, tmp_path, dtype, hidden, batch,
+# The weight's branch of the backward's peak (16-bit: the recomputed matmul beside the fp32
+# copies, from h > (12kV + 5k) / (4V + 4k); autocast over fp32 weights: the weight's fp32
+# gradient, from h > (14kV + 5k) / (6V + 2k), and below the scatter while n < 2V) is reached
+# at the smallest width by few words: V = 64, h = 256 (above 155; 129,792 bytes over the
+# entropy's branch, 260,864 frozen) and V = 512, h = 576 (above 512; 228,096 bytes), where
+# V = 1000 needed h = 768 (the backbone's matmuls, most of the time, grow as h^2); b = 3 gives
+# two chunks, b = 5 three.  Under autocast with two chunks the measured backward peak is below
+# memsym's term by about 4nh (the hidden states' fp32 gradient: 1,173,488 bytes at n = 381,
+# h = 768): memsym's term is an upper bound there, exact from three chunks.  The tracker sums
+# no gradient before these peaks (a dispatch mode sums out of place: :func:`_allocated`).
+@pytest.mark.parametrize("dtype, hidden, batch, vocab, checkpointing, lora", [
+    ("bfloat16", 128, 4, V, True, False),   # the recomputed chunk's logits, fp32 log_p, exp, ...
+    ("bfloat16", 256, 3, 64, True, False),  # the recomputed matmul: fp32 copies beside the casts
+    ("bfloat16", 256, 3, 64, False, False),
+    ("bfloat16", 128, 4, V, True, True),    # LoRA (lm_head frozen): the same, no weight gradient
+    ("bfloat16", 256, 3, 64, True, True),
+    ("float32", 128, 4, V, True, False),    # fp32 weights: the chunk's 16-bit logits, fp32 log_p
+    # fp32 weights: the weight's fp32 gradient added out of place
+    pytest.param("float32", 576, 5, 512, True, False, marks=pytest.mark.slow),
+    pytest.param("float32", 576, 5, 512, False, False, marks=pytest.mark.slow),
+])
+def test_torchs_tracker_sees_one_chunks_peaks(capsys, tmp_path, dtype, hidden, batch, vocab,
                                               checkpointing, lora):
     """The loss's forward and backward peaks of TRL's own code, measured = memsym's terms
     within the loss's scalars, with gradient checkpointing or without.  The backward's peak
@@ -357,15 +362,15 @@ def test_torchs_tracker_sees_one_chunks_peaks(capsys, tmp_path, dtype, hidden, b
     autocast's cache, freed at the forward's end; without, autograd keeps them for the
     layers' backward; under PEFT, with gradient checkpointing, the adapters' casts the same
     cache holds, memsym.terms.peft_lora.peft_cached_casts)."""
-    measured = _tracked(dtype, True, hidden, batch, checkpointing, lora)
+    measured = _tracked(dtype, True, hidden, batch, checkpointing, lora, vocab)
     autocast, n = dtype == "float32", batch * (S - 1)
-    want = _by_hand(autocast, hidden, batch, frozen=lora)
+    want = _by_hand(autocast, hidden, batch, vocab, frozen=lora)
     kept = (4 if autocast else 2) * n * hidden + 16 * n      # the packed rows, made first
     assert abs(measured["bw_loss"] - want["backward"]) <= 8, measured
     extra = measured["fw_loss"] - (kept + n + 8 * batch * S + want["forward"] - want["last"])
     assert 0 <= extra <= 64, measured    # the loop's scalars
     folder = tiny_llama(tmp_path, hidden_size=hidden, num_attention_heads=hidden // 64,
-                        num_key_value_heads=hidden // 64)
+                        num_key_value_heads=hidden // 64, vocab_size=vocab)
     phases = json_report(capsys, [*_launch(folder, batch, dtype, "chunked_nll"),
                                   "--gradient_checkpointing", str(checkpointing).lower(),
                                   *(["--use_peft"] if lora else [])])["phases"]
