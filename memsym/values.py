@@ -21,6 +21,7 @@ from .errors import InvalidValueError, LimitError
 from .symbols import info, lookup
 from .text import short
 from .limits import check_limit
+from .crossing import takes_both_signs
 
 __all__ = ["exact", "whole", "positive", "positive_or_symbolic", "boolean", "flag", "as_values",
            "as_expr",
@@ -419,8 +420,9 @@ def cached_max(*args: sp.Expr) -> sp.Expr:
     (``Max._find_localzeros``, a ``factor_terms`` of each difference) costs tens of
     milliseconds on a whole phase's transients, and the search and the job commands build
     the same maxima for every row and option (issue 29).  Where every two arguments are
-    ordered one way at one point and the other way at another (:func:`_both_signs`), no
-    proof exists and ``Max`` keeps them all: that ``Max`` is built without looking for one
+    ordered one way at one point and the other way at another
+    (:func:`memsym.crossing.takes_both_signs`), no proof exists and ``Max`` keeps them all:
+    that ``Max`` is built without looking for one
     (``evaluate=False`` orders the same arguments the same way).  Otherwise :func:`_built`
     builds SymPy's ``Max`` skipping the proof attempts of the pairs that cross.
 
@@ -456,7 +458,7 @@ def _extremum(cls, args: tuple) -> sp.Expr:
     args = tuple(as_expr(a) for a in args)
     plain = all(not a.is_number and not isinstance(a, (sp.Min, sp.Max)) for a in args)
     if plain and len(set(args)) == len(args) > 1 and all(
-            _both_signs(a - b) for i, a in enumerate(args) for b in args[i + 1:]):
+            takes_both_signs(a - b) for i, a in enumerate(args) for b in args[i + 1:]):
         return cls(*args, evaluate=False)
     return _built(cls, args)
 
@@ -465,11 +467,12 @@ def _built(cls, args: tuple) -> sp.Expr:
     """``cls(*args)`` (``sympy.Max`` or ``Min``) built as SymPy 1.14 builds it
     (``MinMaxBase.__new__``: the argument filter, the collapse of nested extrema, then each
     argument kept unless one already kept is proved at least as large (as small for ``Min``),
-    ``_find_localzeros``), with one step skipped where it cannot
-    succeed: the ``factor_terms`` of a pair's difference (``_is_connected``) when the pair is
-    ordered one way at one point and the other way at another (:func:`_both_signs`), where no
-    proof exists and SymPy keeps both after tens of milliseconds.  The same arguments are
-    kept, in the same order, so the result is the same expression."""
+    ``_find_localzeros``), with the steps skipped that cannot succeed: a pair's proof
+    attempt (``_is_connected``: SymPy's comparisons, then those of the ``factor_terms`` of its
+    difference) when the pair is ordered one way at one point and the other way at another
+    (:func:`_connected`), where no proof exists and SymPy keeps both after tens of
+    milliseconds.  The same arguments are kept, in the same order, so the result is the same
+    expression."""
     try:
         kept = cls._collapse_arguments(frozenset(cls._new_args_filter(args)))
     except ShortCircuit:
@@ -492,13 +495,22 @@ def _built(cls, args: tuple) -> sp.Expr:
     return cls(*zeros, evaluate=False)
 
 
+@functools.lru_cache(maxsize=4096)
 def _connected(x: sp.Expr, y: sp.Expr):
     """SymPy 1.14's ``MinMaxBase._is_connected(x, y)`` (``True``, ``Max``, ``Min`` or ``False``:
-    which of the two is provably the larger), returning ``False`` before the ``factor_terms``
-    pass where :func:`_both_signs` shows the difference takes both signs (no proof exists)."""
+    which of the two is provably the larger), returning ``False`` where
+    :func:`memsym.crossing.takes_both_signs` shows the difference takes both signs: at points
+    of 1 and 1000 before SymPy's comparisons, of 2 and 1000 too before its ``factor_terms``
+    pass (each an assumption query, together tens of milliseconds).  Every point satisfies
+    the symbols' assumptions, which are all SymPy's proofs use: where the difference takes
+    both signs none exists, and SymPy's answer is ``False`` too.  Remembered per ordered
+    pair: a pure function of the two expressions, and the maxima of a search's or a job's
+    stages share many of their pairs."""
     for attempt in range(2):
         if x == y:
             return True
+        if attempt == 0 and takes_both_signs(x - y):
+            return False
         larger, smaller = sp.Max, sp.Min
         for op in "><":
             for _ in range(2):
@@ -511,37 +523,7 @@ def _connected(x: sp.Expr, y: sp.Expr):
                 larger, smaller = smaller, larger
                 x, y = y, x
             x, y = y, x
-        if attempt == 0 and _both_signs(x - y):
+        if attempt == 0 and takes_both_signs(x - y, (1, 2)):   # before factoring: more points
             return False
         x, y = sp.factor_terms(x - y), sp.S.Zero
     return False
-
-
-def _takes(sym: sp.Symbol, value: int) -> bool:
-    # whether the integer `value` satisfies every assumption of `sym` (positive, integer, ...)
-    num = sp.Integer(value)
-    return all(getattr(num, f"is_{key}", None) == held for key, held in sym.assumptions0.items())
-
-
-def _both_signs(diff: sp.Expr) -> bool:
-    """Whether ``diff`` is exactly positive at one point and exactly negative at another,
-    each point giving every symbol 1 or 1000 (where its assumptions allow both): then no
-    sound proof orders the two sides it is the difference of, and ``Max`` keeps both.
-    False where that is not shown (a proof may exist)."""
-    syms = sorted(diff.free_symbols, key=lambda x: x.name)
-    if not syms or not all(_takes(x, 1) and _takes(x, 1000) for x in syms):
-        return False
-    ones, thousands = dict.fromkeys(syms, sp.Integer(1)), dict.fromkeys(syms, sp.Integer(1000))
-    points = [ones, *({**ones, x: sp.Integer(1000)} for x in syms),
-              *({**thousands, x: sp.Integer(1)} for x in syms)]
-    signs = set()
-    for point in points:
-        value = diff.xreplace(point)
-        if not value.is_Rational:   # not a plain number there (a root, a function): no claim
-            return False
-        if value != 0:
-            signs.add(value > 0)
-        if len(signs) == 2:
-            return True
-    return False
-

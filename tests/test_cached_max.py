@@ -26,6 +26,7 @@ CASES = [
     (a * (b + 1) - a * b, a, m),      # equal at every point, not provably so without expand
     (sp.Min(m, c), m, c),             # Min(m, c) <= m: dropped
     (sp.Integer(7),),
+    (m * (1 - 1 / c), sp.Integer(1)),   # cross at m = c = 2 and m = 1000, c = 2, not at 1s
 ]
 
 
@@ -44,23 +45,48 @@ def test_cached_min_is_sympys_min(args):
     assert got.args == want.args
 
 
-def test_a_crossing_pair_is_not_factored(monkeypatch):
-    """Max(m, 2m, 4m/c): SymPy factors 2m - 4m/c looking for an order it cannot prove (it is
-    positive at c = 1000, negative at c = 1); memsym keeps the pair without doing so, and gets
-    SymPy's answer."""
-    calls = []
+def _factor_terms_calls(monkeypatch) -> list:
+    """The expressions ``sympy.factor_terms`` is called on from now on (SymPy's ``Max`` calls
+    it through its own module)."""
+    calls, original = [], sp.factor_terms
 
     def counted(expr, *args, **kwargs):
         calls.append(expr)
         return original(expr, *args, **kwargs)
 
-    original = sp.factor_terms
     monkeypatch.setattr(sp, "factor_terms", counted)
     monkeypatch.setattr(minmax, "factor_terms", counted)
+    return calls
+
+
+def _fresh():
+    """Two positive symbols of no maximum built before (memsym remembers maxima and pairs)."""
+    return sp.Dummy("m", positive=True), sp.Dummy("c", positive=True)
+
+
+def test_a_crossing_pair_is_not_factored(monkeypatch):
+    """Max(m, 2m, 4m/c): SymPy factors 2m - 4m/c looking for an order it cannot prove (it is
+    positive at c = 1000, negative at c = 1); memsym keeps the pair without doing so, and gets
+    SymPy's answer."""
+    m, c = _fresh()
+    calls = _factor_terms_calls(monkeypatch)
     args = (m, 2 * m, 4 * m / c)
-    cached_max.cache_clear()
     got = cached_max(*args)
     assert calls == []
     want = sp.Max(*args)
     assert calls, "SymPy's Max factors the crossing pair's difference"
     assert got == want == sp.Max(2 * m, 4 * m / c, evaluate=False)
+
+
+def test_a_pair_crossing_only_away_from_1_is_not_factored(monkeypatch):
+    """Max(m (1 - 1/c), 1): the difference m (1 - 1/c) - 1 is at most 0 where every symbol
+    is 1 or 1000 with c = 1 or m = 1 (-1, and 1 - 1/1000 - 1), positive at m = 1000, c = 2
+    (499): memsym keeps both without factoring it, as SymPy does after factoring."""
+    m, c = _fresh()
+    calls = _factor_terms_calls(monkeypatch)
+    args = (m * (1 - 1 / c), sp.Integer(1))
+    got = cached_max(*args)
+    assert calls == []
+    want = sp.Max(*args)
+    assert calls, "SymPy's Max factors the pair's difference"
+    assert got == want and set(got.args) == set(args)

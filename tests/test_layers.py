@@ -45,7 +45,7 @@ LAYERS = (
               "memsym.tex_printer", "memsym.tex_grouped", "memsym.rational",
               "memsym.printing", "memsym.bibliography", "memsym.devices", "memsym.hardware",
               "memsym.groups",
-              "memsym.distinct_rows")),
+              "memsym.distinct_rows", "memsym.crossing")),
     ("term", ("memsym.term",)),
     # formula families as pure functions returning Terms
     ("terms", ("memsym.terms",)),
