@@ -20,6 +20,7 @@ import sympy as sp
 
 from in_process import json_report, refused_line
 from tiny_llama import F, H, LAYERS, TINY, V, tiny_llama
+from tracked_model import module_kept
 from memsym.symbols import a, b, c, d_h, f, g, h, s, t
 from memsym.terms.activations import layer_activations
 from memsym.terms.autocast import autocast_layer_excess
@@ -205,12 +206,8 @@ def _tracked(dtype: str, checkpointing: bool) -> dict:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "float32"):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
-    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == "LlamaForCausalLM")
-
     def kept(state) -> int:
-        (snap,) = root.snapshots[state][0].values()
-        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                       tracker._MemRefType.TEMP))
+        return module_kept(tracker, mt, "LlamaForCausalLM", state)
     return {"forward": kept(tracker._ModState.POST_FW),
             "loss-backward": kept(tracker._ModState.PRE_BW)}
 
@@ -263,12 +260,6 @@ def test_qwen2s_qkv_bias_casts_stay_in_autocasts_cache_to_the_forwards_end(capsy
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "float32"):
                 loss = net(input_ids=ids, labels=ids).loss
             loss.backward()
-        root = next(st for st in mt.memory_tracking.values()
-                    if st.mod_fqn == "Qwen2ForCausalLM")
-
-        def kept(state) -> int:
-            (snap,) = root.snapshots[state][0].values()
-            return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                           tracker._MemRefType.TEMP))
-        return kept(tracker._ModState.POST_FW) - kept(tracker._ModState.PRE_BW)
+        return (module_kept(tracker, mt, "Qwen2ForCausalLM", tracker._ModState.POST_FW)
+                - module_kept(tracker, mt, "Qwen2ForCausalLM", tracker._ModState.PRE_BW))
     assert measured("float32") - measured("bfloat16") == want

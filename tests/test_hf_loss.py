@@ -23,7 +23,7 @@ import pytest
 
 from in_process import json_report
 from tiny_llama import tiny_llama
-from tracked_model import tracker_of
+from tracked_model import module_kept, tracker_of
 
 H, HEADS, F, LAYERS, V, S, B = 64, 2, 128, 2, 32000, 128, 2
 TAU = S * B
@@ -88,12 +88,8 @@ def _tracked(dtype: str) -> dict:
     with mt:
         loss = model(input_ids=ids, labels=ids).loss    # compute_loss keeps the loss alone
         loss.backward()
-    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == "LlamaForCausalLM")
-
     def kept(state) -> int:
-        (snap,) = root.snapshots[state][0].values()
-        return sum(v for k, v in snap.items() if k in (tracker._MemRefType.ACT,
-                                                       tracker._MemRefType.TEMP))
+        return module_kept(tracker, mt, "LlamaForCausalLM", state)
     states = tracker._ModState
     return {"forward": kept(states.PEAK_FW), "forward end": kept(states.POST_FW),
             "loss-backward start": kept(states.PRE_BW), "loss-backward": kept(states.PEAK_BW)}

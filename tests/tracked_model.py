@@ -34,6 +34,15 @@ def live(mem_tracker, mt, kind: str = "current") -> int:
                                                    mem_tracker._MemRefType.TEMP))
 
 
+def module_kept(mem_tracker, mt, fqn: str, state) -> int:
+    """The activation and temporary bytes the tracker recorded for the module ``fqn`` at its
+    ``state`` (``mem_tracker._ModState``: PEAK_FW, POST_FW, PRE_BW, ...) [bytes]."""
+    root = next(st for st in mt.memory_tracking.values() if st.mod_fqn == fqn)
+    (snap,) = root.snapshots[state][0].values()
+    return sum(v for k, v in snap.items() if k in (mem_tracker._MemRefType.ACT,
+                                                   mem_tracker._MemRefType.TEMP))
+
+
 class Windows:
     """Named windows of a tracked run: ``start(name)`` marks the live bytes and restarts the
     tracker's running peak; ``end(name)`` stores the peak above that mark in ``marks``."""
