@@ -16,7 +16,7 @@ from .. import limits as _limits
 from .architecture import printable
 from .hf_fields import ConfigFields
 
-__all__ = ["HYBRID_TYPES", "HYBRID_READERS", "mamba2_fields", "layer_types_field"]
+__all__ = ["HYBRID_TYPES", "HYBRID_READERS", "mamba2_fields", "gdn_fields", "layer_types_field"]
 
 # transformers' legacy layer-type names (configuration_utils._LEGACY_LAYER_TYPE_REMAP)
 _LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}
@@ -66,6 +66,35 @@ def mamba2_fields(fields: ConfigFields, d_inner: int, *, heads, groups, state, c
         # the gated RMSNorm and the scan split d_inner into n_groups: transformers cannot run it
         raise c._bad(f"the Mamba inner size {d_inner} is not a multiple of its "
                      f"{kw['mamba_num_groups']} groups")
+    return kw
+
+
+def gdn_fields(fields: ConfigFields, key_heads: int, value_heads: int) -> dict:
+    """The Gated DeltaNet's sizes of a config.json (``linear_*``), the value heads a multiple
+    of the key heads (refused in one line otherwise: the layer splits the value heads over
+    the key heads).
+
+    Parameters
+    ----------
+    fields : ConfigFields
+        The config.json's fields.
+    key_heads, value_heads : int
+        The config class's defaults of ``linear_num_key_heads`` / ``linear_num_value_heads``
+        [heads].
+
+    Examples
+    --------
+    >>> gdn_fields(ConfigFields({}, "cfg"), 16, 32)["gdn_value_heads"]
+    32
+    """
+    kw = dict(gdn_key_heads=fields.int("linear_num_key_heads", key_heads),
+              gdn_value_heads=fields.int("linear_num_value_heads", value_heads),
+              gdn_key_head_dim=fields.int("linear_key_head_dim", 128),
+              gdn_value_head_dim=fields.int("linear_value_head_dim", 128),
+              gdn_conv_kernel=fields.int("linear_conv_kernel_dim", 4))
+    if kw["gdn_value_heads"] % kw["gdn_key_heads"]:
+        raise fields._bad("linear_num_value_heads must be a multiple of linear_num_key_heads "
+                          "(the Gated DeltaNet splits the value heads over the key heads)")
     return kw
 
 
@@ -352,14 +381,7 @@ def _gated_deltanet_stack(c: ConfigFields, experts: str) -> dict:
               qk_norm_fp32_scale=True,        # Qwen3NextRMSNorm: output * (1.0 + weight.float())
               norm_fp32_scale=True,           # input_layernorm, post_attention_layernorm too
               attention_output_gate=True,
-              gdn_key_heads=c.int("linear_num_key_heads", 16),
-              gdn_value_heads=c.int("linear_num_value_heads", 32),
-              gdn_key_head_dim=c.int("linear_key_head_dim", 128),
-              gdn_value_head_dim=c.int("linear_value_head_dim", 128),
-              gdn_conv_kernel=c.int("linear_conv_kernel_dim", 4))
-    if kw["gdn_value_heads"] % kw["gdn_key_heads"]:
-        raise c._bad("linear_num_value_heads must be a multiple of linear_num_key_heads "
-                     "(the Gated DeltaNet splits the value heads over the key heads)")
+              **gdn_fields(c, 16, 32))
     if any(pattern):
         kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok",
                                                            10 if experts == "pattern" else 8),

@@ -18,7 +18,7 @@ from __future__ import annotations
 from .hf_decoders import read_llama_like
 from .hf_fields import ConfigFields
 from .hf_gemma4 import read_gemma4
-from .hf_hybrid import layer_types_field
+from .hf_hybrid import gdn_fields, layer_types_field
 
 __all__ = ["MORE_LAYERED_READERS", "MORE_DECODER_READERS"]
 
@@ -66,15 +66,7 @@ def _read_lara_mini(c: ConfigFields, notes: list) -> dict:
                      "(LaraMiniConfig refuses it otherwise)")
     kinds = _lara_layer_types(c, kw["num_layers"])
     kw.update(layer_mixers=tuple("gdn" if k == "linear_attention" else "attention"
-                                 for k in kinds),
-              gdn_key_heads=c.int("linear_num_key_heads", 8),
-              gdn_value_heads=c.int("linear_num_value_heads", 16),
-              gdn_key_head_dim=c.int("linear_key_head_dim", 128),
-              gdn_value_head_dim=c.int("linear_value_head_dim", 128),
-              gdn_conv_kernel=c.int("linear_conv_kernel_dim", 4))
-    if kw["gdn_value_heads"] % kw["gdn_key_heads"]:
-        raise c._bad("linear_num_value_heads must be a multiple of linear_num_key_heads "
-                     "(the Gated DeltaNet splits the value heads over the key heads)")
+                                 for k in kinds), **gdn_fields(c, 8, 16))
     n_exp = c.int("num_experts", 128)
     kw.update(num_experts=n_exp, moe_router_topk=c.int("num_experts_per_tok", 4),
               moe_ffn_hidden_size=moe_f,
